@@ -1,0 +1,159 @@
+"""The one interface every backend implements: create a sandbox, talk to its runtime, close it."""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import secrets
+import tarfile
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .channel import Channel, NotifyFn
+from .errors import SandboxGone, UnsupportedSpec
+from .spec import SandboxSpec
+
+log = logging.getLogger("hermetic.backends")
+
+MANAGED_LABEL = "org.hermetic.managed"
+UPLOAD_CHUNK = 1 << 20
+# Extra seconds a client waits beyond a command's own timeout before it calls the channel dead:
+# the runtime needs up to ~4 s to escalate from SIGINT to SIGKILL to a session reset.
+TIMEOUT_MARGIN = 30.0
+
+
+def new_sandbox_id() -> str:
+    return "hm-" + secrets.token_hex(6)
+
+
+class Sandbox(ABC):
+    """A running sandbox and the channel to its runtime.
+
+    The channel is opened lazily and reopened after it dies: `_recover` brings the substrate back
+    (a new container when the old one vanished) and the notice it returns is queued in
+    `notices`, so the caller can tell the agent what was lost.
+    """
+
+    backend: ClassVar[str]
+
+    def __init__(self, sandbox_id: str, spec: SandboxSpec) -> None:
+        self.id = sandbox_id
+        self.spec = spec
+        self.notices: list[str] = []
+        self._channel: Channel | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- what a backend provides -----------------------------------------------------------
+
+    @abstractmethod
+    def _connect(self) -> Channel:
+        """Start a runtime in the sandbox and return its channel, handshake done."""
+
+    @abstractmethod
+    def _recover(self) -> str:
+        """The channel died: make the sandbox usable again; return what the caller lost."""
+
+    @abstractmethod
+    def _destroy(self) -> None:
+        """Remove everything the sandbox holds. Must not raise when it is already gone."""
+
+    def snapshot(self) -> str:
+        """Save the sandbox's filesystem; returns an image reference. Raises UnsupportedSpec."""
+        raise UnsupportedSpec(f"the {self.backend} backend cannot snapshot sandboxes")
+
+    # -- the channel -----------------------------------------------------------------------
+
+    @property
+    def channel(self) -> Channel:
+        with self._lock:
+            if self._closed:
+                raise SandboxGone(f"sandbox {self.id} is closed")
+            if self._channel is None or self._channel.closed:
+                if self._channel is not None:
+                    notice = self._recover()
+                    log.warning("sandbox %s: %s", self.id, notice)
+                    self.notices.append(notice)
+                self._channel = self._connect()
+            return self._channel
+
+    def call(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = 120.0,
+             on_notify: NotifyFn | None = None) -> Any:
+        """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout."""
+        return self.channel.call(method, params, timeout=timeout, on_notify=on_notify)
+
+    def pop_notices(self) -> list[str]:
+        notices, self.notices = self.notices, []
+        return notices
+
+    # -- conveniences over the protocol ----------------------------------------------------
+
+    def run(self, command: str, *, session: str = "default", timeout: float = 120.0,
+            on_output: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
+        """Run a command in a persistent shell session; returns output, exit_code, cwd, ..."""
+        params = {"command": command, "session": session, "timeout": timeout,
+                  "limit": self.spec.output_limit, "stream": on_output is not None, **options}
+        notify = (lambda method, p: on_output(p["text"])) if on_output else None
+        return self.call("shell.run", params, timeout=timeout + TIMEOUT_MARGIN, on_notify=notify)
+
+    def upload(self, source: str | Path, dest: str) -> dict[str, Any]:
+        """Copy a host file or directory into the sandbox under `dest`, as a tar in chunks."""
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+            archive.add(str(source), arcname=Path(source).name)
+        data = raw.getvalue()
+        transfer = uuid.uuid4().hex
+        result: dict[str, Any] = {}
+        for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
+            chunk = data[offset : offset + UPLOAD_CHUNK]
+            final = offset + UPLOAD_CHUNK >= len(data)
+            result = self.call("fs.upload", {"transfer": transfer, "dest": dest, "final": final,
+                                             "data": base64.b64encode(chunk).decode()})
+        return result
+
+    def download(self, path: str, dest_dir: str | Path) -> Path:
+        """Copy a sandbox file or directory into a host directory; returns the local path."""
+        chunks: list[bytes] = []
+        self.call("fs.download", {"path": path}, timeout=600,
+                  on_notify=lambda method, p: chunks.append(base64.b64decode(p["data"])))
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r") as archive:
+            names = archive.getnames()
+            archive.extractall(dest_dir, filter="data")
+        return Path(dest_dir) / names[0].split("/")[0]
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+        self._destroy()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Backend(ABC):
+    """How a sandbox is obtained. Backends differ only in how they get a byte stream to the runtime."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        """Create and start a sandbox. Raises BackendUnavailable, UnsupportedSpec, HandshakeError."""
+
+    def reap(self) -> int:
+        """Remove sandboxes left behind by dead control planes or past their ttl; returns how many."""
+        return 0

@@ -1,0 +1,229 @@
+"""Docker backend: a hardened container per sandbox, the runtime spoken to over one exec stream."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any, Literal
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from pydantic import BaseModel, ConfigDict
+
+from sandboxes import code_hash
+
+from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
+from .bundle import BOOTSTRAP, bootstrap_payload
+from .channel import Channel, FramedSocketTransport
+from .errors import BackendUnavailable, UnsupportedSpec
+from .spec import SandboxSpec
+
+log = logging.getLogger("hermetic.backends.docker")
+
+SANDBOX_LABEL = "org.hermetic.sandbox"
+OWNER_LABEL = "org.hermetic.owner"
+EXPIRES_LABEL = "org.hermetic.expires"
+RUNTIME_HASH_LABEL = "org.hermetic.runtime-hash"
+HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid=1000,gid=1000,mode=0755"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class DockerConfig(BaseModel):
+    """The Docker backend's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["docker"] = "docker"
+    base_url: str | None = None
+    """Docker endpoint; default: DOCKER_HOST or the local socket."""
+    build_missing_image: bool = True
+    """Build `hermetic-sandbox:<variant>` offline (images/build.py) when it is not present."""
+
+    def build(self) -> DockerBackend:
+        return DockerBackend(self)
+
+
+class DockerBackend(Backend):
+    name = "docker"
+
+    def __init__(self, config: DockerConfig | None = None) -> None:
+        self.config = config or DockerConfig()
+        try:
+            self.client = (docker.DockerClient(base_url=self.config.base_url) if self.config.base_url
+                           else docker.from_env())
+            self.client.ping()
+        except DockerException as exc:
+            raise BackendUnavailable(
+                f"dockerd is not reachable ({exc}); start it (`dockerd &` or `systemctl start docker`) "
+                "or set DOCKER_HOST") from exc
+        self._runtime_hashes: dict[str, str] = {}
+        self.reap()
+
+    def create(self, spec: SandboxSpec) -> DockerSandbox:
+        if spec.network == "allowlist":
+            raise UnsupportedSpec("the docker backend supports network 'none' or 'full'; an allowlist "
+                                  "needs an egress proxy, which is not built yet")
+        self.ensure_image(spec.image)
+        sandbox = DockerSandbox(self, new_sandbox_id(), spec)
+        try:
+            sandbox.start_container()
+            sandbox.channel
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+    def ensure_image(self, image: str) -> None:
+        try:
+            self.client.images.get(image)
+            return
+        except ImageNotFound:
+            pass
+        repo, _, variant = image.partition(":")
+        if repo != "hermetic-sandbox" or not self.config.build_missing_image:
+            raise BackendUnavailable(f"image {image} is not present and cannot be pulled here; "
+                                     "build it with `hermetic image build`")
+        from images.build import ensure_image  # building needs debootstrap: only when missing
+
+        log.warning("image %s is missing; building it offline (about a minute)", image)
+        ensure_image(variant or "slim", client=self.client)
+
+    def runtime_hash(self, image: str) -> str:
+        """The runtime code hash an image was built with (its label), cached per image."""
+        if image not in self._runtime_hashes:
+            labels = self.client.images.get(image).labels or {}
+            self._runtime_hashes[image] = labels.get(RUNTIME_HASH_LABEL, "")
+        return self._runtime_hashes[image]
+
+    def reap(self) -> int:
+        """Remove containers and volumes of dead control planes on this host, past their ttl, or stopped."""
+        removed = 0
+        now = time.time()
+        for container in self.client.containers.list(all=True, filters={"label": MANAGED_LABEL}):
+            labels = container.labels
+            expired = float(labels.get(EXPIRES_LABEL, "inf")) < now
+            if expired or container.status in ("exited", "dead") or _owner_dead(labels.get(OWNER_LABEL, "")):
+                _quietly(lambda c=container: c.remove(force=True))
+                removed += 1
+        for volume in self.client.volumes.list(filters={"label": MANAGED_LABEL}):
+            owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
+            if _owner_dead(owner):
+                _quietly(volume.remove)  # refused while a live container still uses it
+        if removed:
+            log.info("reaped %d orphaned sandbox containers", removed)
+        return removed
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+
+    def __init__(self, backend: DockerBackend, sandbox_id: str, spec: SandboxSpec) -> None:
+        super().__init__(sandbox_id, spec)
+        self._backend = backend
+        self._client = backend.client
+        self.container: Any = None
+        self.volume_name = f"{sandbox_id}-workspace"
+        self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
+        if spec.ttl:
+            self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
+
+    def start_container(self) -> None:
+        spec = self.spec
+        try:
+            self._client.volumes.get(self.volume_name)
+        except NotFound:
+            self._client.volumes.create(name=self.volume_name, labels=self.labels)
+        volumes = {self.volume_name: {"bind": spec.workdir, "mode": "rw"}}
+        for mount in spec.mounts:
+            volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+        env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
+        env.update(spec.env)
+        env.update(HERMETIC_WORKSPACE=spec.workdir, HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
+                   HERMETIC_OUTPUT_LIMIT=str(spec.output_limit))
+        self.container = self._client.containers.run(
+            spec.image,
+            command=["sleep", str(spec.ttl) if spec.ttl else "infinity"],
+            name=self.id,
+            hostname="sandbox",
+            detach=True,
+            init=True,  # reaps zombies: every browser close would otherwise leave some
+            user="1000:1000",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
+            volumes=volumes,
+            network_mode="none" if spec.network == "none" else "bridge",
+            pids_limit=spec.pids,
+            mem_limit=spec.memory_bytes,
+            memswap_limit=spec.memory_bytes,
+            nano_cpus=int(spec.cpus * 1e9),
+            environment=env,
+            working_dir=spec.workdir,
+            labels=self.labels,
+        )
+
+    def _connect(self) -> Channel:
+        fresh = self._backend.runtime_hash(self.spec.image) == code_hash()
+        cmd = ["python3", "-m", "sandboxes"] if fresh else ["python3", "-c", BOOTSTRAP]
+        api = self._client.api
+        exec_id = api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
+        raw.settimeout(None)
+        transport = FramedSocketTransport(raw, self.id)
+        if not fresh:
+            log.info("sandbox %s: image %s has an older runtime; sending the current one", self.id, self.spec.image)
+            transport.send(bootstrap_payload())
+        channel = Channel(transport, f"docker sandbox {self.id}")
+        channel.handshake()
+        return channel
+
+    def _recover(self) -> str:
+        try:
+            self.container.reload()
+            running = self.container.status == "running"
+        except NotFound:
+            running = False
+        if running:
+            return "the sandbox's runtime stopped and was restarted: shell sessions and background processes were lost"
+        _quietly(lambda: self.container.remove(force=True))
+        kept = self._volume_exists()
+        self.start_container()
+        return ("the sandbox's container vanished and a new one was created: shell sessions and background "
+                "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too"))
+
+    def _volume_exists(self) -> bool:
+        try:
+            self._client.volumes.get(self.volume_name)
+            return True
+        except NotFound:
+            return False
+
+    def _destroy(self) -> None:
+        if self.container is not None:
+            _quietly(lambda: self.container.remove(force=True))
+        _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+
+
+def _owner_dead(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return False
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+
+
+def _quietly(action: Any) -> None:
+    """Run a removal that may find its target already gone."""
+    try:
+        action()
+    except (NotFound, APIError) as exc:
+        log.debug("ignored: %s", exc)

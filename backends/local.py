@@ -1,0 +1,195 @@
+"""Local backend: the runtime in a bubblewrap sandbox on this host (or unsandboxed when configured)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+import sandboxes
+
+from .base import Backend, Sandbox, new_sandbox_id
+from .cgroups import CgroupLimits
+from .channel import Channel, PipeTransport
+from .errors import BackendUnavailable, UnsupportedSpec
+from .spec import SandboxSpec
+
+log = logging.getLogger("hermetic.backends.local")
+
+RUNTIME_DIR = Path(sandboxes.__file__).resolve().parent
+SANDBOX_PYTHON = "/usr/bin/python3"
+SANDBOX_HOME = "/home/sandbox"
+SANDBOX_UID = 1000
+# What of the host's /etc a sandbox sees: what programs need to run, nothing that holds secrets.
+ETC_ENTRIES = (
+    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
+    "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "hosts", "resolv.conf", "gitconfig",
+    "bash.bashrc", "inputrc", "mime.types", "magic", "fonts", "chromium", "chromium.d", "python3",
+    "python3.11", "debian_version", "os-release", "host.conf", "protocols", "services",
+)
+
+
+class LocalConfig(BaseModel):
+    """The local backend's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["local"] = "local"
+    isolation: Literal["bwrap", "none"] = "bwrap"
+    """bwrap: bubblewrap namespaces (the default). none: a plain subprocess with the host's view."""
+    state_dir: Path = Path.home() / ".hermetic" / "sandboxes"
+    """Where per-sandbox workspaces are created."""
+
+    def build(self) -> LocalBackend:
+        return LocalBackend(self)
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, config: LocalConfig | None = None) -> None:
+        self.config = config or LocalConfig()
+        if self.config.isolation == "bwrap":
+            missing = [p for p in ("bwrap", SANDBOX_PYTHON) if not shutil.which(p)]
+            if missing:
+                raise BackendUnavailable(
+                    f"local backend needs {', '.join(missing)}: apt-get install bubblewrap python3")
+        else:
+            log.warning("local backend with isolation 'none': commands run on this host unsandboxed")
+
+    def create(self, spec: SandboxSpec) -> LocalSandbox:
+        if spec.network == "allowlist":
+            raise UnsupportedSpec("the local backend supports network 'none' or 'full', not 'allowlist'")
+        sandbox = LocalSandbox(new_sandbox_id(), spec, self.config)
+        try:
+            sandbox.channel  # start the runtime now, so errors surface at create time
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+
+class LocalSandbox(Sandbox):
+    backend = "local"
+
+    def __init__(self, sandbox_id: str, spec: SandboxSpec, config: LocalConfig) -> None:
+        super().__init__(sandbox_id, spec)
+        self.config = config
+        self.dir = config.state_dir / sandbox_id
+        self.workspace = Path(spec.workspace) if spec.workspace else self.dir / "workspace"
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._cgroup: CgroupLimits | None = None
+        self._timer: threading.Timer | None = None
+        if spec.ttl:
+            self._timer = threading.Timer(spec.ttl, self.close)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _environment(self, workdir: str, roots: str) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": SANDBOX_HOME if self.config.isolation == "bwrap" else str(self.workspace),
+            "LANG": "C.UTF-8",
+            "USER": "sandbox",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HERMETIC_WORKSPACE": workdir,
+            "HERMETIC_ROOTS": roots,
+            "HERMETIC_OUTPUT_LIMIT": str(self.spec.output_limit),
+        }
+        env.update({k: os.environ[k] for k in self.spec.env_allow if k in os.environ})
+        env.update(self.spec.env)
+        return env
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        spec = self.spec
+        if self.config.isolation == "none":
+            env = self._environment(str(self.workspace), f"{self.workspace}{os.pathsep}/tmp")
+            env["PYTHONPATH"] = str(RUNTIME_DIR.parent)
+            return [sys.executable, "-m", "sandboxes"], env
+        etc = self.dir / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
+                                    f"sandbox:{SANDBOX_HOME}:/bin/bash\nnobody:x:65534:65534::/:/bin/false\n")
+        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--hostname", "sandbox"]
+        if spec.network == "full":
+            args.append("--share-net")
+        args += ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            top = Path("/") / name
+            if top.is_symlink():
+                args += ["--symlink", os.readlink(top), str(top)]
+            elif top.is_dir():
+                args += ["--ro-bind", str(top), str(top)]
+        for entry in ETC_ENTRIES:
+            args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+        args += ["--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.disk_bytes), "--tmpfs", "/tmp",
+                 "--tmpfs", SANDBOX_HOME, "--bind", str(self.workspace), spec.workdir,
+                 "--ro-bind", str(RUNTIME_DIR), "/opt/hermetic/sandboxes"]
+        for mount in spec.mounts:
+            args += ["--ro-bind" if mount.read_only else "--bind", mount.source, mount.target]
+        args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--chdir", spec.workdir]
+        if os.geteuid() == 0:
+            args += ["--cap-drop", "ALL"]
+        env = self._environment(spec.workdir, f"{spec.workdir}{os.pathsep}/tmp")
+        env["PYTHONPATH"] = "/opt/hermetic"
+        args.append("--clearenv")
+        for key, value in env.items():
+            args += ["--setenv", key, value]
+        args += [SANDBOX_PYTHON, "-m", "sandboxes"]
+        return args, {}
+
+    def _connect(self) -> Channel:
+        args, env = self._command()
+        if self._cgroup is None:
+            self._cgroup = CgroupLimits.create(self.id, self.spec.pids, self.spec.memory_bytes, self.spec.cpus)
+            if self._cgroup is None:
+                log.warning("sandbox %s: no cgroups here; limiting processes by rlimit only, memory unlimited",
+                            self.id)
+        cgroup, pids = self._cgroup, self.spec.pids
+
+        def limit() -> None:  # in the child, before exec
+            if cgroup is not None:
+                cgroup.enter()
+            else:
+                resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        self._proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, cwd=self.workspace, start_new_session=True, preexec_fn=limit,
+        )
+        channel = Channel(PipeTransport(self._proc, self.id), f"local sandbox {self.id}")
+        channel.handshake()
+        return channel
+
+    def _recover(self) -> str:
+        self._stop_process()
+        return ("the sandbox's runtime stopped and was restarted: shell sessions and background "
+                "processes were lost; the workspace was kept")
+
+    def _stop_process(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()  # bwrap is PID 1 of the sandbox's namespace: everything inside dies
+            self._proc.wait()
+
+    def _destroy(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._stop_process()
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        if self.spec.workspace is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            shutil.rmtree(self.dir / "etc", ignore_errors=True)

@@ -1,0 +1,81 @@
+"""What a sandbox should be: one pydantic model shared by every backend."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(value: str | int) -> int:
+    """'512m', '1g', '1.5GiB' or a byte count -> bytes."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use e.g. 512m, 2g)")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** "bkmgt".index(unit.lower() or "b"))
+
+
+class Mount(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    """Host path (docker: host path or named volume)."""
+    target: str
+    """Absolute path inside the sandbox."""
+    read_only: bool = True
+    """Mounts are read-only unless asked otherwise."""
+
+
+class SandboxSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = "hermetic-sandbox:slim"
+    """Image to run (docker, modal); the local and ssh backends use the host's own system."""
+    cpus: float = Field(1.0, gt=0)
+    """CPU cores the sandbox may use."""
+    memory: str = "1g"
+    """Memory limit, e.g. 512m or 2g."""
+    pids: int = Field(512, ge=16)
+    """Most processes and threads at once (a browser alone needs 120-160)."""
+    disk: str = "1g"
+    """Size of the sandbox's scratch space (/tmp)."""
+    network: Literal["none", "allowlist", "full"] = "none"
+    """none: no network at all; allowlist: only the hosts in `allow`; full: unrestricted."""
+    allow: list[str] = []
+    """Hosts or CIDRs reachable when network is 'allowlist'."""
+    mounts: list[Mount] = []
+    """Extra host paths to mount."""
+    env: dict[str, str] = {}
+    """Environment variables set in the sandbox, by value."""
+    env_allow: list[str] = []
+    """Names of host environment variables copied in; nothing else from the host passes."""
+    labels: dict[str, str] = {}
+    """Labels put on everything the backend creates."""
+    ttl: int | None = Field(None, gt=0)
+    """Seconds after which the sandbox is destroyed even if nobody closes it."""
+    workdir: str = "/workspace"
+    """The writable workspace and the shells' starting directory."""
+    workspace: str | None = None
+    """Host directory to use as the workspace (local: bind-mounted); default: a fresh one."""
+    output_limit: int = Field(50_000, ge=200)
+    """Characters of command output the model sees before head+tail truncation."""
+
+    @field_validator("memory", "disk")
+    @classmethod
+    def _valid_size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_size(self.memory)
+
+    @property
+    def disk_bytes(self) -> int:
+        return parse_size(self.disk)

@@ -1,0 +1,95 @@
+"""Turns raw terminal bytes into what a model should read: UTF-8 text, no escapes, head+tail cut."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from typing import Optional, Tuple
+
+# CSI, OSC (ended by BEL or ST), other two-byte escapes, and C0 controls other than \t \n \r.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+    r"|\x1b[PX^_][^\x1b]*\x1b\\"
+    r"|\x1b[ -/]*[0-~]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]"
+)
+# A line overwritten by carriage returns keeps only what was written last (progress bars).
+_OVERWRITTEN = re.compile(r"[^\n]*\r(?!\n|$)")
+
+
+def strip_escapes(text: str) -> str:
+    return _ESCAPES.sub("", text)
+
+
+def collapse_carriage_returns(text: str) -> str:
+    return _OVERWRITTEN.sub("", text).replace("\r\n", "\n").replace("\r", "")
+
+
+def clean(data: bytes) -> str:
+    """One-shot version of OutputBuffer for complete byte strings."""
+    return collapse_carriage_returns(strip_escapes(data.decode("utf-8", "replace")))
+
+
+class OutputBuffer:
+    """Accumulates a command's output in bounded memory.
+
+    Everything up to `limit` characters is kept as cleaned text. Past that, the first half
+    is frozen as the head and only the last bytes are kept raw for the tail, so 100 MB of
+    output costs no more memory or CPU than a few times the limit.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 200)
+        self.total_bytes = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._carry = ""  # an escape sequence cut at a chunk boundary
+        self._text: list = []
+        self._text_len = 0
+        self._head: Optional[str] = None
+        self._tail_raw = bytearray()
+
+    @property
+    def overflowed(self) -> bool:
+        return self._head is not None
+
+    def feed(self, data: bytes) -> str:
+        """Add bytes; return the newly cleaned text (empty once past the limit)."""
+        if not data:
+            return ""
+        self.total_bytes += len(data)
+        if self._head is not None:
+            self._tail_raw += data
+            excess = len(self._tail_raw) - 4 * self.limit
+            if excess > 0:
+                del self._tail_raw[:excess]
+            return ""
+        text = self._carry + self._decoder.decode(data)
+        self._carry = ""
+        cut = text.rfind("\x1b")
+        if cut != -1 and len(text) - cut < 256 and not _ESCAPES.match(text, cut):
+            text, self._carry = text[:cut], text[cut:]
+        text = strip_escapes(text)
+        self._text.append(text)
+        self._text_len += len(text)
+        if self._text_len > self.limit:
+            joined = "".join(self._text)
+            half = self.limit // 2
+            self._head = joined[:half]
+            self._tail_raw = bytearray(joined[half:].encode("utf-8", "replace"))
+            self._text = []
+            return text[: max(0, len(text) - (self._text_len - self.limit))]
+        return text
+
+    def result(self) -> Tuple[str, bool]:
+        """The text for the model and whether it was cut."""
+        if self._head is None:
+            rest = self._decoder.decode(b"", final=True)
+            return collapse_carriage_returns("".join(self._text) + strip_escapes(self._carry + rest)), False
+        half = self.limit // 2
+        tail = strip_escapes(self._tail_raw.decode("utf-8", "replace"))[-half:]
+        marker = (
+            "\n\n[... output truncated: %s bytes in all; the first %s and the last %s characters are shown ...]\n\n"
+            % (format(self.total_bytes, ","), format(len(self._head), ","), format(len(tail), ","))
+        )
+        return collapse_carriage_returns(self._head) + marker + collapse_carriage_returns(tail), True

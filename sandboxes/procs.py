@@ -1,0 +1,135 @@
+"""Background processes: spawn, poll, a rolling log, stdin writes, kill."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import procutil
+from .output import clean
+from .protocol import INVALID_PARAMS, NO_SUCH_PROCESS, RESOURCE_EXHAUSTED, RpcError
+
+
+class BackgroundProcess:
+    def __init__(self, pid_name: str, command: str, cwd: str, env: Dict[str, str], log_limit: int) -> None:
+        self.id = pid_name
+        self.command = command
+        self.log_limit = log_limit
+        self.started = time.time()
+        self._log = bytearray()
+        self._written = 0  # bytes of output ever produced; log offsets count from the start
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        try:
+            self.proc = subprocess.Popen(
+                ["bash", "-c", command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                preexec_fn=procutil.prefer_for_oom_kill,
+            )
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+                raise RpcError(RESOURCE_EXHAUSTED, "cannot start process: %s" % exc.strerror) from exc
+            raise RpcError(INVALID_PARAMS, "cannot start process: %s" % exc) from exc
+        threading.Thread(target=self._drain, name="proc-" + pid_name, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            with self._lock:
+                self._log += data
+                self._written += len(data)
+                if len(self._log) > self.log_limit:
+                    del self._log[: len(self._log) - self.log_limit]
+        self.proc.wait()
+        self._finished.set()
+
+    def status(self) -> Dict[str, Any]:
+        code = self.proc.poll()
+        return {
+            "id": self.id,
+            "pid": self.proc.pid,
+            "command": self.command,
+            "running": code is None,
+            "exit_code": code,
+            "log_bytes": self._written,
+            "started": self.started,
+        }
+
+    def log(self, offset: Optional[int], tail: Optional[int]) -> Dict[str, Any]:
+        with self._lock:
+            first = self._written - len(self._log)  # offset of the oldest byte still kept
+            start = first if offset is None else max(offset, first)
+            data = bytes(self._log[start - first:])
+            end = self._written
+        dropped = start - offset if offset is not None and offset < first else 0
+        text = clean(data)
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:])
+        code = self.proc.poll()
+        return {"text": text, "offset": end, "dropped_bytes": dropped, "running": code is None, "exit_code": code}
+
+    def write(self, data: str, eof: bool) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            if data:
+                stdin.write(data.encode("utf-8", "surrogateescape"))
+                stdin.flush()
+            if eof:
+                stdin.close()
+        except (BrokenPipeError, ValueError) as exc:
+            raise RpcError(NO_SUCH_PROCESS, "process %s no longer reads its stdin" % self.id) from exc
+
+    def kill(self, sig: int, wait: float) -> Dict[str, Any]:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        if not self._finished.wait(wait) and sig != signal.SIGKILL:
+            procutil.kill_session(self.proc.pid)
+            self._finished.wait(wait)
+        return self.status()
+
+
+class ProcessTable:
+    def __init__(self, workspace: str, env: Dict[str, str]) -> None:
+        self._workspace = workspace
+        self._env = env
+        self._procs: Dict[str, BackgroundProcess] = {}
+        self._ids = itertools.count(1)
+
+    def spawn(self, command: str, cwd: Optional[str], env: Optional[Dict[str, str]], log_limit: int) -> Dict[str, Any]:
+        merged = dict(self._env)
+        merged.update(env or {})
+        proc = BackgroundProcess("p%d" % next(self._ids), command, cwd or self._workspace, merged, log_limit)
+        self._procs[proc.id] = proc
+        return proc.status()
+
+    def get(self, proc_id: str) -> BackgroundProcess:
+        proc = self._procs.get(proc_id)
+        if proc is None:
+            raise RpcError(NO_SUCH_PROCESS, "no background process %r" % proc_id)
+        return proc
+
+    def list(self) -> list:
+        return [p.status() for p in self._procs.values()]
+
+    def kill_all(self) -> None:
+        for proc in self._procs.values():
+            if proc.proc.poll() is None:
+                procutil.kill_session(proc.proc.pid)

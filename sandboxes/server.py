@@ -1,0 +1,293 @@
+"""The runtime's request loop: reads JSON lines, runs requests concurrently by id, writes replies."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Optional
+
+from . import PROTOCOL_VERSION, __version__, code_hash
+from .files import FileOps
+from .procs import ProcessTable
+from .protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    NOT_INITIALIZED,
+    PARSE_ERROR,
+    PROTOCOL_MISMATCH,
+    RESOURCE_EXHAUSTED,
+    RpcError,
+    error_response,
+    notification,
+    response,
+)
+from .shell import ShellManager
+
+log = logging.getLogger("hermetic.runtime")
+
+DEFAULT_LIMIT = int(os.environ.get("HERMETIC_OUTPUT_LIMIT", "50000"))
+_INLINE = {"sys.hello", "sys.ping", "sys.info"}  # cheap: answered on the reader thread
+
+
+class Request:
+    """What a handler knows of its request: the id, and a way to send notifications for it."""
+
+    def __init__(self, server: "Server", req_id: Any) -> None:
+        self.id = req_id
+        self._server = server
+
+    def notify(self, method: str, params: Dict[str, Any]) -> None:
+        params["request"] = self.id
+        self._server.send(notification(method, params))
+
+
+class _Streamer:
+    """Coalesces streamed output into notifications of at most one per 50 ms or 32 KB."""
+
+    def __init__(self, request: Request, session: str) -> None:
+        self._request = request
+        self._session = session
+        self._parts: list = []
+        self._size = 0
+        self._last = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= 32768 or time.monotonic() - self._last >= 0.05:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._parts:
+            self._request.notify("shell.output", {"session": self._session, "text": "".join(self._parts)})
+            self._parts, self._size, self._last = [], 0, time.monotonic()
+
+
+class Server:
+    def __init__(self, chan_in: int, chan_out: int) -> None:
+        self._in = chan_in
+        self._out = chan_out
+        self._write_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="req")
+        self._ready = False
+        self.started = time.time()
+        self.workspace = os.environ.get("HERMETIC_WORKSPACE") or os.getcwd()
+        roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
+        self.shells = ShellManager(self.workspace, env)
+        self.procs = ProcessTable(self.workspace, env)
+        self.files = FileOps(self.workspace, roots)
+        self.methods: Dict[str, Callable[..., Any]] = {
+            "sys.hello": self.sys_hello,
+            "sys.ping": lambda req: {"pong": True},
+            "sys.info": self.sys_info,
+            "sys.shutdown": self.sys_shutdown,
+            "shell.open": self.shell_open,
+            "shell.run": self.shell_run,
+            "shell.send": self.shell_send,
+            "shell.interrupt": self.shell_interrupt,
+            "shell.close": lambda req, session: {"closed": self.shells.close(session)},
+            "shell.list": lambda req: {"sessions": self.shells.names()},
+            "proc.spawn": self.proc_spawn,
+            "proc.poll": lambda req, id: self.procs.get(id).status(),
+            "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),
+            "proc.write": self.proc_write,
+            "proc.kill": self.proc_kill,
+            "proc.list": lambda req: {"processes": self.procs.list()},
+            "fs.read": lambda req, **kw: self.files.read(**kw),
+            "fs.write": lambda req, **kw: self.files.write(**kw),
+            "fs.patch": lambda req, **kw: self.files.patch(**kw),
+            "fs.list": lambda req, **kw: self.files.list(**kw),
+            "fs.stat": lambda req, **kw: self.files.stat(**kw),
+            "fs.search": lambda req, **kw: self.files.search(**kw),
+            "fs.upload": lambda req, **kw: self.files.upload(**kw),
+            "fs.download": lambda req, path: self.files.download(
+                path, lambda data: req.notify("fs.chunk", {"data": data})),
+        }
+        # Signatures of the file methods, so that bad parameters are reported, not raised.
+        self._signatures = {
+            name: inspect.signature(getattr(self.files, name.split(".")[1]))
+            for name in self.methods if name.startswith("fs.") and name != "fs.download"
+        }
+
+    # -- transport -------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        with self._write_lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._out, view):]
+
+    def serve(self) -> None:
+        with os.fdopen(self._in, "rb", buffering=65536) as stream:
+            for line in stream:
+                if line.strip():
+                    self._dispatch(line)
+        log.info("channel closed; stopping")
+        self._stop()
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            self.send(error_response(None, RpcError(PARSE_ERROR, "not JSON: %s" % exc)))
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            self.send(error_response(message.get("id") if isinstance(message, dict) else None,
+                                     RpcError(INVALID_REQUEST, "a request needs a method")))
+            return
+        method = message["method"]
+        if method in _INLINE:
+            self._handle(message)
+            return
+        try:
+            self._pool.submit(self._handle, message)
+        except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
+            self.send(error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc)))
+
+    def _handle(self, message: Dict[str, Any]) -> None:
+        req_id = message.get("id")
+        try:
+            result = self._call(Request(self, req_id), message["method"], message.get("params") or {})
+            reply = response(req_id, result)
+        except RpcError as exc:
+            reply = error_response(req_id, exc)
+        except Exception as exc:  # a bug or an OS error: report it, keep serving
+            log.exception("request %s failed", message.get("method"))
+            reply = error_response(req_id, RpcError(INTERNAL_ERROR, "%s: %s" % (type(exc).__name__, exc)))
+        if req_id is not None:
+            self.send(reply)
+
+    def _call(self, req: Request, method: str, params: Dict[str, Any]) -> Any:
+        handler = self.methods.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, "unknown method %r" % method)
+        if not self._ready and method != "sys.hello":
+            raise RpcError(NOT_INITIALIZED, "send sys.hello first")
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, "params must be an object")
+        try:
+            signature = self._signatures.get(method) or inspect.signature(handler)
+            if method in self._signatures:
+                signature.bind(**params)
+            else:
+                signature.bind(req, **params)
+        except TypeError as exc:
+            raise RpcError(INVALID_PARAMS, "%s: %s" % (method, exc)) from exc
+        return handler(req, **params)
+
+    # -- sys -------------------------------------------------------------------------------
+
+    def sys_hello(self, req: Request, protocol: int, client: Optional[str] = None) -> Dict[str, Any]:
+        if protocol != PROTOCOL_VERSION:
+            raise RpcError(PROTOCOL_MISMATCH, "runtime speaks protocol %d, client %s" % (PROTOCOL_VERSION, protocol),
+                           {"protocol": PROTOCOL_VERSION, "version": __version__, "code_hash": code_hash()})
+        self._ready = True
+        log.info("handshake with %s", client or "a client")
+        return {"version": __version__, "protocol": PROTOCOL_VERSION, "code_hash": code_hash(),
+                "python": platform.python_version(), "pid": os.getpid()}
+
+    def sys_info(self, req: Request) -> Dict[str, Any]:
+        return {
+            "version": __version__,
+            "code_hash": code_hash(),
+            "python": platform.python_version(),
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "hostname": platform.node(),
+            "uptime": time.time() - self.started,
+            "workspace": self.workspace,
+            "roots": self.files.roots,
+            "sessions": self.shells.names(),
+            "processes": len(self.procs.list()),
+        }
+
+    def sys_shutdown(self, req: Request) -> Dict[str, Any]:
+        threading.Timer(0.05, self._stop).start()
+        return {"stopping": True}
+
+    def _stop(self) -> None:
+        self.shells.close_all()
+        self.procs.kill_all()
+        os._exit(0)
+
+    # -- shell -----------------------------------------------------------------------------
+
+    def shell_open(self, req: Request, session: str = "default", cwd: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+        shell = self.shells.open(session, cwd, env)
+        return {"session": session, "pid": shell.proc.pid, "cwd": shell.cwd}
+
+    def shell_run(self, req: Request, command: str, session: str = "default", timeout: float = 120.0,
+                  stdin: Optional[str] = None, interactive: bool = False, expect: Optional[str] = None,
+                  idle: float = 1.0, limit: int = DEFAULT_LIMIT, stream: bool = False) -> Dict[str, Any]:
+        if not isinstance(command, str):
+            raise RpcError(INVALID_PARAMS, "command must be a string")
+        streamer = _Streamer(req, session) if stream else None
+        result = self.shells.open(session).run(command, float(timeout), int(limit), stdin, interactive,
+                                               expect, float(idle), streamer)
+        if streamer:
+            streamer.flush()
+        return result
+
+    def shell_send(self, req: Request, text: str, session: str = "default", timeout: float = 30.0,
+                   expect: Optional[str] = None, idle: float = 1.0, limit: int = DEFAULT_LIMIT,
+                   stream: bool = False) -> Dict[str, Any]:
+        streamer = _Streamer(req, session) if stream else None
+        result = self.shells.get(session).send(text, float(timeout), int(limit), expect, float(idle), streamer)
+        if streamer:
+            streamer.flush()
+        return result
+
+    def shell_interrupt(self, req: Request, session: str = "default") -> Dict[str, Any]:
+        return self.shells.get(session).interrupt(DEFAULT_LIMIT)
+
+    # -- background processes --------------------------------------------------------------
+
+    def proc_spawn(self, req: Request, command: str, cwd: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None, log_limit: int = 1 << 20) -> Dict[str, Any]:
+        return self.procs.spawn(command, cwd, env, int(log_limit))
+
+    def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> Dict[str, Any]:
+        self.procs.get(id).write(data, eof)
+        return {"written": len(data)}
+
+    def proc_kill(self, req: Request, id: str, signal: str = "TERM", wait: float = 2.0) -> Dict[str, Any]:
+        try:
+            signum = _signal_number(signal)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from exc
+        return self.procs.get(id).kill(signum, float(wait))
+
+
+def _signal_number(name: str) -> int:
+    name = name.upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    if not hasattr(signal, name):
+        raise ValueError("unknown signal %r" % name)
+    return int(getattr(signal, name))
+
+
+def main() -> None:
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("HERMETIC_LOG_LEVEL", "WARNING"),
+                        format="runtime %(levelname)s %(message)s")
+    # The channel keeps private copies of fds 0 and 1; what commands inherit is /dev/null and stderr,
+    # so nothing a child does can read from or write into the channel.
+    chan_in, chan_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, lambda signum, frame: None)  # not SIG_IGN: children would inherit it
+    Server(chan_in, chan_out).serve()
