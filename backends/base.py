@@ -63,6 +63,10 @@ class Sandbox(ABC):
     def _destroy(self) -> None:
         """Remove everything the sandbox holds. Must not raise when it is already gone."""
 
+    def _alive(self) -> bool:
+        """A cheap local check that the substrate still runs (the stream's EOF may lag behind)."""
+        return True
+
     def snapshot(self) -> str:
         """Save the sandbox's filesystem; returns an image reference. Raises UnsupportedSpec."""
         raise UnsupportedSpec(f"the {self.backend} backend cannot snapshot sandboxes")
@@ -74,16 +78,23 @@ class Sandbox(ABC):
         with self._lock:
             if self._closed:
                 raise SandboxGone(f"sandbox {self.id} is closed")
-            if self._channel is None or self._channel.closed:
+            if self._channel is None or self._channel.closed or not self._alive():
                 if self._channel is not None:
+                    self._channel.close()
                     notice = self._recover()
                     log.warning("sandbox %s: %s", self.id, notice)
                     self.notices.append(notice)
                 self._channel = self._connect()
             return self._channel
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = 120.0,
-             on_notify: NotifyFn | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = 120.0,
+        on_notify: NotifyFn | None = None,
+    ) -> Any:
         """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout."""
         return self.channel.call(method, params, timeout=timeout, on_notify=on_notify)
 
@@ -93,11 +104,24 @@ class Sandbox(ABC):
 
     # -- conveniences over the protocol ----------------------------------------------------
 
-    def run(self, command: str, *, session: str = "default", timeout: float = 120.0,
-            on_output: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
+    def run(
+        self,
+        command: str,
+        *,
+        session: str = "default",
+        timeout: float = 120.0,
+        on_output: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
         """Run a command in a persistent shell session; returns output, exit_code, cwd, ..."""
-        params = {"command": command, "session": session, "timeout": timeout,
-                  "limit": self.spec.output_limit, "stream": on_output is not None, **options}
+        params = {
+            "command": command,
+            "session": session,
+            "timeout": timeout,
+            "limit": self.spec.output_limit,
+            "stream": on_output is not None,
+            **options,
+        }
         notify = (lambda method, p: on_output(p["text"])) if on_output else None
         return self.call("shell.run", params, timeout=timeout + TIMEOUT_MARGIN, on_notify=notify)
 
@@ -112,15 +136,26 @@ class Sandbox(ABC):
         for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
             chunk = data[offset : offset + UPLOAD_CHUNK]
             final = offset + UPLOAD_CHUNK >= len(data)
-            result = self.call("fs.upload", {"transfer": transfer, "dest": dest, "final": final,
-                                             "data": base64.b64encode(chunk).decode()})
+            result = self.call(
+                "fs.upload",
+                {
+                    "transfer": transfer,
+                    "dest": dest,
+                    "final": final,
+                    "data": base64.b64encode(chunk).decode(),
+                },
+            )
         return result
 
     def download(self, path: str, dest_dir: str | Path) -> Path:
         """Copy a sandbox file or directory into a host directory; returns the local path."""
         chunks: list[bytes] = []
-        self.call("fs.download", {"path": path}, timeout=600,
-                  on_notify=lambda method, p: chunks.append(base64.b64decode(p["data"])))
+        self.call(
+            "fs.download",
+            {"path": path},
+            timeout=600,
+            on_notify=lambda method, p: chunks.append(base64.b64decode(p["data"])),
+        )
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r") as archive:
             names = archive.getnames()
             archive.extractall(dest_dir, filter="data")

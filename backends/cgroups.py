@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -59,7 +60,9 @@ class CgroupLimits:
         available = (ROOT / "cgroup.subtree_control").read_text().split()
         if not {"pids", "memory"} <= set(available):
             return None
-        (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in available if c in ("pids", "memory", "cpu")))
+        (parent / "cgroup.subtree_control").write_text(
+            " ".join(f"+{c}" for c in available if c in ("pids", "memory", "cpu"))
+        )
         path = parent / name
         path.mkdir(exist_ok=True)
         (path / "pids.max").write_text(str(pids))
@@ -83,10 +86,8 @@ class CgroupLimits:
                 try:
                     members = (path / "cgroup.procs").read_text().split()
                     for pid in members:
-                        try:
+                        with contextlib.suppress(ProcessLookupError):
                             os.kill(int(pid), signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
                     path.rmdir()
                     break
                 except FileNotFoundError:

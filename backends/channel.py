@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -117,10 +118,8 @@ class FramedSocketTransport(Transport):
             runtime_log.info("[%s] %s", self._label, line.decode("utf-8", "replace"))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
 
 
@@ -155,21 +154,38 @@ class Channel:
     def handshake(self, timeout: float = 30.0) -> dict[str, Any]:
         """First request on a channel: protocol check. Returns the runtime's version and code hash."""
         try:
-            self.info = self.call("sys.hello", {"protocol": PROTOCOL_VERSION, "client": "hermetic"}, timeout=timeout)
+            self.info = self.call(
+                "sys.hello", {"protocol": PROTOCOL_VERSION, "client": "hermetic"}, timeout=timeout
+            )
         except (SandboxGone, CallTimeout, RuntimeCallError) as exc:
             raise HandshakeError(f"runtime in {self.label} did not complete the handshake: {exc}") from exc
         if self.info.get("code_hash") != code_hash():
-            log.info("runtime in %s runs code %s, control plane has %s", self.label,
-                     self.info.get("code_hash"), code_hash())
+            log.info(
+                "runtime in %s runs code %s, control plane has %s",
+                self.label,
+                self.info.get("code_hash"),
+                code_hash(),
+            )
         return self.info
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None,
-             on_notify: NotifyFn | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_notify: NotifyFn | None = None,
+    ) -> Any:
         """Send one request and wait for its reply. Raises RuntimeCallError, SandboxGone, CallTimeout."""
         req_id = next(self._ids)
         pending = _Pending(on_notify)
-        line = json.dumps({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params or {}},
-                          separators=(",", ":")).encode() + b"\n"
+        line = (
+            json.dumps(
+                {"jsonrpc": "2.0", "id": req_id, "method": method, "params": params or {}},
+                separators=(",", ":"),
+            ).encode()
+            + b"\n"
+        )
         with self._lock:
             if self._closed is not None:
                 raise SandboxGone(f"{self.label}: {self._closed}")
@@ -219,14 +235,17 @@ class Channel:
                 return
             if "error" in message:
                 err = message["error"] or {}
-                pending.error = RuntimeCallError(err.get("code", -1), err.get("message", "error"), err.get("data"))
+                pending.error = RuntimeCallError(
+                    err.get("code", -1), err.get("message", "error"), err.get("data")
+                )
             else:
                 pending.result = message["result"]
             pending.event.set()
         elif "method" in message:
             params = message.get("params") or {}
+            request = params.get("request")
             with self._lock:
-                pending = self._pending.get(params.get("request"))
+                pending = self._pending.get(request) if isinstance(request, int) else None
             if pending is not None and pending.on_notify is not None:
                 try:
                     pending.on_notify(message["method"], params)

@@ -51,25 +51,31 @@ class DockerBackend(Backend):
     def __init__(self, config: DockerConfig | None = None) -> None:
         self.config = config or DockerConfig()
         try:
-            self.client = (docker.DockerClient(base_url=self.config.base_url) if self.config.base_url
-                           else docker.from_env())
+            self.client = (
+                docker.DockerClient(base_url=self.config.base_url)
+                if self.config.base_url
+                else docker.from_env()
+            )
             self.client.ping()
         except DockerException as exc:
             raise BackendUnavailable(
                 f"dockerd is not reachable ({exc}); start it (`dockerd &` or `systemctl start docker`) "
-                "or set DOCKER_HOST") from exc
+                "or set DOCKER_HOST"
+            ) from exc
         self._runtime_hashes: dict[str, str] = {}
         self.reap()
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
         if spec.network == "allowlist":
-            raise UnsupportedSpec("the docker backend supports network 'none' or 'full'; an allowlist "
-                                  "needs an egress proxy, which is not built yet")
+            raise UnsupportedSpec(
+                "the docker backend supports network 'none' or 'full'; an allowlist "
+                "needs an egress proxy, which is not built yet"
+            )
         self.ensure_image(spec.image)
         sandbox = DockerSandbox(self, new_sandbox_id(), spec)
         try:
             sandbox.start_container()
-            sandbox.channel
+            _ = sandbox.channel
         except BaseException:
             sandbox.close()
             raise
@@ -83,8 +89,10 @@ class DockerBackend(Backend):
             pass
         repo, _, variant = image.partition(":")
         if repo != "hermetic-sandbox" or not self.config.build_missing_image:
-            raise BackendUnavailable(f"image {image} is not present and cannot be pulled here; "
-                                     "build it with `hermetic image build`")
+            raise BackendUnavailable(
+                f"image {image} is not present and cannot be pulled here; "
+                "build it with `hermetic image build`"
+            )
         from images.build import ensure_image  # building needs debootstrap: only when missing
 
         log.warning("image %s is missing; building it offline (about a minute)", image)
@@ -140,8 +148,11 @@ class DockerSandbox(Sandbox):
             volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
-        env.update(HERMETIC_WORKSPACE=spec.workdir, HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
-                   HERMETIC_OUTPUT_LIMIT=str(spec.output_limit))
+        env.update(
+            HERMETIC_WORKSPACE=spec.workdir,
+            HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
+            HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
+        )
         self.container = self._client.containers.run(
             spec.image,
             command=["sleep", str(spec.ttl) if spec.ttl else "infinity"],
@@ -169,13 +180,17 @@ class DockerSandbox(Sandbox):
         fresh = self._backend.runtime_hash(self.spec.image) == code_hash()
         cmd = ["python3", "-m", "sandboxes"] if fresh else ["python3", "-c", BOOTSTRAP]
         api = self._client.api
-        exec_id = api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)["Id"]
+        exec_id = api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)[
+            "Id"
+        ]
         sock = api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
         transport = FramedSocketTransport(raw, self.id)
         if not fresh:
-            log.info("sandbox %s: image %s has an older runtime; sending the current one", self.id, self.spec.image)
+            log.info(
+                "sandbox %s: image %s has an older runtime; sending the current one", self.id, self.spec.image
+            )
             transport.send(bootstrap_payload())
         channel = Channel(transport, f"docker sandbox {self.id}")
         channel.handshake()
@@ -188,12 +203,17 @@ class DockerSandbox(Sandbox):
         except NotFound:
             running = False
         if running:
-            return "the sandbox's runtime stopped and was restarted: shell sessions and background processes were lost"
+            return (
+                "the sandbox's runtime stopped and was restarted: "
+                "shell sessions and background processes were lost"
+            )
         _quietly(lambda: self.container.remove(force=True))
         kept = self._volume_exists()
         self.start_container()
-        return ("the sandbox's container vanished and a new one was created: shell sessions and background "
-                "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too"))
+        return (
+            "the sandbox's container vanished and a new one was created: shell sessions and background "
+            "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too")
+        )
 
     def _volume_exists(self) -> bool:
         try:

@@ -30,10 +30,33 @@ SANDBOX_HOME = "/home/sandbox"
 SANDBOX_UID = 1000
 # What of the host's /etc a sandbox sees: what programs need to run, nothing that holds secrets.
 ETC_ENTRIES = (
-    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
-    "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "hosts", "resolv.conf", "gitconfig",
-    "bash.bashrc", "inputrc", "mime.types", "magic", "fonts", "chromium", "chromium.d", "python3",
-    "python3.11", "debian_version", "os-release", "host.conf", "protocols", "services",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "nsswitch.conf",
+    "hosts",
+    "resolv.conf",
+    "gitconfig",
+    "bash.bashrc",
+    "inputrc",
+    "mime.types",
+    "magic",
+    "fonts",
+    "chromium",
+    "chromium.d",
+    "python3",
+    "python3.11",
+    "debian_version",
+    "os-release",
+    "host.conf",
+    "protocols",
+    "services",
 )
 
 
@@ -61,7 +84,8 @@ class LocalBackend(Backend):
             missing = [p for p in ("bwrap", SANDBOX_PYTHON) if not shutil.which(p)]
             if missing:
                 raise BackendUnavailable(
-                    f"local backend needs {', '.join(missing)}: apt-get install bubblewrap python3")
+                    f"local backend needs {', '.join(missing)}: apt-get install bubblewrap python3"
+                )
         else:
             log.warning("local backend with isolation 'none': commands run on this host unsandboxed")
 
@@ -70,7 +94,7 @@ class LocalBackend(Backend):
             raise UnsupportedSpec("the local backend supports network 'none' or 'full', not 'allowlist'")
         sandbox = LocalSandbox(new_sandbox_id(), spec, self.config)
         try:
-            sandbox.channel  # start the runtime now, so errors surface at create time
+            _ = sandbox.channel  # start the runtime now, so errors surface at create time
         except BaseException:
             sandbox.close()
             raise
@@ -117,8 +141,10 @@ class LocalSandbox(Sandbox):
             return [sys.executable, "-m", "sandboxes"], env
         etc = self.dir / "etc"
         etc.mkdir(parents=True, exist_ok=True)
-        (etc / "passwd").write_text(f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
-                                    f"sandbox:{SANDBOX_HOME}:/bin/bash\nnobody:x:65534:65534::/:/bin/false\n")
+        (etc / "passwd").write_text(
+            f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
+            f"sandbox:{SANDBOX_HOME}:/bin/bash\nnobody:x:65534:65534::/:/bin/false\n"
+        )
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--hostname", "sandbox"]
         if spec.network == "full":
@@ -132,10 +158,32 @@ class LocalSandbox(Sandbox):
                 args += ["--ro-bind", str(top), str(top)]
         for entry in ETC_ENTRIES:
             args += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-        args += ["--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group"]
-        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(spec.disk_bytes), "--tmpfs", "/tmp",
-                 "--tmpfs", SANDBOX_HOME, "--bind", str(self.workspace), spec.workdir,
-                 "--ro-bind", str(RUNTIME_DIR), "/opt/hermetic/sandboxes"]
+        args += [
+            "--ro-bind",
+            str(etc / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(etc / "group"),
+            "/etc/group",
+        ]
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(spec.disk_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            SANDBOX_HOME,
+            "--bind",
+            str(self.workspace),
+            spec.workdir,
+            "--ro-bind",
+            str(RUNTIME_DIR),
+            "/opt/hermetic/sandboxes",
+        ]
         for mount in spec.mounts:
             args += ["--ro-bind" if mount.read_only else "--bind", mount.source, mount.target]
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--chdir", spec.workdir]
@@ -152,10 +200,14 @@ class LocalSandbox(Sandbox):
     def _connect(self) -> Channel:
         args, env = self._command()
         if self._cgroup is None:
-            self._cgroup = CgroupLimits.create(self.id, self.spec.pids, self.spec.memory_bytes, self.spec.cpus)
+            self._cgroup = CgroupLimits.create(
+                self.id, self.spec.pids, self.spec.memory_bytes, self.spec.cpus
+            )
             if self._cgroup is None:
-                log.warning("sandbox %s: no cgroups here; limiting processes by rlimit only, memory unlimited",
-                            self.id)
+                log.warning(
+                    "sandbox %s: no cgroups here; limiting processes by rlimit only, memory unlimited",
+                    self.id,
+                )
         cgroup, pids = self._cgroup, self.spec.pids
 
         def limit() -> None:  # in the child, before exec
@@ -166,17 +218,28 @@ class LocalSandbox(Sandbox):
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
         self._proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=self.workspace, start_new_session=True, preexec_fn=limit,
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=self.workspace,
+            start_new_session=True,
+            preexec_fn=limit,
         )
         channel = Channel(PipeTransport(self._proc, self.id), f"local sandbox {self.id}")
         channel.handshake()
         return channel
 
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def _recover(self) -> str:
         self._stop_process()
-        return ("the sandbox's runtime stopped and was restarted: shell sessions and background "
-                "processes were lost; the workspace was kept")
+        return (
+            "the sandbox's runtime stopped and was restarted: shell sessions and background "
+            "processes were lost; the workspace was kept"
+        )
 
     def _stop_process(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -13,7 +13,8 @@ import stat as stat_mod
 import subprocess
 import tarfile
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable, cast
 
 from .protocol import (
     BINARY_FILE,
@@ -36,7 +37,7 @@ class FileOps:
     def __init__(self, workspace: str, roots: Sequence[str]) -> None:
         self.workspace = workspace
         self.roots = [os.path.realpath(r) for r in roots]
-        self._uploads: Dict[str, Any] = {}
+        self._uploads: dict[str, Any] = {}
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -51,13 +52,13 @@ class FileOps:
 
     # -- read / write / patch --------------------------------------------------------------
 
-    def read(self, path: str, offset: int = 1, limit: int = 2000, numbered: bool = True) -> Dict[str, Any]:
+    def read(self, path: str, offset: int = 1, limit: int = 2000, numbered: bool = True) -> dict[str, Any]:
         full = self._existing_file(path)
         with open(full, "rb") as fh:
             if b"\0" in fh.read(8192):
                 raise RpcError(BINARY_FILE, "%s looks binary; use fs.download for its bytes" % path)
             fh.seek(0)
-            lines: List[str] = []
+            lines: list[str] = []
             total = 0
             start = max(1, offset)
             for total, raw in enumerate(fh, 1):
@@ -76,8 +77,9 @@ class FileOps:
             "more": end < total,
         }
 
-    def write(self, path: str, content: Optional[str] = None, data: Optional[str] = None,
-              mode: Optional[int] = None) -> Dict[str, Any]:
+    def write(
+        self, path: str, content: str | None = None, data: str | None = None, mode: int | None = None
+    ) -> dict[str, Any]:
         if (content is None) == (data is None):
             raise RpcError(INVALID_PARAMS, "give exactly one of content (text) or data (base64)")
         full = self.resolve(path)
@@ -85,7 +87,7 @@ class FileOps:
         self._atomic_write(full, payload, mode)
         return {"path": full, "bytes": len(payload)}
 
-    def patch(self, path: str, old: str, new: str, replace_all: bool = False) -> Dict[str, Any]:
+    def patch(self, path: str, old: str, new: str, replace_all: bool = False) -> dict[str, Any]:
         if not old:
             raise RpcError(INVALID_PARAMS, "old must be non-empty")
         full = self._existing_file(path)
@@ -93,19 +95,25 @@ class FileOps:
             text = fh.read()
         count = text.count(old)
         if count == 0:
-            raise RpcError(PATCH_NO_MATCH, "the text to replace is not in %s" % path,
-                           {"closest": _closest_lines(text, old)})
+            raise RpcError(
+                PATCH_NO_MATCH,
+                "the text to replace is not in %s" % path,
+                {"closest": _closest_lines(text, old)},
+            )
         if count > 1 and not replace_all:
             lines = [text.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(old), text)]
-            raise RpcError(PATCH_AMBIGUOUS, "the text to replace occurs %d times in %s (lines %s); "
-                           "add context to make it unique or set replace_all" % (count, path, lines[:20]),
-                           {"count": count, "lines": lines[:100]})
+            raise RpcError(
+                PATCH_AMBIGUOUS,
+                "the text to replace occurs %d times in %s (lines %s); "
+                "add context to make it unique or set replace_all" % (count, path, lines[:20]),
+                {"count": count, "lines": lines[:100]},
+            )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         self._atomic_write(full, updated.encode("utf-8", "surrogateescape"), None)
         diff = "".join(difflib.unified_diff(text.splitlines(True), updated.splitlines(True), path, path, n=2))
         return {"path": full, "replacements": count if replace_all else 1, "diff": diff[:20000]}
 
-    def _atomic_write(self, full: str, payload: bytes, mode: Optional[int]) -> None:
+    def _atomic_write(self, full: str, payload: bytes, mode: int | None) -> None:
         directory = os.path.dirname(full)
         try:
             os.makedirs(directory, exist_ok=True)
@@ -138,14 +146,18 @@ class FileOps:
 
     # -- list / stat / search --------------------------------------------------------------
 
-    def list(self, path: str = ".", depth: int = 1, hidden: bool = False, limit: int = 1000) -> Dict[str, Any]:
+    def list(
+        self, path: str = ".", depth: int = 1, hidden: bool = False, limit: int = 1000
+    ) -> dict[str, Any]:
         full = self.resolve(path)
         if not os.path.isdir(full):
-            raise RpcError(NOT_FOUND if not os.path.exists(full) else NOT_A_FILE, "%s is not a directory" % path)
-        entries: List[Dict[str, Any]] = []
+            raise RpcError(
+                NOT_FOUND if not os.path.exists(full) else NOT_A_FILE, "%s is not a directory" % path
+            )
+        entries: list[dict[str, Any]] = []
         truncated = False
         for root, dirs, files in os.walk(full):
-            level = root[len(full):].count(os.sep)
+            level = root[len(full) :].count(os.sep)
             dirs[:] = sorted(d for d in dirs if (hidden or not d.startswith(".")) and d not in _SKIP_DIRS)
             for name in dirs + sorted(files):
                 if not hidden and name.startswith("."):
@@ -153,12 +165,14 @@ class FileOps:
                 if len(entries) >= limit:
                     truncated = True
                     break
-                entries.append(_describe(os.path.join(root, name), os.path.relpath(os.path.join(root, name), full)))
+                entries.append(
+                    _describe(os.path.join(root, name), os.path.relpath(os.path.join(root, name), full))
+                )
             if truncated or level + 1 >= depth:
                 dirs[:] = []
         return {"path": full, "entries": entries, "truncated": truncated}
 
-    def stat(self, path: str) -> Dict[str, Any]:
+    def stat(self, path: str) -> dict[str, Any]:
         full = self.resolve(path)
         if not os.path.lexists(full):
             return {"path": full, "exists": False}
@@ -166,8 +180,15 @@ class FileOps:
         info.update(exists=True, path=full)
         return info
 
-    def search(self, pattern: str, path: str = ".", glob: Optional[str] = None, literal: bool = False,
-               ignore_case: bool = False, limit: int = 200) -> Dict[str, Any]:
+    def search(
+        self,
+        pattern: str,
+        path: str = ".",
+        glob: str | None = None,
+        literal: bool = False,
+        ignore_case: bool = False,
+        limit: int = 200,
+    ) -> dict[str, Any]:
         full = self.resolve(path)
         if not os.path.exists(full):
             raise RpcError(NOT_FOUND, "%s does not exist" % path)
@@ -178,7 +199,7 @@ class FileOps:
                 raise RpcError(INVALID_PARAMS, "bad regular expression: %s" % exc) from exc
         rg = shutil.which("rg")
         finder = _search_rg if rg else _search_python
-        matches: List[Dict[str, Any]] = []
+        matches: list[dict[str, Any]] = []
         for match in finder(pattern, full, glob, literal, ignore_case):
             if len(matches) >= limit:
                 return {"matches": matches, "truncated": True, "engine": "rg" if rg else "python"}
@@ -187,12 +208,12 @@ class FileOps:
 
     # -- tar transfer ----------------------------------------------------------------------
 
-    def upload(self, transfer: str, dest: str, data: str, final: bool) -> Dict[str, Any]:
+    def upload(self, transfer: str, dest: str, data: str, final: bool) -> dict[str, Any]:
         """Receive a tar archive in chunks; on the final chunk unpack it under dest."""
         target = self.resolve(dest)
         spool = self._uploads.get(transfer)
         if spool is None:
-            spool = self._uploads[transfer] = tempfile.TemporaryFile()
+            spool = self._uploads[transfer] = tempfile.TemporaryFile()  # noqa: SIM115 (lives across requests)
         spool.write(_b64(data))
         if not final:
             return {"received": spool.tell()}
@@ -211,13 +232,13 @@ class FileOps:
             spool.close()
         return {"path": target, "bytes": size, "files": len(members), "skipped": skipped}
 
-    def download(self, path: str, emit: Callable[[str], None]) -> Dict[str, Any]:
+    def download(self, path: str, emit: Callable[[str], None]) -> dict[str, Any]:
         """Send `path` (file or directory) as a tar archive in base64 chunks through `emit`."""
         full = self.resolve(path)
         if not os.path.exists(full):
             raise RpcError(NOT_FOUND, "%s does not exist" % path)
         sink = _ChunkSink(emit)
-        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+        with tarfile.open(fileobj=cast(Any, sink), mode="w|", format=tarfile.PAX_FORMAT) as archive:
             archive.add(full, arcname=os.path.basename(full.rstrip("/")) or ".")
         sink.flush()
         return {"bytes": sink.total, "chunks": sink.chunks}
@@ -250,7 +271,7 @@ class _ChunkSink:
         self._emit(base64.b64encode(chunk).decode("ascii"))
 
 
-def _b64(data: Optional[str]) -> bytes:
+def _b64(data: str | None) -> bytes:
     try:
         return base64.b64decode(data or "", validate=True)
     except ValueError as exc:
@@ -264,12 +285,14 @@ def _safe_member(member: tarfile.TarInfo) -> bool:
         return False
     if member.issym() or member.islnk():
         target = member.linkname
-        if target.startswith("/") or ".." in os.path.normpath(os.path.join(os.path.dirname(name), target)).split("/"):
+        if target.startswith("/") or ".." in os.path.normpath(
+            os.path.join(os.path.dirname(name), target)
+        ).split("/"):
             return False
     return member.isfile() or member.isdir() or member.issym() or member.islnk()
 
 
-def _describe(full: str, rel: str) -> Dict[str, Any]:
+def _describe(full: str, rel: str) -> dict[str, Any]:
     try:
         st = os.lstat(full)
     except OSError:
@@ -282,19 +305,28 @@ def _describe(full: str, rel: str) -> Dict[str, Any]:
         kind = "file"
     else:
         kind = "other"
-    info: Dict[str, Any] = {"name": rel, "type": kind, "size": st.st_size, "mode": oct(stat_mod.S_IMODE(st.st_mode)),
-                            "mtime": st.st_mtime, "uid": st.st_uid, "gid": st.st_gid}
+    info: dict[str, Any] = {
+        "name": rel,
+        "type": kind,
+        "size": st.st_size,
+        "mode": oct(stat_mod.S_IMODE(st.st_mode)),
+        "mtime": st.st_mtime,
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+    }
     if kind == "symlink":
         info["target"] = os.readlink(full)
     return info
 
 
-def _closest_lines(text: str, old: str) -> List[str]:
+def _closest_lines(text: str, old: str) -> list[str]:
     first = old.strip().splitlines()[0] if old.strip() else old
     return difflib.get_close_matches(first, text.splitlines(), n=3, cutoff=0.5)
 
 
-def _search_rg(pattern: str, full: str, glob: Optional[str], literal: bool, ignore_case: bool) -> Iterator[Dict[str, Any]]:
+def _search_rg(
+    pattern: str, full: str, glob: str | None, literal: bool, ignore_case: bool
+) -> Iterator[dict[str, Any]]:
     cmd = ["rg", "--json", "--max-columns", "500", "--max-count", "1000"]
     if literal:
         cmd.append("--fixed-strings")
@@ -321,7 +353,9 @@ def _search_rg(pattern: str, full: str, glob: Optional[str], literal: bool, igno
         proc.wait()
 
 
-def _search_python(pattern: str, full: str, glob: Optional[str], literal: bool, ignore_case: bool) -> Iterator[Dict[str, Any]]:
+def _search_python(
+    pattern: str, full: str, glob: str | None, literal: bool, ignore_case: bool
+) -> Iterator[dict[str, Any]]:
     flags = re.IGNORECASE if ignore_case else 0
     regex = re.compile(re.escape(pattern) if literal else pattern, flags)
     paths = [full] if os.path.isfile(full) else _walk_files(full)

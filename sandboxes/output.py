@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import Optional, Tuple
 
 # CSI, OSC (ended by BEL or ST), other two-byte escapes, and C0 controls other than \t \n \r.
 _ESCAPES = re.compile(
@@ -14,6 +13,8 @@ _ESCAPES = re.compile(
     r"|\x1b[ -/]*[0-~]"
     r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]"
 )
+# The start of an escape sequence that the next chunk may complete.
+_INCOMPLETE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
 # A line overwritten by carriage returns keeps only what was written last (progress bars).
 _OVERWRITTEN = re.compile(r"[^\n]*\r(?!\n|$)")
 
@@ -46,7 +47,7 @@ class OutputBuffer:
         self._carry = ""  # an escape sequence cut at a chunk boundary
         self._text: list = []
         self._text_len = 0
-        self._head: Optional[str] = None
+        self._head: str | None = None
         self._tail_raw = bytearray()
 
     @property
@@ -67,7 +68,7 @@ class OutputBuffer:
         text = self._carry + self._decoder.decode(data)
         self._carry = ""
         cut = text.rfind("\x1b")
-        if cut != -1 and len(text) - cut < 256 and not _ESCAPES.match(text, cut):
+        if cut != -1 and len(text) - cut < 256 and _INCOMPLETE.match(text, cut):
             text, self._carry = text[:cut], text[cut:]
         text = strip_escapes(text)
         self._text.append(text)
@@ -81,7 +82,7 @@ class OutputBuffer:
             return text[: max(0, len(text) - (self._text_len - self.limit))]
         return text
 
-    def result(self) -> Tuple[str, bool]:
+    def result(self) -> tuple[str, bool]:
         """The text for the model and whether it was cut."""
         if self._head is None:
             rest = self._decoder.decode(b"", final=True)
@@ -89,7 +90,8 @@ class OutputBuffer:
         half = self.limit // 2
         tail = strip_escapes(self._tail_raw.decode("utf-8", "replace"))[-half:]
         marker = (
-            "\n\n[... output truncated: %s bytes in all; the first %s and the last %s characters are shown ...]\n\n"
+            "\n\n[... output truncated: %s bytes in all; "
+            "the first %s and the last %s characters are shown ...]\n\n"
             % (format(self.total_bytes, ","), format(len(self._head), ","), format(len(tail), ","))
         )
         return collapse_carriage_returns(self._head) + marker + collapse_carriage_returns(tail), True

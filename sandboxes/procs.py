@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 from . import procutil
 from .output import clean
@@ -17,7 +18,7 @@ from .protocol import INVALID_PARAMS, NO_SUCH_PROCESS, RESOURCE_EXHAUSTED, RpcEr
 
 
 class BackgroundProcess:
-    def __init__(self, pid_name: str, command: str, cwd: str, env: Dict[str, str], log_limit: int) -> None:
+    def __init__(self, pid_name: str, command: str, cwd: str, env: dict[str, str], log_limit: int) -> None:
         self.id = pid_name
         self.command = command
         self.log_limit = log_limit
@@ -58,7 +59,7 @@ class BackgroundProcess:
         self.proc.wait()
         self._finished.set()
 
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         code = self.proc.poll()
         return {
             "id": self.id,
@@ -70,18 +71,28 @@ class BackgroundProcess:
             "started": self.started,
         }
 
-    def log(self, offset: Optional[int], tail: Optional[int]) -> Dict[str, Any]:
+    def log(self, offset: int | None, tail: int | None) -> dict[str, Any]:
         with self._lock:
             first = self._written - len(self._log)  # offset of the oldest byte still kept
             start = first if offset is None else max(offset, first)
-            data = bytes(self._log[start - first:])
+            data = bytes(self._log[start - first :])
             end = self._written
         dropped = start - offset if offset is not None and offset < first else 0
         text = clean(data)
         if tail is not None:
             text = "\n".join(text.splitlines()[-tail:])
         code = self.proc.poll()
-        return {"text": text, "offset": end, "dropped_bytes": dropped, "running": code is None, "exit_code": code}
+        return {
+            "text": text,
+            "offset": end,
+            "dropped_bytes": dropped,
+            "running": code is None,
+            "exit_code": code,
+        }
+
+    def wait(self, timeout: float) -> dict[str, Any]:
+        self._finished.wait(timeout)
+        return self.status()
 
     def write(self, data: str, eof: bool) -> None:
         stdin = self.proc.stdin
@@ -95,11 +106,9 @@ class BackgroundProcess:
         except (BrokenPipeError, ValueError) as exc:
             raise RpcError(NO_SUCH_PROCESS, "process %s no longer reads its stdin" % self.id) from exc
 
-    def kill(self, sig: int, wait: float) -> Dict[str, Any]:
-        try:
+    def kill(self, sig: int, wait: float) -> dict[str, Any]:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
         if not self._finished.wait(wait) and sig != signal.SIGKILL:
             procutil.kill_session(self.proc.pid)
             self._finished.wait(wait)
@@ -107,13 +116,15 @@ class BackgroundProcess:
 
 
 class ProcessTable:
-    def __init__(self, workspace: str, env: Dict[str, str]) -> None:
+    def __init__(self, workspace: str, env: dict[str, str]) -> None:
         self._workspace = workspace
         self._env = env
-        self._procs: Dict[str, BackgroundProcess] = {}
+        self._procs: dict[str, BackgroundProcess] = {}
         self._ids = itertools.count(1)
 
-    def spawn(self, command: str, cwd: Optional[str], env: Optional[Dict[str, str]], log_limit: int) -> Dict[str, Any]:
+    def spawn(
+        self, command: str, cwd: str | None, env: dict[str, str] | None, log_limit: int
+    ) -> dict[str, Any]:
         merged = dict(self._env)
         merged.update(env or {})
         proc = BackgroundProcess("p%d" % next(self._ids), command, cwd or self._workspace, merged, log_limit)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from typing import List
 
 
-def session_members(sid: int) -> List[int]:
+def session_members(sid: int) -> list[int]:
     """Live (not zombie) pids whose session id is `sid`, the leader included, from /proc."""
     members = []
     for entry in os.listdir("/proc"):
@@ -19,7 +19,7 @@ def session_members(sid: int) -> List[int]:
         except OSError:
             continue
         # Fields after the command name, which may itself hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
             members.append(int(entry))
     return members
@@ -32,10 +32,8 @@ def kill_session(sid: int, sweeps: int = 50) -> None:
         if not members:
             return
         for pid in members:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def prefer_for_oom_kill() -> None:

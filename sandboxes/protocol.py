@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional
+from typing import Any
 
 # JSON-RPC's own codes.
 PARSE_ERROR = -32700
@@ -33,20 +33,20 @@ SESSION_IDLE = 1014
 class RpcError(Exception):
     """An error reported to the caller as a JSON-RPC error object."""
 
-    def __init__(self, code: int, message: str, data: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
 
-    def to_json(self) -> Dict[str, Any]:
-        err: Dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_json(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             err["data"] = self.data
         return err
 
 
-def encode(message: Dict[str, Any]) -> bytes:
+def encode(message: dict[str, Any]) -> bytes:
     """One message as one line. ASCII-escaped so odd file names (surrogates) never break it."""
     message["jsonrpc"] = "2.0"
     return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
@@ -60,5 +60,5 @@ def error_response(req_id: Any, error: RpcError) -> bytes:
     return encode({"id": req_id, "error": error.to_json()})
 
 
-def notification(method: str, params: Dict[str, Any]) -> bytes:
+def notification(method: str, params: dict[str, Any]) -> bytes:
     return encode({"method": method, "params": params})

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 from . import PROTOCOL_VERSION, __version__, code_hash
 from .files import FileOps
@@ -42,35 +42,13 @@ _INLINE = {"sys.hello", "sys.ping", "sys.info"}  # cheap: answered on the reader
 class Request:
     """What a handler knows of its request: the id, and a way to send notifications for it."""
 
-    def __init__(self, server: "Server", req_id: Any) -> None:
+    def __init__(self, server: Server, req_id: Any) -> None:
         self.id = req_id
         self._server = server
 
-    def notify(self, method: str, params: Dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any]) -> None:
         params["request"] = self.id
         self._server.send(notification(method, params))
-
-
-class _Streamer:
-    """Coalesces streamed output into notifications of at most one per 50 ms or 32 KB."""
-
-    def __init__(self, request: Request, session: str) -> None:
-        self._request = request
-        self._session = session
-        self._parts: list = []
-        self._size = 0
-        self._last = time.monotonic()
-
-    def __call__(self, text: str) -> None:
-        self._parts.append(text)
-        self._size += len(text)
-        if self._size >= 32768 or time.monotonic() - self._last >= 0.05:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._parts:
-            self._request.notify("shell.output", {"session": self._session, "text": "".join(self._parts)})
-            self._parts, self._size, self._last = [], 0, time.monotonic()
 
 
 class Server:
@@ -87,7 +65,7 @@ class Server:
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
-        self.methods: Dict[str, Callable[..., Any]] = {
+        self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
             "sys.info": self.sys_info,
@@ -101,6 +79,7 @@ class Server:
             "proc.spawn": self.proc_spawn,
             "proc.poll": lambda req, id: self.procs.get(id).status(),
             "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),
+            "proc.wait": lambda req, id, timeout=30.0: self.procs.get(id).wait(float(timeout)),
             "proc.write": self.proc_write,
             "proc.kill": self.proc_kill,
             "proc.list": lambda req: {"processes": self.procs.list()},
@@ -112,12 +91,14 @@ class Server:
             "fs.search": lambda req, **kw: self.files.search(**kw),
             "fs.upload": lambda req, **kw: self.files.upload(**kw),
             "fs.download": lambda req, path: self.files.download(
-                path, lambda data: req.notify("fs.chunk", {"data": data})),
+                path, lambda data: req.notify("fs.chunk", {"data": data})
+            ),
         }
         # Signatures of the file methods, so that bad parameters are reported, not raised.
         self._signatures = {
             name: inspect.signature(getattr(self.files, name.split(".")[1]))
-            for name in self.methods if name.startswith("fs.") and name != "fs.download"
+            for name in self.methods
+            if name.startswith("fs.") and name != "fs.download"
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -126,7 +107,7 @@ class Server:
         with self._write_lock:
             view = memoryview(data)
             while view:
-                view = view[os.write(self._out, view):]
+                view = view[os.write(self._out, view) :]
 
     def serve(self) -> None:
         with os.fdopen(self._in, "rb", buffering=65536) as stream:
@@ -143,8 +124,12 @@ class Server:
             self.send(error_response(None, RpcError(PARSE_ERROR, "not JSON: %s" % exc)))
             return
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            self.send(error_response(message.get("id") if isinstance(message, dict) else None,
-                                     RpcError(INVALID_REQUEST, "a request needs a method")))
+            self.send(
+                error_response(
+                    message.get("id") if isinstance(message, dict) else None,
+                    RpcError(INVALID_REQUEST, "a request needs a method"),
+                )
+            )
             return
         method = message["method"]
         if method in _INLINE:
@@ -153,9 +138,11 @@ class Server:
         try:
             self._pool.submit(self._handle, message)
         except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
-            self.send(error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc)))
+            self.send(
+                error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc))
+            )
 
-    def _handle(self, message: Dict[str, Any]) -> None:
+    def _handle(self, message: dict[str, Any]) -> None:
         req_id = message.get("id")
         try:
             result = self._call(Request(self, req_id), message["method"], message.get("params") or {})
@@ -168,7 +155,7 @@ class Server:
         if req_id is not None:
             self.send(reply)
 
-    def _call(self, req: Request, method: str, params: Dict[str, Any]) -> Any:
+    def _call(self, req: Request, method: str, params: dict[str, Any]) -> Any:
         handler = self.methods.get(method)
         if handler is None:
             raise RpcError(METHOD_NOT_FOUND, "unknown method %r" % method)
@@ -188,16 +175,24 @@ class Server:
 
     # -- sys -------------------------------------------------------------------------------
 
-    def sys_hello(self, req: Request, protocol: int, client: Optional[str] = None) -> Dict[str, Any]:
+    def sys_hello(self, req: Request, protocol: int, client: str | None = None) -> dict[str, Any]:
         if protocol != PROTOCOL_VERSION:
-            raise RpcError(PROTOCOL_MISMATCH, "runtime speaks protocol %d, client %s" % (PROTOCOL_VERSION, protocol),
-                           {"protocol": PROTOCOL_VERSION, "version": __version__, "code_hash": code_hash()})
+            raise RpcError(
+                PROTOCOL_MISMATCH,
+                "runtime speaks protocol %d, client %s" % (PROTOCOL_VERSION, protocol),
+                {"protocol": PROTOCOL_VERSION, "version": __version__, "code_hash": code_hash()},
+            )
         self._ready = True
         log.info("handshake with %s", client or "a client")
-        return {"version": __version__, "protocol": PROTOCOL_VERSION, "code_hash": code_hash(),
-                "python": platform.python_version(), "pid": os.getpid()}
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "code_hash": code_hash(),
+            "python": platform.python_version(),
+            "pid": os.getpid(),
+        }
 
-    def sys_info(self, req: Request) -> Dict[str, Any]:
+    def sys_info(self, req: Request) -> dict[str, Any]:
         return {
             "version": __version__,
             "code_hash": code_hash(),
@@ -212,7 +207,7 @@ class Server:
             "processes": len(self.procs.list()),
         }
 
-    def sys_shutdown(self, req: Request) -> Dict[str, Any]:
+    def sys_shutdown(self, req: Request) -> dict[str, Any]:
         threading.Timer(0.05, self._stop).start()
         return {"stopping": True}
 
@@ -223,46 +218,83 @@ class Server:
 
     # -- shell -----------------------------------------------------------------------------
 
-    def shell_open(self, req: Request, session: str = "default", cwd: Optional[str] = None,
-                   env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    def shell_open(
+        self,
+        req: Request,
+        session: str = "default",
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         shell = self.shells.open(session, cwd, env)
         return {"session": session, "pid": shell.proc.pid, "cwd": shell.cwd}
 
-    def shell_run(self, req: Request, command: str, session: str = "default", timeout: float = 120.0,
-                  stdin: Optional[str] = None, interactive: bool = False, expect: Optional[str] = None,
-                  idle: float = 1.0, limit: int = DEFAULT_LIMIT, stream: bool = False) -> Dict[str, Any]:
+    def shell_run(
+        self,
+        req: Request,
+        command: str,
+        session: str = "default",
+        timeout: float = 120.0,
+        stdin: str | None = None,
+        interactive: bool = False,
+        expect: str | None = None,
+        idle: float = 1.0,
+        limit: int = DEFAULT_LIMIT,
+        stream: bool = False,
+    ) -> dict[str, Any]:
         if not isinstance(command, str):
             raise RpcError(INVALID_PARAMS, "command must be a string")
-        streamer = _Streamer(req, session) if stream else None
-        result = self.shells.open(session).run(command, float(timeout), int(limit), stdin, interactive,
-                                               expect, float(idle), streamer)
-        if streamer:
-            streamer.flush()
-        return result
+        return self.shells.open(session).run(
+            command,
+            float(timeout),
+            int(limit),
+            stdin,
+            interactive,
+            expect,
+            float(idle),
+            self._streamer(req, session, stream),
+        )
 
-    def shell_send(self, req: Request, text: str, session: str = "default", timeout: float = 30.0,
-                   expect: Optional[str] = None, idle: float = 1.0, limit: int = DEFAULT_LIMIT,
-                   stream: bool = False) -> Dict[str, Any]:
-        streamer = _Streamer(req, session) if stream else None
-        result = self.shells.get(session).send(text, float(timeout), int(limit), expect, float(idle), streamer)
-        if streamer:
-            streamer.flush()
-        return result
+    def shell_send(
+        self,
+        req: Request,
+        text: str,
+        session: str = "default",
+        timeout: float = 30.0,
+        expect: str | None = None,
+        idle: float = 1.0,
+        limit: int = DEFAULT_LIMIT,
+        stream: bool = False,
+    ) -> dict[str, Any]:
+        return self.shells.get(session).send(
+            text, float(timeout), int(limit), expect, float(idle), self._streamer(req, session, stream)
+        )
 
-    def shell_interrupt(self, req: Request, session: str = "default") -> Dict[str, Any]:
+    @staticmethod
+    def _streamer(req: Request, session: str, wanted: bool) -> Callable[[str], None] | None:
+        if not wanted:
+            return None
+        return lambda text: req.notify("shell.output", {"session": session, "text": text})
+
+    def shell_interrupt(self, req: Request, session: str = "default") -> dict[str, Any]:
         return self.shells.get(session).interrupt(DEFAULT_LIMIT)
 
     # -- background processes --------------------------------------------------------------
 
-    def proc_spawn(self, req: Request, command: str, cwd: Optional[str] = None,
-                   env: Optional[Dict[str, str]] = None, log_limit: int = 1 << 20) -> Dict[str, Any]:
+    def proc_spawn(
+        self,
+        req: Request,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        log_limit: int = 1 << 20,
+    ) -> dict[str, Any]:
         return self.procs.spawn(command, cwd, env, int(log_limit))
 
-    def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> Dict[str, Any]:
+    def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> dict[str, Any]:
         self.procs.get(id).write(data, eof)
         return {"written": len(data)}
 
-    def proc_kill(self, req: Request, id: str, signal: str = "TERM", wait: float = 2.0) -> Dict[str, Any]:
+    def proc_kill(self, req: Request, id: str, signal: str = "TERM", wait: float = 2.0) -> dict[str, Any]:
         try:
             signum = _signal_number(signal)
         except ValueError as exc:
@@ -280,8 +312,11 @@ def _signal_number(name: str) -> int:
 
 
 def main() -> None:
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("HERMETIC_LOG_LEVEL", "WARNING"),
-                        format="runtime %(levelname)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("HERMETIC_LOG_LEVEL", "WARNING"),
+        format="runtime %(levelname)s %(message)s",
+    )
     # The channel keeps private copies of fds 0 and 1; what commands inherit is /dev/null and stderr,
     # so nothing a child does can read from or write into the channel.
     chan_in, chan_out = os.dup(0), os.dup(1)

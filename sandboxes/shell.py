@@ -11,6 +11,7 @@ interrupt, with no polling.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -25,7 +26,7 @@ import tempfile
 import termios
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 from . import procutil
 from .output import OutputBuffer
@@ -73,8 +74,34 @@ class _Run:
         self.started = time.monotonic()
 
 
+class _Coalescer:
+    """Batches streamed text: the first piece goes out at once, then at most one per 50 ms or 32 KB."""
+
+    def __init__(self, stream: StreamFn | None) -> None:
+        self._stream = stream
+        self._parts: list = []
+        self._size = 0
+        self._sent = 0.0
+        self.due = float("inf")  # when the buffered text must go out
+
+    def add(self, text: str, now: float) -> None:
+        if not text or self._stream is None:
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        self.due = self._sent + 0.05
+        if self._size >= 32768:
+            self.due = now
+        self.flush_if_due(now)
+
+    def flush_if_due(self, now: float) -> None:
+        if self._parts and now >= self.due and self._stream is not None:
+            self._stream("".join(self._parts))
+            self._parts, self._size, self._sent, self.due = [], 0, now, float("inf")
+
+
 class ShellSession:
-    def __init__(self, name: str, cwd: str, env: Dict[str, str]) -> None:
+    def __init__(self, name: str, cwd: str, env: dict[str, str]) -> None:
         self.name = name
         self._cwd = cwd
         self._env = env
@@ -85,7 +112,7 @@ class ShellSession:
         self._cmd_path = os.path.join(self._dir, "cmd")
         self._cmd_file = os.open(self._cmd_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._cmd_size = 0
-        self._run: Optional[_Run] = None
+        self._run: _Run | None = None
         self._pumping = False
         self._exit_code = 0
         self._spawn(cwd)
@@ -133,10 +160,13 @@ class ShellSession:
         self._alive = True
         self._tty_dirty = False
         generation = (master, out_r)
-        self._generation = generation
-        threading.Thread(target=self._read_loop, args=(generation,), name="out-" + self.name, daemon=True).start()
-        threading.Thread(target=self._watch, args=(self.proc, generation), name="wait-" + self.name,
-                         daemon=True).start()
+        self._generation: tuple | None = generation
+        threading.Thread(
+            target=self._read_loop, args=(generation,), name="out-" + self.name, daemon=True
+        ).start()
+        threading.Thread(
+            target=self._watch, args=(self.proc, generation), name="wait-" + self.name, daemon=True
+        ).start()
         self._run = _Run("init", False)
         if self._pump(time.monotonic() + 10.0, None, None, None, OutputBuffer(1000)) != "done":
             self._terminate()
@@ -180,10 +210,8 @@ class ShellSession:
     def _terminate(self) -> None:
         """Kill bash and everything still in its session; forget the PTY."""
         procutil.kill_session(self.proc.pid)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         with self._cond:
             self._generation = None
             self._alive = False
@@ -209,16 +237,19 @@ class ShellSession:
         command: str,
         timeout: float,
         limit: int,
-        stdin: Optional[str] = None,
+        stdin: str | None = None,
         interactive: bool = False,
-        expect: Optional[str] = None,
-        idle: Optional[float] = None,
-        stream: Optional[StreamFn] = None,
-    ) -> Dict[str, Any]:
+        expect: str | None = None,
+        idle: float | None = None,
+        stream: StreamFn | None = None,
+    ) -> dict[str, Any]:
         with self._cond:
             if self._run is not None:
-                raise RpcError(SESSION_BUSY, "shell session %r is still running a command; "
-                               "use shell.send, shell.interrupt or another session" % self.name)
+                raise RpcError(
+                    SESSION_BUSY,
+                    "shell session %r is still running a command; "
+                    "use shell.send, shell.interrupt or another session" % self.name,
+                )
             run = self._run = _Run(secrets.token_hex(8), interactive)
         reset = False
         if not self._alive:
@@ -241,8 +272,15 @@ class ShellSession:
         result["session_reset"] = reset or result.get("session_reset", False)
         return result
 
-    def send(self, text: str, timeout: float, limit: int, expect: Optional[str], idle: Optional[float],
-             stream: Optional[StreamFn]) -> Dict[str, Any]:
+    def send(
+        self,
+        text: str,
+        timeout: float,
+        limit: int,
+        expect: str | None,
+        idle: float | None,
+        stream: StreamFn | None,
+    ) -> dict[str, Any]:
         run = self._run
         if run is None or not run.interactive:
             raise RpcError(SESSION_IDLE, "shell session %r has no interactive command to send to" % self.name)
@@ -250,7 +288,7 @@ class ShellSession:
             self._write(self._master, text)
         return self._wait(run, timeout, limit, expect, idle, stream)
 
-    def interrupt(self, limit: int) -> Dict[str, Any]:
+    def interrupt(self, limit: int) -> dict[str, Any]:
         """^C for the running command. Returns its outcome unless another request is waiting on it."""
         run = self._run
         if run is None:
@@ -262,8 +300,15 @@ class ShellSession:
         result["signalled"] = True
         return result
 
-    def _wait(self, run: _Run, timeout: float, limit: int, expect: Optional[str], idle: Optional[float],
-              stream: Optional[StreamFn]) -> Dict[str, Any]:
+    def _wait(
+        self,
+        run: _Run,
+        timeout: float,
+        limit: int,
+        expect: str | None,
+        idle: float | None,
+        stream: StreamFn | None,
+    ) -> dict[str, Any]:
         out = OutputBuffer(limit)
         pattern = re.compile(expect) if expect else None
         timed_out = reset = False
@@ -281,7 +326,7 @@ class ShellSession:
                 outcome = "done"
                 self._exit_code = -1
         text, truncated = out.result()
-        result: Dict[str, Any] = {
+        result: dict[str, Any] = {
             "output": text,
             "truncated": truncated,
             "timed_out": timed_out,
@@ -299,13 +344,21 @@ class ShellSession:
                 self._run = None
         return result
 
-    def _pump(self, deadline: float, idle: Optional[float], pattern: Optional["re.Pattern[str]"],
-              stream: Optional[StreamFn], out: OutputBuffer) -> str:
+    def _pump(
+        self,
+        deadline: float,
+        idle: float | None,
+        pattern: re.Pattern[str] | None,
+        stream: StreamFn | None,
+        out: OutputBuffer,
+    ) -> str:
         """Move output into `out` until the run ends ('done'), bash dies ('dead'), the pattern shows
-        ('expect'), output pauses for `idle` seconds ('idle') or the deadline passes ('deadline')."""
+        ('expect'), output pauses for `idle` seconds ('idle') or the deadline passes ('deadline').
+        Streamed text goes out at most every 50 ms (or 32 KB), and whatever is left at the end."""
         run = self._run
         assert run is not None
         self._pumping = True
+        streamer = _Coalescer(stream)
         seen = ""  # recent cleaned text, for `expect`
         last = time.monotonic()
         try:
@@ -314,6 +367,7 @@ class ShellSession:
                     while not self._pending and self._alive:
                         now = time.monotonic()
                         wake = deadline if idle is None else min(deadline, last + idle)
+                        wake = min(wake, streamer.due)
                         if now >= wake:
                             break
                         self._cond.wait(wake - now)
@@ -322,26 +376,25 @@ class ShellSession:
                     alive = self._alive
                     self._cond.notify_all()
                 now = time.monotonic()
-                if data:
+                if not data:
+                    streamer.flush_if_due(now)
+                else:
                     last = now
                     buf = run.carry + data
                     start = buf.find(run.marker)
                     end = buf.find(b"\x1e", start + len(run.marker)) if start != -1 else -1
                     if end != -1:
-                        self._exit_code = int(buf[start + len(run.marker):end])
-                        text = out.feed(buf[:start])
+                        self._exit_code = int(buf[start + len(run.marker) : end])
+                        streamer.add(out.feed(buf[:start]), now)
                         with self._cond:
-                            self._pending[:0] = buf[end + 1:]
+                            self._pending[:0] = buf[end + 1 :]
                         run.carry = b""
-                        if stream and text:
-                            stream(text)
                         return "done"
                     keep = buf.rfind(b"\x1e", max(0, len(buf) - _SENTINEL_TAIL))
                     cut = keep if keep != -1 else len(buf)
                     run.carry = buf[cut:]
                     text = out.feed(buf[:cut])
-                    if stream and text:
-                        stream(text)
+                    streamer.add(text, now)
                     if pattern is not None and text:
                         seen = (seen + text)[-4096:]
                         if pattern.search(seen):
@@ -356,6 +409,7 @@ class ShellSession:
                 if idle is not None and now - last >= idle:
                     return "idle"
         finally:
+            streamer.flush_if_due(float("inf"))
             self._pumping = False
 
     # -- helpers ---------------------------------------------------------------------------
@@ -376,7 +430,7 @@ class ShellSession:
     def _write(fd: int, text: str) -> None:
         data = text.encode("utf-8", "surrogateescape")
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
 
     def _restore_tty(self) -> None:
         """Undo what an interactive program (a REPL, an editor) left in the terminal's modes."""
@@ -419,13 +473,13 @@ def _take_terminal(slave: int) -> None:
 class ShellManager:
     """The runtime's shell sessions by name; `run` opens a missing session on first use."""
 
-    def __init__(self, workspace: str, env: Dict[str, str]) -> None:
+    def __init__(self, workspace: str, env: dict[str, str]) -> None:
         self._workspace = workspace
         self._env = env
-        self._sessions: Dict[str, ShellSession] = {}
+        self._sessions: dict[str, ShellSession] = {}
         self._lock = threading.Lock()
 
-    def open(self, name: str, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> ShellSession:
+    def open(self, name: str, cwd: str | None = None, env: dict[str, str] | None = None) -> ShellSession:
         with self._lock:
             session = self._sessions.get(name)
             if session is None:

@@ -1,0 +1,158 @@
+"""`hermetic sandbox ...` and `hermetic demo`: use a sandbox directly from the terminal."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
+
+from .settings import Settings
+
+app = typer.Typer(help="Open sandboxes and run commands in them.", no_args_is_help=True)
+console = Console(stderr=True, highlight=False)
+TRUNCATION = "\n\n[... output truncated"
+
+BackendOption = Annotated[
+    str | None, typer.Option("--backend", "-b", help="local or docker (default: docker if running)")
+]
+
+
+def open_backend(name: str | None) -> Backend:
+    """The named backend, or docker when dockerd answers and local otherwise."""
+    try:
+        if name:
+            return create_backend(name)
+        try:
+            return create_backend("docker")
+        except BackendUnavailable as exc:
+            console.print(f"[yellow]docker unavailable ({exc}); using the local backend[/]")
+            return create_backend("local")
+    except BackendUnavailable as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def _spec(settings: Settings, network: str | None) -> SandboxSpec:
+    spec = settings.sandbox
+    return spec.model_copy(update={"network": network}) if network else spec
+
+
+def run_streaming(sandbox: Sandbox, command: str, timeout: float) -> tuple[int, str]:
+    """Run one command, printing output as it arrives; returns its exit code (124 on timeout) and cwd."""
+    result = sandbox.run(command, timeout=timeout, on_output=lambda text: print(text, end="", flush=True))
+    if result["truncated"]:
+        print(result["output"][result["output"].find(TRUNCATION) :], end="")
+    for notice in sandbox.pop_notices():
+        console.print(f"[yellow]notice: {notice}[/]")
+    if result["timed_out"]:
+        console.print(
+            f"[yellow]timed out after {timeout:g} s; the command was killed, the session lives on[/]"
+        )
+        return 124, str(result.get("cwd", ""))
+    return int(result["exit_code"]), str(result.get("cwd", ""))
+
+
+@app.command("exec")
+def exec_command(
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
+    backend: BackendOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before the command is killed")] = 600.0,
+    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+) -> None:
+    """Run one command in a fresh sandbox; its exit code becomes ours."""
+    settings = Settings()
+    with open_backend(backend).create(_spec(settings, network)) as sandbox:
+        code, _ = run_streaming(sandbox, shlex.join(command), timeout)
+    raise typer.Exit(code)
+
+
+@app.command("shell")
+def shell_command(
+    backend: BackendOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before each command is killed")] = 600.0,
+    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+) -> None:
+    """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
+    settings = Settings()
+    code = 0
+    with open_backend(backend).create(_spec(settings, network)) as sandbox:
+        if not sys.stdin.isatty():
+            for line in sys.stdin:
+                if line.strip():
+                    code, _ = run_streaming(sandbox, line.rstrip("\n"), timeout)
+            raise typer.Exit(code)
+        console.print(f"[bold]sandbox {sandbox.id}[/] ({sandbox.backend}); Ctrl-D leaves, Ctrl-C interrupts")
+        cwd = sandbox.spec.workdir
+        while True:
+            try:
+                line = console.input(f"[green]sandbox[/]:[blue]{cwd}[/]$ ")
+            except EOFError:
+                break
+            except KeyboardInterrupt:
+                console.print()
+                continue
+            if not line.strip():
+                continue
+            try:
+                code, cwd = run_streaming(sandbox, line, timeout)
+            except KeyboardInterrupt:
+                sandbox.call("shell.interrupt", {"session": "default"})
+                console.print("[yellow]interrupted[/]")
+    raise typer.Exit(code)
+
+
+def demo(backend: BackendOption = None) -> None:
+    """Open a sandbox and show what it does: persistence, a timeout that kills only the command, files."""
+    settings = Settings()
+    chosen = open_backend(backend)
+    started = time.perf_counter()
+    with chosen.create(settings.sandbox) as sandbox:
+        console.print(
+            f"[bold]1. Opened a {chosen.name} sandbox[/] {sandbox.id} in "
+            f"{time.perf_counter() - started:.2f} s (network: {sandbox.spec.network})"
+        )
+        steps = [
+            (
+                "2. One persistent shell: cwd, env and functions survive between runs",
+                'cd /tmp && export GREETING=hello && greet() { echo "$GREETING, $1 (from $PWD)"; }',
+            ),
+            (None, "greet world"),
+            (
+                "3. Who am I, and can I reach the network?",
+                "id; (curl -sS -m 3 http://example.com >/dev/null && echo online) 2>&1 | tail -1",
+            ),
+        ]
+        for title, command in steps:
+            if title:
+                console.print(f"[bold]{title}[/]")
+            _show(sandbox, command, 30)
+        console.print("[bold]4. A timeout kills only the command; the session lives on[/]")
+        _show(sandbox, "sleep 30; echo never printed", 1)
+        _show(sandbox, "greet again", 30)
+        console.print("[bold]5. Files without the shell: atomic write, paged read, patch[/]")
+        sandbox.call("fs.write", {"path": "notes/hello.txt", "content": "line one\nline two\n"})
+        sandbox.call("fs.patch", {"path": "notes/hello.txt", "old": "two", "new": "2"})
+        console.print(sandbox.call("fs.read", {"path": "notes/hello.txt"})["content"], markup=False)
+        ping = []
+        for _ in range(200):
+            t = time.perf_counter()
+            sandbox.run("true")
+            ping.append(time.perf_counter() - t)
+        ping.sort()
+        console.print(f"[bold]6. Round trip of `true`:[/] median {ping[100] * 1000:.2f} ms over 200 runs")
+    console.print("[bold]Sandbox closed and removed.[/]")
+
+
+def _show(sandbox: Sandbox, command: str, timeout: float) -> None:
+    console.print(f"  [dim]$ {command}[/]", markup=True, highlight=False)
+    result = sandbox.run(command, timeout=timeout)
+    for line in result["output"].rstrip("\n").splitlines():
+        console.print(f"    {line}", markup=False)
+    state = "timed out, killed" if result["timed_out"] else f"exit {result['exit_code']}"
+    console.print(f"    [dim]-> {state}, cwd {result.get('cwd')}[/]")

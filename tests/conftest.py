@@ -1,0 +1,47 @@
+"""Fixtures: every backend present on this machine, each with a shared sandbox per test module."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
+
+BACKENDS = ["local", "docker"]
+_backends: dict[str, Backend | str] = {}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend, built once per test run; skips (with the reason) when it cannot run here."""
+    if name not in _backends:
+        try:
+            backend = create_backend(name)
+            if name == "docker":
+                backend.ensure_image(SandboxSpec().image)  # type: ignore[attr-defined]
+            _backends[name] = backend
+        except BackendUnavailable as exc:
+            _backends[name] = str(exc)
+    found = _backends[name]
+    if isinstance(found, str):
+        pytest.skip(f"{name} backend unavailable here: {found}")
+    return found
+
+
+@pytest.fixture(params=BACKENDS, scope="module")
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return get_backend(request.param)
+
+
+@pytest.fixture(scope="module")
+def sandbox(backend: Backend) -> Iterator[Sandbox]:
+    """One sandbox per module and backend: creating one per test would dominate the run time."""
+    with backend.create(SandboxSpec(memory="512m", pids=256)) as sb:
+        yield sb
+
+
+@pytest.fixture
+def session() -> str:
+    """A fresh shell session name, so tests sharing a sandbox do not share shell state."""
+    return "t-" + uuid.uuid4().hex[:8]

@@ -1,0 +1,102 @@
+"""Creating, losing and recovering sandboxes; Docker's hardening and reaper."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from backends import Backend, SandboxSpec
+from backends.base import MANAGED_LABEL
+from backends.docker import EXPIRES_LABEL, OWNER_LABEL, DockerBackend, DockerSandbox
+from backends.local import LocalSandbox
+from sandboxes import code_hash
+
+
+def _kill_substrate(sandbox: object) -> None:
+    if isinstance(sandbox, DockerSandbox):
+        sandbox.container.remove(force=True)
+    elif isinstance(sandbox, LocalSandbox):
+        assert sandbox._proc is not None
+        sandbox._proc.kill()
+        sandbox._proc.wait()
+    else:
+        raise AssertionError(f"no way to kill {sandbox!r}")
+
+
+def test_vanished_sandbox_is_recreated_on_next_use_with_a_notice(backend: Backend) -> None:
+    with backend.create(SandboxSpec()) as sb:
+        sb.run("echo kept > note.txt && export GONE=1")
+        _kill_substrate(sb)
+        result = sb.run("cat note.txt; echo ${GONE:-unset}")
+        notices = sb.pop_notices()
+    assert len(notices) == 1 and "shell sessions" in notices[0] and "lost" in notices[0]
+    assert result["output"] == "kept\nunset\n"  # workspace kept, shell state lost
+
+
+def test_closing_removes_everything(backend: Backend) -> None:
+    sb = backend.create(SandboxSpec())
+    sb.close()
+    if isinstance(sb, DockerSandbox):
+        client = sb._client
+        assert not client.containers.list(all=True, filters={"label": f"org.hermetic.sandbox={sb.id}"})
+        assert not client.volumes.list(filters={"name": sb.volume_name})
+    elif isinstance(sb, LocalSandbox):
+        assert not sb.dir.exists()
+
+
+@pytest.fixture
+def docker_backend(backend: Backend) -> DockerBackend:
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only behaviour")
+    return backend
+
+
+def test_docker_container_is_hardened(docker_backend: DockerBackend) -> None:
+    with docker_backend.create(SandboxSpec(memory="300m", pids=99, cpus=0.5)) as sb:
+        host = sb.container.attrs["HostConfig"]
+        config = sb.container.attrs["Config"]
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] and host["NetworkMode"] == "none" and host["Init"]
+    assert host["PidsLimit"] == 99 and host["Memory"] == 300 << 20 and host["NanoCpus"] == 500_000_000
+    assert config["User"] == "1000:1000" and "/tmp" in host["Tmpfs"]
+    assert not any("docker.sock" in b for b in host.get("Binds") or [])
+    assert config["Labels"][MANAGED_LABEL] == "1"
+
+
+def test_stale_runtime_in_the_image_is_replaced_over_the_stream(docker_backend: DockerBackend) -> None:
+    image = SandboxSpec().image
+    docker_backend._runtime_hashes[image] = "an-older-runtime"
+    try:
+        with docker_backend.create(SandboxSpec()) as sb:
+            assert sb.channel.info["code_hash"] == code_hash()
+            assert sb.run("echo fresh")["output"] == "fresh\n"
+    finally:
+        docker_backend._runtime_hashes.pop(image)
+
+
+def test_reaper_removes_orphans_and_expired_sandboxes(docker_backend: DockerBackend) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    client = docker_backend.client
+    orphan = client.containers.run(
+        SandboxSpec().image,
+        ["sleep", "infinity"],
+        detach=True,
+        labels={MANAGED_LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:{gone.pid}"},
+    )
+    expired = client.containers.run(
+        SandboxSpec().image,
+        ["sleep", "infinity"],
+        detach=True,
+        labels={MANAGED_LABEL: "1", EXPIRES_LABEL: str(int(time.time()) - 1)},
+    )
+    unrelated = client.containers.run(SandboxSpec().image, ["sleep", "infinity"], detach=True)
+    try:
+        assert docker_backend.reap() >= 2
+        remaining = {c.id for c in client.containers.list(all=True)}
+        assert orphan.id not in remaining and expired.id not in remaining and unrelated.id in remaining
+    finally:
+        unrelated.remove(force=True)

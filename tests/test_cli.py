@@ -1,0 +1,44 @@
+"""The `hermetic` command as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from backends import Backend
+
+
+def hermetic(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_exec_passes_the_exit_code_through(backend: Backend) -> None:
+    done = hermetic("sandbox", "exec", "--backend", backend.name, "--", "sh", "-c", "echo out; exit 3")
+    assert done.returncode == 3 and done.stdout == "out\n"
+
+
+def test_shell_from_a_pipe_runs_lines_in_order_in_one_session(backend: Backend) -> None:
+    done = hermetic(
+        "sandbox", "shell", "--backend", backend.name, stdin="cd /tmp\nexport A=1\necho $A $PWD\n"
+    )
+    assert done.returncode == 0 and done.stdout == "1 /tmp\n"
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    done = hermetic("sandbox", "exec", "--backend", "nope", "--", "true")
+    assert done.returncode == 2 and "unknown backend 'nope'" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["local"])
+def test_demo_runs_end_to_end(name: str) -> None:
+    done = hermetic("demo", "--backend", name)
+    assert done.returncode == 0, done.stderr
+    assert "hello, world (from /tmp)" in done.stderr and "timed out, killed" in done.stderr

@@ -1,0 +1,76 @@
+"""What a sandbox must not see or do, on every backend."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends import Backend, Sandbox, SandboxSpec
+
+
+def test_runs_unprivileged_with_no_capabilities(sandbox: Sandbox) -> None:
+    out = sandbox.run("id -u; grep CapEff /proc/self/status")["output"]
+    assert out.split() == ["1000", "CapEff:", "0000000000000000"]
+
+
+def test_host_files_outside_the_workspace_are_invisible(sandbox: Sandbox, tmp_path: Path) -> None:
+    secret = Path("/root") / f"hermetic-secret-{uuid.uuid4().hex}"
+    secret.write_text("top secret")
+    try:
+        result = sandbox.run(f"cat {secret} {tmp_path} 2>&1; ls /root 2>&1; cat /etc/shadow 2>&1")
+        assert "top secret" not in result["output"] and result["exit_code"] != 0
+    finally:
+        secret.unlink()
+
+
+def test_system_is_read_only_and_workspace_writable(sandbox: Sandbox) -> None:
+    result = sandbox.run("touch /usr/x 2>&1; touch ./ok && echo wrote")
+    assert "Read-only file system" in result["output"] and result["output"].endswith("wrote\n")
+
+
+def test_no_network_under_policy_none(sandbox: Sandbox) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        probe = (
+            "python3 -c 'import socket\ntry:\n"
+            ' socket.create_connection(("127.0.0.1", %d), 2); print("reached")'
+            '\nexcept OSError as e: print("blocked", e)\'; cat /proc/net/dev | tail -n +3 | cut -d: -f1'
+            % port
+        )
+        result = sandbox.run(probe)
+    lines = [line.strip() for line in result["output"].splitlines()]
+    assert lines[0].startswith("blocked")
+    assert lines[1:] == ["lo"]  # no interface but loopback
+
+
+@pytest.fixture
+def secret_env() -> Iterator[str]:
+    name = "HERMETIC_TEST_SECRET_" + uuid.uuid4().hex[:6].upper()
+    os.environ[name] = "sk-live-do-not-leak"
+    os.environ["ALLOWED_VAR"] = "passed-in"
+    yield name
+    del os.environ[name], os.environ["ALLOWED_VAR"]
+
+
+def test_host_environment_reaches_the_sandbox_only_by_allowlist(backend: Backend, secret_env: str) -> None:
+    spec = SandboxSpec(env_allow=["ALLOWED_VAR"], env={"EXPLICIT": "set"})
+    with backend.create(spec) as sb:
+        env = sb.run("env")["output"]
+    assert "sk-live-do-not-leak" not in env and secret_env not in env
+    assert "ALLOWED_VAR=passed-in" in env and "EXPLICIT=set" in env
+    assert "HERMETIC_" not in env  # the runtime's own settings stay out of the shells
+
+
+def test_process_limit_is_enforced(sandbox: Sandbox) -> None:
+    result = sandbox.run(
+        "for i in $(seq 1 400); do sleep 30 & done 2>&1 | grep -c 'fork' ; kill $(jobs -p) 2>/dev/null; true",
+        timeout=60,
+    )
+    assert int(result["output"].split()[0]) > 0  # forks refused past the 256-pid limit

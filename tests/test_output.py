@@ -1,0 +1,26 @@
+"""What the model reads of terminal output (pure functions of the runtime)."""
+
+from __future__ import annotations
+
+from sandboxes.output import OutputBuffer, clean
+
+
+def test_escape_sequence_split_across_chunks_is_still_stripped() -> None:
+    buf = OutputBuffer(1000)
+    pieces = [b"a\x1b[3", b"1mred\x1b]0;title", b"\x07 done\xe2\x82", b"\xac\n"]
+    streamed = "".join(buf.feed(p) for p in pieces)
+    text, cut = buf.result()
+    assert text == streamed == "ared done\u20ac\n" and not cut
+
+
+def test_head_and_tail_are_kept_with_exact_byte_count() -> None:
+    buf = OutputBuffer(1000)
+    for i in range(10000):
+        buf.feed(b"%05d\n" % i)
+    text, cut = buf.result()
+    assert cut and text.startswith("00000\n00001\n") and text.endswith("09998\n09999\n")
+    assert "60,000 bytes in all; the first 500 and the last 500 characters are shown" in text
+
+
+def test_carriage_return_overwrites_keep_the_last_state() -> None:
+    assert clean(b"10%\r50%\r100%\nnext\r\n") == "100%\nnext\n"

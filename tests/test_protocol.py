@@ -1,0 +1,99 @@
+"""The wire protocol, spoken to a runtime process directly: bad input gets errors, never a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends import Sandbox
+from sandboxes import PROTOCOL_VERSION, code_hash, protocol
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class RawRuntime:
+    def __init__(self, tmp: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandboxes"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=tmp,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        )
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def request(self, req_id: int, method: str, params: Any = None) -> dict[str, Any]:
+        self.send(
+            json.dumps({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params or {}}).encode()
+        )
+        return self.receive()
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Iterator[RawRuntime]:
+    runtime = RawRuntime(tmp_path)
+    yield runtime
+    runtime.proc.kill()
+    runtime.proc.wait()
+
+
+def test_requests_before_the_handshake_are_refused(raw: RawRuntime) -> None:
+    assert raw.request(1, "sys.ping")["error"]["code"] == protocol.NOT_INITIALIZED
+    bad = raw.request(2, "sys.hello", {"protocol": 99})
+    assert bad["error"]["code"] == protocol.PROTOCOL_MISMATCH
+    hello = raw.request(3, "sys.hello", {"protocol": PROTOCOL_VERSION})["result"]
+    assert hello["code_hash"] == code_hash() and hello["protocol"] == PROTOCOL_VERSION
+
+
+def test_malformed_input_gets_error_objects_and_the_runtime_keeps_serving(raw: RawRuntime) -> None:
+    raw.request(1, "sys.hello", {"protocol": PROTOCOL_VERSION})
+    raw.send(b"{not json")
+    assert raw.receive()["error"]["code"] == protocol.PARSE_ERROR
+    raw.send(b'{"id": 5}')
+    assert raw.receive() == {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "error": {"code": protocol.INVALID_REQUEST, "message": "a request needs a method"},
+    }
+    assert raw.request(6, "no.such")["error"]["code"] == protocol.METHOD_NOT_FOUND
+    assert raw.request(7, "fs.read", {"nope": 1})["error"]["code"] == protocol.INVALID_PARAMS
+    assert raw.request(8, "shell.run", {"command": 42})["error"]["code"] == protocol.INVALID_PARAMS
+    assert raw.request(9, "fs.write", {"path": "x", "data": "!!"})["error"]["code"] == protocol.INVALID_PARAMS
+    assert raw.request(10, "sys.ping") == {"jsonrpc": "2.0", "id": 10, "result": {"pong": True}}
+
+
+def test_a_long_command_does_not_block_other_requests(sandbox: Sandbox, session: str) -> None:
+    finished: list[str] = []
+    slow = threading.Thread(target=lambda: (sandbox.run("sleep 2", session=session), finished.append("slow")))
+    slow.start()
+    sandbox.run("true", session=session + "-other")
+    sandbox.call("fs.stat", {"path": "."})
+    finished.append("fast")
+    slow.join()
+    assert finished == ["fast", "slow"]
+
+
+def test_stray_output_from_commands_never_reaches_the_channel(sandbox: Sandbox, session: str) -> None:
+    # The runtime's own stdin/stdout are private: a process writing to fd 1 of the runtime,
+    # or reading fd 0, sees /dev/null and stderr.
+    result = sandbox.run(
+        "cat /proc/$PPID/fd/0 >/dev/null 2>&1; echo '{\"id\":1}' > /proc/$PPID/fd/1 2>/dev/null; echo ok",
+        session=session,
+    )
+    assert result["output"].endswith("ok\n")
+    assert sandbox.call("sys.ping") == {"pong": True}
