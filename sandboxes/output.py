@@ -15,8 +15,6 @@ _ESCAPES = re.compile(
 )
 # The start of an escape sequence that the next chunk may complete.
 _INCOMPLETE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
-# A line overwritten by carriage returns keeps only what was written last (progress bars).
-_OVERWRITTEN = re.compile(r"[^\n]*\r(?!\n|$)")
 
 
 def strip_escapes(text: str) -> str:
@@ -24,7 +22,16 @@ def strip_escapes(text: str) -> str:
 
 
 def collapse_carriage_returns(text: str) -> str:
-    return _OVERWRITTEN.sub("", text).replace("\r\n", "\n").replace("\r", "")
+    """A line overwritten by carriage returns keeps only what was written last (progress bars).
+    Line by line, not by regex: a regex over one long line without \r backtracks quadratically."""
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if "\r" in line:
+            line = line.rstrip("\r")
+            lines[i] = line[line.rfind("\r") + 1 :]
+    return "\n".join(lines)
 
 
 def clean(data: bytes) -> str:

@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures and write raw samples; tests never assert times."""

@@ -1,0 +1,31 @@
+"""`python -m bench`: print a table of round trips and start times, write raw samples to JSON."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from pathlib import Path
+
+from . import roundtrip
+from .stats import cpu_noise, report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", "--iterations", type=int, default=500, help="samples per fast figure")
+    parser.add_argument("--backends", default="local,docker", help="comma-separated backends")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    noise_start = cpu_noise()
+    results = roundtrip.collect([b for b in args.backends.split(",") if b], args.iterations)
+    noise_end = cpu_noise()
+    extra = {
+        "machine": platform.platform(),
+        "cpus": __import__("os").cpu_count(),
+        "cpu_loop_ms": [noise_start, noise_end],
+    }
+    path = report("Hermetic round trips", results, args.out, extra)
+    print(f"CPU noise loop: {noise_start:.1f} ms at start, {noise_end:.1f} ms at end; raw samples: {path}")
+
+
+main()

@@ -1,0 +1,60 @@
+"""Sample collection and the printed table."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def sample(fn: Callable[[], object], n: int, warmup: int = 3) -> list[float]:
+    """Seconds per call of `fn`, `n` times after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def cpu_noise() -> float:
+    """Milliseconds for a fixed CPU loop: printed at start and end so a reader can judge the spread."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(2_000_000):
+        total += i * i
+    return (time.perf_counter() - start) * 1000
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "median_ms": statistics.median(ordered) * 1000,
+        "p90_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))] * 1000,
+        "min_ms": ordered[0] * 1000,
+        "max_ms": ordered[-1] * 1000,
+        "n": len(ordered),
+    }
+
+
+def report(title: str, results: dict[str, list[float]], out_dir: Path, extra: dict[str, object]) -> Path:
+    table = Table(title=title)
+    for column in ("figure", "median ms", "p90 ms", "min ms", "max ms", "n"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for name, samples in results.items():
+        s = summarize(samples)
+        table.add_row(
+            name, *(f"{s[k]:.3f}" for k in ("median_ms", "p90_ms", "min_ms", "max_ms")), str(s["n"])
+        )
+    Console().print(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"extra": extra, "samples": results}, indent=1))
+    return path

@@ -1,0 +1,1 @@
+"""Sandbox image recipes: a Dockerfile for registry users and an offline rootfs builder."""
