@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
 from pydantic import BaseModel, ConfigDict
 
 from sandboxes import code_hash
@@ -131,21 +132,23 @@ class DockerSandbox(Sandbox):
         super().__init__(sandbox_id, spec)
         self._backend = backend
         self._client = backend.client
-        self.container: Any = None
+        self.container_id: str | None = None
         self.volume_name = f"{sandbox_id}-workspace"
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
 
+    @property
+    def container(self) -> Any:
+        """The container as a docker SDK object (one inspect call)."""
+        return self._client.containers.get(self.container_id)
+
     def start_container(self) -> None:
+        """Create and start the container with the low-level API: `containers.run` adds an inspect
+        call, and a separate volume create adds another, for nothing."""
         spec = self.spec
-        try:
-            self._client.volumes.get(self.volume_name)
-        except NotFound:
-            self._client.volumes.create(name=self.volume_name, labels=self.labels)
-        volumes = {self.volume_name: {"bind": spec.workdir, "mode": "rw"}}
-        for mount in spec.mounts:
-            volumes[mount.source] = {"bind": mount.target, "mode": "ro" if mount.read_only else "rw"}
+        mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
+        mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
         env.update(
@@ -153,34 +156,39 @@ class DockerSandbox(Sandbox):
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
         )
-        self.container = self._client.containers.run(
-            spec.image,
-            command=["sleep", str(spec.ttl) if spec.ttl else "infinity"],
-            name=self.id,
-            hostname="sandbox",
-            detach=True,
+        api = self._client.api
+        host_config = api.create_host_config(
             init=True,  # reaps zombies: every browser close would otherwise leave some
-            user="1000:1000",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
-            volumes=volumes,
+            mounts=mounts,
             network_mode="none" if spec.network == "none" else "bridge",
             pids_limit=spec.pids,
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
             nano_cpus=int(spec.cpus * 1e9),
+        )
+        created = api.create_container(
+            spec.image,
+            command=["sleep", str(spec.ttl) if spec.ttl else "infinity"],
+            name=self.id,
+            hostname="sandbox",
+            user="1000:1000",
             environment=env,
             working_dir=spec.workdir,
             labels=self.labels,
+            host_config=host_config,
         )
+        self.container_id = created["Id"]
+        api.start(self.container_id)
 
     def _connect(self) -> Channel:
         fresh = self._backend.runtime_hash(self.spec.image) == code_hash()
         cmd = ["python3", "-m", "sandboxes"] if fresh else ["python3", "-c", BOOTSTRAP]
         api = self._client.api
-        exec_id = api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)[
+        exec_id = api.exec_create(self.container_id, cmd, stdin=True, stdout=True, stderr=True, tty=False)[
             "Id"
         ]
         sock = api.exec_start(exec_id, socket=True)
@@ -198,7 +206,6 @@ class DockerSandbox(Sandbox):
 
     def _recover(self) -> str:
         try:
-            self.container.reload()
             running = self.container.status == "running"
         except NotFound:
             running = False
@@ -207,7 +214,7 @@ class DockerSandbox(Sandbox):
                 "the sandbox's runtime stopped and was restarted: "
                 "shell sessions and background processes were lost"
             )
-        _quietly(lambda: self.container.remove(force=True))
+        _quietly(lambda: self._client.api.remove_container(self.container_id, force=True))
         kept = self._volume_exists()
         self.start_container()
         return (
@@ -223,8 +230,8 @@ class DockerSandbox(Sandbox):
             return False
 
     def _destroy(self) -> None:
-        if self.container is not None:
-            _quietly(lambda: self.container.remove(force=True))
+        if self.container_id is not None:
+            _quietly(lambda: self._client.api.remove_container(self.container_id, force=True))
         _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
 
 

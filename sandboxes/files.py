@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import base64
-import difflib
-import fnmatch
 import json
 import os
 import re
 import shutil
 import stat as stat_mod
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, cast
 
+# difflib, fnmatch and tarfile are imported where used: they cost the runtime's start-up ~10 ms.
 from .protocol import (
     BINARY_FILE,
     INVALID_PARAMS,
@@ -110,6 +108,8 @@ class FileOps:
             )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         self._atomic_write(full, updated.encode("utf-8", "surrogateescape"), None)
+        import difflib
+
         diff = "".join(difflib.unified_diff(text.splitlines(True), updated.splitlines(True), path, path, n=2))
         return {"path": full, "replacements": count if replace_all else 1, "diff": diff[:20000]}
 
@@ -220,6 +220,8 @@ class FileOps:
         del self._uploads[transfer]
         size = spool.tell()
         spool.seek(0)
+        import tarfile
+
         try:
             os.makedirs(target, exist_ok=True)
             with tarfile.open(fileobj=spool, mode="r:*") as archive:
@@ -237,6 +239,8 @@ class FileOps:
         full = self.resolve(path)
         if not os.path.exists(full):
             raise RpcError(NOT_FOUND, "%s does not exist" % path)
+        import tarfile
+
         sink = _ChunkSink(emit)
         with tarfile.open(fileobj=cast(Any, sink), mode="w|", format=tarfile.PAX_FORMAT) as archive:
             archive.add(full, arcname=os.path.basename(full.rstrip("/")) or ".")
@@ -278,7 +282,7 @@ def _b64(data: str | None) -> bytes:
         raise RpcError(INVALID_PARAMS, "data is not valid base64") from exc
 
 
-def _safe_member(member: tarfile.TarInfo) -> bool:
+def _safe_member(member: Any) -> bool:
     """No absolute paths, no '..', no links pointing out, no devices (tarfile's 'data' filter, for 3.9)."""
     name = member.name
     if name.startswith("/") or ".." in name.split("/"):
@@ -320,6 +324,8 @@ def _describe(full: str, rel: str) -> dict[str, Any]:
 
 
 def _closest_lines(text: str, old: str) -> list[str]:
+    import difflib
+
     first = old.strip().splitlines()[0] if old.strip() else old
     return difflib.get_close_matches(first, text.splitlines(), n=3, cutoff=0.5)
 
@@ -356,6 +362,8 @@ def _search_rg(
 def _search_python(
     pattern: str, full: str, glob: str | None, literal: bool, ignore_case: bool
 ) -> Iterator[dict[str, Any]]:
+    import fnmatch
+
     flags = re.IGNORECASE if ignore_case else 0
     regex = re.compile(re.escape(pattern) if literal else pattern, flags)
     paths = [full] if os.path.isfile(full) else _walk_files(full)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up Hermetic on Debian/Ubuntu: system packages, a running dockerd, a virtualenv in .venv,
+# and the sandbox image (built offline, cached by content hash). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+PACKAGES="docker.io bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps"
+missing=""
+for pkg in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "setup: starting dockerd"
+  if [ -d /run/systemd/system ]; then
+    $SUDO systemctl start docker
+  else
+    $SUDO sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'
+  fi
+  for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see /var/log/dockerd.log" >&2; exit 1; }
+fi
+
+# The virtualenv is reinstalled only when pyproject.toml changed.
+stamp=".venv/.hermetic-installed"
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python dependencies into .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi
+
+echo "setup: sandbox image $(.venv/bin/python -m images.build --variant slim)"
