@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable
 
 from . import procutil
-from .output import OutputBuffer
+from .output import OutputBuffer, clean
 from .protocol import NO_SUCH_SESSION, RESOURCE_EXHAUSTED, SESSION_BUSY, SESSION_IDLE, RpcError
 
 _RC = r"""
@@ -72,6 +72,8 @@ class _Run:
         self.marker = b"\x1e" + token.encode() + b":"
         self.carry = b""
         self.started = time.monotonic()
+        self.finished = threading.Event()
+        self.groups: set = set()  # process groups signalled on its behalf
 
 
 class _Coalescer:
@@ -251,6 +253,8 @@ class ShellSession:
                     "use shell.send, shell.interrupt or another session" % self.name,
                 )
             run = self._run = _Run(secrets.token_hex(8), interactive)
+            earlier = bytes(self._pending)  # what background jobs wrote since the last run ended
+            self._pending.clear()
         reset = False
         if not self._alive:
             self._restart()
@@ -270,6 +274,8 @@ class ShellSession:
         self._write(self._cmd, line % (run.token, self._cmd_path))
         result = self._wait(run, timeout, limit, expect, idle if interactive else None, stream)
         result["session_reset"] = reset or result.get("session_reset", False)
+        if earlier:
+            result["background_output"] = clean(earlier)[-limit:]
         return result
 
     def send(
@@ -293,9 +299,15 @@ class ShellSession:
         run = self._run
         if run is None:
             return {"signalled": False}
-        self._signal(signal.SIGINT)
         if self._pumping:
+            # Another request waits on the run. A SIGINT can land while bash is between two
+            # commands of the run and be lost, so repeat it until the run ends.
+            for _ in range(10):
+                run.groups.add(self._signal(signal.SIGINT))
+                if run.finished.wait(0.3):
+                    break
             return {"signalled": True}
+        run.groups.add(self._signal(signal.SIGINT))
         result = self._wait(run, 2.0, limit, None, None, None)
         result["signalled"] = True
         return result
@@ -316,7 +328,7 @@ class ShellSession:
         if outcome == "deadline" and not run.interactive:
             timed_out = True
             for sig, grace in _ESCALATION:
-                self._signal(sig)
+                run.groups.add(self._signal(sig))
                 outcome = self._pump(time.monotonic() + grace, None, None, stream, out)
                 if outcome in ("done", "dead"):
                     break
@@ -334,6 +346,9 @@ class ShellSession:
             "session_reset": reset,
         }
         if outcome in ("done", "dead"):
+            for group in run.groups - {self.proc.pid}:  # what is left of a killed command's group
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
             if outcome == "dead":
                 self._exit_code = self.proc.wait()
                 result["session_ended"] = True
@@ -342,6 +357,7 @@ class ShellSession:
             result["duration_ms"] = round((time.monotonic() - run.started) * 1000, 2)
             with self._cond:
                 self._run = None
+            run.finished.set()
         return result
 
     def _pump(
@@ -436,8 +452,9 @@ class ShellSession:
         """Undo what an interactive program (a REPL, an editor) left in the terminal's modes."""
         termios.tcsetattr(self._slave, termios.TCSANOW, self._tty_attrs)
 
-    def _signal(self, sig: int) -> None:
-        """Signal the terminal's foreground process group; if that is bash itself, interrupt bash."""
+    def _signal(self, sig: int) -> int:
+        """Signal the terminal's foreground process group; if that is bash itself, interrupt bash.
+        Returns the group signalled."""
         bash = self.proc.pid
         try:
             group = os.tcgetpgrp(self._master)
@@ -450,6 +467,7 @@ class ShellSession:
                 os.kill(bash, signal.SIGINT)  # also ends a loop in bash that runs the command
         except ProcessLookupError:
             pass
+        return group
 
     def _restart(self) -> None:
         self._terminate()

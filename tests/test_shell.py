@@ -143,3 +143,14 @@ def test_closing_a_session_kills_its_processes(sandbox: Sandbox, session: str) -
     assert sandbox.call("shell.close", {"session": session}) == {"closed": True}
     check = sandbox.run(f"kill -0 {pid} 2>/dev/null && echo alive || echo gone", session=session + "-b")
     assert check["output"] == "gone\n"
+
+
+def test_output_of_background_jobs_between_runs_is_reported_apart(sandbox: Sandbox, session: str) -> None:
+    sandbox.run("(sleep 0.5; echo from-the-background) &", session=session)
+    sandbox.run("sleep 1.5", session=session)  # the job writes during this run
+    sandbox.run("(sleep 0.3; echo late) & disown", session=session)
+    later = sandbox.run("sleep 1; echo mine", session=session + "-b")  # another session: no effect
+    assert later["output"] == "mine\n"
+    result = sandbox.run("echo now", session=session)
+    assert result["output"] == "now\n"
+    assert "late" in result["background_output"]
