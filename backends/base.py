@@ -8,6 +8,7 @@ import logging
 import secrets
 import tarfile
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -48,6 +49,7 @@ class Sandbox(ABC):
         self._channel: Channel | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self.expires_at = time.time() + spec.ttl if spec.ttl else None
 
     # -- what a backend provides -----------------------------------------------------------
 
@@ -76,6 +78,11 @@ class Sandbox(ABC):
     @property
     def channel(self) -> Channel:
         with self._lock:
+            if self.expires_at is not None and time.time() >= self.expires_at:
+                if not self._closed:
+                    self._closed = True
+                    threading.Thread(target=self._destroy, daemon=True).start()
+                raise SandboxGone(f"sandbox {self.id} reached its ttl of {self.spec.ttl} s and was destroyed")
             if self._closed:
                 raise SandboxGone(f"sandbox {self.id} is closed")
             if self._channel is None or self._channel.closed or not self._alive():

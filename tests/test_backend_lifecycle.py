@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from backends import Backend, SandboxSpec
+from backends import Backend, SandboxGone, SandboxSpec
 from backends.base import MANAGED_LABEL
 from backends.docker import EXPIRES_LABEL, OWNER_LABEL, DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
@@ -100,3 +100,12 @@ def test_reaper_removes_orphans_and_expired_sandboxes(docker_backend: DockerBack
         assert orphan.id not in remaining and expired.id not in remaining and unrelated.id in remaining
     finally:
         unrelated.remove(force=True)
+
+
+def test_ttl_destroys_the_sandbox_and_it_is_not_recreated(backend: Backend) -> None:
+    sb = backend.create(SandboxSpec(ttl=2))
+    assert sb.run("echo alive")["output"] == "alive\n"
+    time.sleep(2.5)
+    with pytest.raises(SandboxGone, match="ttl"):
+        sb.run("echo again")
+    sb.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sandboxes.output import OutputBuffer, clean
 
 
@@ -31,3 +33,21 @@ def test_a_long_line_is_cleaned_in_linear_time() -> None:
     text, cut = OutputBuffer(2_000_000).feed(b"a" * 1_000_000), False
     assert OutputBuffer(2_000_000).result()[0] == "" and len(text) == 1_000_000 and not cut
     assert clean(b"a" * 1_000_000 + b"\rdone") == "done"
+
+
+def test_python_search_fallback_agrees_with_ripgrep(tmp_path: Path) -> None:
+    from sandboxes import files
+
+    (tmp_path / "a.py").write_text("alpha = 1\nbeta = 2\nALPHA = 3\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("no match\nalphabet\n")
+    (tmp_path / "bin.dat").write_bytes(b"alpha\0binary")
+    for args in [("alpha", None, False, False), ("alpha", None, False, True), ("al.ha", "*.py", False, False),
+                 ("a = ", None, True, False)]:  # fmt: skip
+        rg = sorted(
+            (m["path"], m["line"], m["text"]) for m in files._search_rg(args[0], str(tmp_path), *args[1:])
+        )
+        py = sorted(
+            (m["path"], m["line"], m["text"]) for m in files._search_python(args[0], str(tmp_path), *args[1:])
+        )
+        assert rg == py and rg, args
