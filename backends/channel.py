@@ -142,6 +142,7 @@ class Channel:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._closed: str | None = None
         self.info: dict[str, Any] = {}
         self._reader = threading.Thread(target=self._read_loop, name=f"chan-{label}", daemon=True)
@@ -191,7 +192,8 @@ class Channel:
                 raise SandboxGone(f"{self.label}: {self._closed}")
             self._pending[req_id] = pending
         try:
-            self._transport.send(line)
+            with self._send_lock:  # a large line may take several writes: never interleave two
+                self._transport.send(line)
         except OSError as exc:
             self._fail_all(f"stream write failed: {exc}")
         if not pending.event.wait(timeout):

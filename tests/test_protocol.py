@@ -97,3 +97,16 @@ def test_stray_output_from_commands_never_reaches_the_channel(sandbox: Sandbox, 
     )
     assert result["output"].endswith("ok\n")
     assert sandbox.call("sys.ping") == {"pong": True}
+
+
+def test_concurrent_large_requests_do_not_interleave(sandbox: Sandbox, session: str) -> None:
+    blobs = {f"{session}/big{i}.txt": str(i) * 3_000_000 for i in range(4)}  # each line ~3 MB
+    threads = [threading.Thread(target=sandbox.call, args=("fs.write", {"path": p, "content": c}))
+               for p, c in blobs.items()]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for path, content in blobs.items():
+        assert sandbox.call("fs.stat", {"path": path})["size"] == len(content)
+    assert sandbox.call("sys.ping") == {"pong": True}
