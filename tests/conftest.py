@@ -34,6 +34,18 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return get_backend(request.param)
 
 
+@pytest.fixture(autouse=True)
+def _skip_what_the_backend_lacks(request: pytest.FixtureRequest) -> None:
+    """`@pytest.mark.needs("isolation")`: skip, with the backend's reason, where it lacks that by design."""
+    marker = request.node.get_closest_marker("needs")
+    if marker is None or "backend" not in request.fixturenames:
+        return
+    backend: Backend = request.getfixturevalue("backend")
+    for what in marker.args:
+        if what in backend.lacks:
+            pytest.skip(f"{backend.name} backend has no {what} by design: {backend.lacks[what]}")
+
+
 @pytest.fixture(scope="module")
 def sandbox(backend: Backend) -> Iterator[Sandbox]:
     """One sandbox per module and backend: creating one per test would dominate the run time."""
