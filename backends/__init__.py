@@ -1,4 +1,4 @@
-"""How a sandbox is obtained: local (bubblewrap), docker; all speak to the same runtime."""
+"""How a sandbox is obtained: local (bubblewrap), docker, ssh; all speak to the same runtime."""
 
 from __future__ import annotations
 
@@ -19,20 +19,29 @@ from .errors import (
 )
 from .local import LocalConfig
 from .spec import Mount, SandboxSpec
+from .ssh import SSHConfig
 
-BackendConfig = Annotated[LocalConfig | DockerConfig, Field(discriminator="type")]
-BACKEND_NAMES = ("local", "docker")
+BackendConfig = Annotated[LocalConfig | DockerConfig | SSHConfig, Field(discriminator="type")]
+BACKEND_NAMES = ("local", "docker", "ssh")
 
 
-def create_backend(name: str) -> Backend:
-    """A backend by name with its default settings. Raises BackendUnavailable with the fix."""
-    configs: dict[str, type[LocalConfig] | type[DockerConfig]] = {
-        "local": LocalConfig,
-        "docker": DockerConfig,
-    }
-    if name not in configs:
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(configs)}")
-    return configs[name]().build()
+def create_backend(name: str, config: LocalConfig | DockerConfig | SSHConfig | None = None) -> Backend:
+    """A backend by name, with `config` or else its default settings (ssh has none: it needs a host).
+
+    Raises BackendUnavailable with the fix.
+    """
+    if name not in BACKEND_NAMES:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    if config is not None:
+        if config.type != name:
+            raise BackendUnavailable(f"backend {name!r} was given settings for {config.type!r}")
+        return config.build()
+    if name == "ssh":
+        raise BackendUnavailable(
+            "the ssh backend needs a host and a user: set HERMETIC_SSH__HOST and HERMETIC_SSH__USER "
+            "(and HERMETIC_SSH__KEY_FILE, ...)"
+        )
+    return LocalConfig().build() if name == "local" else DockerConfig().build()
 
 
 __all__ = [
@@ -47,6 +56,7 @@ __all__ = [
     "SandboxError",
     "SandboxGone",
     "SandboxSpec",
+    "SSHConfig",
     "UnsupportedSpec",
     "BACKEND_NAMES",
     "create_backend",

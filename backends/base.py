@@ -191,6 +191,9 @@ class Backend(ABC):
     """How a sandbox is obtained. Backends differ only in how they get a byte stream to the runtime."""
 
     name: ClassVar[str]
+    lacks: ClassVar[dict[str, str]] = {}
+    """Sandbox properties this backend does not provide by design ("isolation", "limits"), each with
+    the reason. Conformance tests that assert one are skipped on this backend with that reason."""
 
     @abstractmethod
     def create(self, spec: SandboxSpec) -> Sandbox:

@@ -13,7 +13,7 @@ from .stats import cpu_noise, report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", "--iterations", type=int, default=500, help="samples per fast figure")
-    parser.add_argument("--backends", default="local,docker", help="comma-separated backends")
+    parser.add_argument("--backends", default="local,docker,ssh", help="comma-separated backends")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     noise_start = cpu_noise()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import docker
 
-from backends import BackendUnavailable, SandboxSpec, create_backend
+from backends import Backend, BackendUnavailable, SandboxSpec, create_backend
 
 OUTPUT_100K = "head -c 100000 /dev/zero | tr '\\0' a"
 END = b"__hermetic_bench_end__"
@@ -40,7 +40,12 @@ def hermetic_figures(name: str, n: int) -> dict[str, Callable[[], object]] | Non
     except BackendUnavailable as exc:
         print(f"skipping {name}: {exc}")
         return None
-    spec = SandboxSpec(output_limit=200_000)
+    return backend_figures(backend)
+
+
+def backend_figures(backend: Backend) -> dict[str, Callable[[], object]]:
+    name = backend.name
+    spec = SandboxSpec(output_limit=200_000, network="full" if name == "ssh" else "none")
     sandbox = backend.create(spec)
 
     def create_first() -> None:
@@ -52,6 +57,34 @@ def hermetic_figures(name: str, n: int) -> dict[str, Callable[[], object]] | Non
         f"{name}: 100 KB output": lambda: sandbox.run(OUTPUT_100K),
         f"{name}: create to first command": create_first,
         "_close": sandbox.close,
+    }
+
+
+def ssh_figures() -> dict[str, Callable[[], object]] | None:
+    """The ssh backend against a throwaway sshd on 127.0.0.1, and the OpenSSH client's floors."""
+    from tests.sshd import SSHDUnavailable, start_sshd
+
+    try:
+        server = start_sshd()
+    except SSHDUnavailable as exc:
+        print(f"skipping ssh: {exc}")
+        return None
+    figures = backend_figures(create_backend("ssh", server.config()))
+    close_sandbox = figures.pop("_close")
+    bash = PersistentBash(server.ssh_argv("bash"))
+
+    def close() -> None:
+        close_sandbox()
+        bash.close()
+        server.stop()
+
+    return {
+        **figures,
+        "floor: fresh `ssh host true` (OpenSSH client)": lambda: subprocess.run(
+            server.ssh_argv("true"), check=True
+        ),
+        "floor: persistent bash over one ssh session": lambda: bash.run("true"),
+        "_close": close,
     }
 
 
@@ -94,7 +127,9 @@ def collect(backends: list[str], n: int) -> dict[str, list[float]]:
         lambda: local_bash.run(OUTPUT_100K), max(n // 5, 3)
     )
     local_bash.close()
-    groups = [hermetic_figures(name, n) for name in backends]
+    groups = [hermetic_figures(name, n) for name in backends if name != "ssh"]
+    if "ssh" in backends:
+        groups.append(ssh_figures())
     if "docker" in backends:
         groups.append(docker_floors())
     for group in groups:

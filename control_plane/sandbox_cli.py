@@ -19,15 +19,16 @@ console = Console(stderr=True, highlight=False)
 TRUNCATION = "\n\n[... output truncated"
 
 BackendOption = Annotated[
-    str | None, typer.Option("--backend", "-b", help="local or docker (default: docker if running)")
+    str | None,
+    typer.Option("--backend", "-b", help="local, docker or ssh (default: docker if running)"),
 ]
 
 
-def open_backend(name: str | None) -> Backend:
+def open_backend(name: str | None, settings: Settings) -> Backend:
     """The named backend, or docker when dockerd answers and local otherwise."""
     try:
         if name:
-            return create_backend(name)
+            return create_backend(name, settings.ssh if name == "ssh" else None)
         try:
             return create_backend("docker")
         except BackendUnavailable as exc:
@@ -67,7 +68,7 @@ def exec_command(
 ) -> None:
     """Run one command in a fresh sandbox; its exit code becomes ours."""
     settings = Settings()
-    with open_backend(backend).create(_spec(settings, network)) as sandbox:
+    with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
         code, _ = run_streaming(sandbox, shlex.join(command), timeout)
     raise typer.Exit(code)
 
@@ -81,7 +82,7 @@ def shell_command(
     """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
     settings = Settings()
     code = 0
-    with open_backend(backend).create(_spec(settings, network)) as sandbox:
+    with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
         if not sys.stdin.isatty():
             for line in sys.stdin:
                 if line.strip():
@@ -110,7 +111,7 @@ def shell_command(
 def demo(backend: BackendOption = None) -> None:
     """Open a sandbox and show what it does: persistence, a timeout that kills only the command, files."""
     settings = Settings()
-    chosen = open_backend(backend)
+    chosen = open_backend(backend, settings)
     started = time.perf_counter()
     with chosen.create(settings.sandbox) as sandbox:
         console.print(

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from backends import SandboxSpec
+from backends import SandboxSpec, SSHConfig
 
 
 class Settings(BaseSettings):
@@ -15,7 +15,9 @@ class Settings(BaseSettings):
 
     home: Path = Path.home() / ".hermetic"
     """Where Hermetic keeps its state."""
-    backend: Literal["local", "docker"] | None = None
+    backend: Literal["local", "docker", "ssh"] | None = None
     """Sandbox backend; default: docker when dockerd answers, else local."""
+    ssh: SSHConfig | None = None
+    """Settings of the ssh backend (HERMETIC_SSH__HOST=..., HERMETIC_SSH__USER=..., ...)."""
     sandbox: SandboxSpec = SandboxSpec()
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""

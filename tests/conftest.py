@@ -6,18 +6,39 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
 
-BACKENDS = ["local", "docker"]
+BACKENDS = ["local", "docker", "ssh"]
 _backends: dict[str, Backend | str] = {}
+_sshd: list[LocalSSHD | str] = []
+
+
+def local_sshd() -> LocalSSHD:
+    """The test run's sshd on 127.0.0.1, started on first use; skips (with the reason) when it cannot run."""
+    if not _sshd:
+        try:
+            _sshd.append(start_sshd())
+        except SSHDUnavailable as exc:
+            _sshd.append(str(exc))
+    found = _sshd[0]
+    if isinstance(found, str):
+        pytest.skip(f"no sshd here: {found}")
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for server in _sshd:
+        if isinstance(server, LocalSSHD):
+            server.stop()
 
 
 def get_backend(name: str) -> Backend:
     """The backend, built once per test run; skips (with the reason) when it cannot run here."""
     if name not in _backends:
         try:
-            backend = create_backend(name)
+            backend = create_backend(name, local_sshd().config()) if name == "ssh" else create_backend(name)
             if name == "docker":
                 backend.ensure_image(SandboxSpec().image)  # type: ignore[attr-defined]
             _backends[name] = backend
@@ -32,6 +53,23 @@ def get_backend(name: str) -> Backend:
 @pytest.fixture(params=BACKENDS, scope="module")
 def backend(request: pytest.FixtureRequest) -> Backend:
     return get_backend(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _skip_what_the_backend_lacks(request: pytest.FixtureRequest) -> None:
+    """`@pytest.mark.needs("isolation")`: skip, with the backend's reason, where it lacks that by design."""
+    marker = request.node.get_closest_marker("needs")
+    if marker is None or "backend" not in request.fixturenames:
+        return
+    backend: Backend = request.getfixturevalue("backend")
+    for what in marker.args:
+        if what in backend.lacks:
+            pytest.skip(f"{backend.name} backend has no {what} by design: {backend.lacks[what]}")
+
+
+@pytest.fixture
+def sshd() -> LocalSSHD:
+    return local_sshd()
 
 
 @pytest.fixture(scope="module")

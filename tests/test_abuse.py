@@ -17,6 +17,7 @@ def fresh(backend: Backend) -> Iterator[Sandbox]:
         yield sb
 
 
+@pytest.mark.needs("limits")
 def test_fork_bomb_is_contained_and_the_session_recovers(fresh: Sandbox) -> None:
     result = fresh.run(FORK_BOMB, timeout=3)
     assert result["timed_out"]
@@ -24,12 +25,14 @@ def test_fork_bomb_is_contained_and_the_session_recovers(fresh: Sandbox) -> None
     assert fresh.call("sys.ping") == {"pong": True}
 
 
+@pytest.mark.needs("limits")
 def test_background_bash_fork_bomb_is_cleared_by_closing_the_session(fresh: Sandbox) -> None:
     fresh.run("bomb() { bomb | bomb & }; bomb", session="bomb", timeout=5)
     fresh.call("shell.close", {"session": "bomb"})
     assert fresh.run("echo survived", timeout=30)["output"] == "survived\n"
 
 
+@pytest.mark.needs("limits")
 def test_memory_hog_dies_and_the_runtime_does_not(fresh: Sandbox) -> None:
     result = fresh.run("python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)
     assert result["exit_code"] != 0 and "1073741824" not in result["output"]

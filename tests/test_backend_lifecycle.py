@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from backends import Backend, SandboxGone, SandboxSpec
 from backends.base import MANAGED_LABEL
 from backends.docker import EXPIRES_LABEL, OWNER_LABEL, DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
+from backends.ssh import SSHSandbox
 from sandboxes import code_hash
 
 
@@ -22,6 +24,14 @@ def _kill_substrate(sandbox: object) -> None:
         assert sandbox._proc is not None
         sandbox._proc.kill()
         sandbox._proc.wait()
+    elif isinstance(sandbox, SSHSandbox):  # the connection drops: everything on it goes
+        assert sandbox.client is not None
+        transport = sandbox.client.get_transport()
+        assert transport is not None
+        transport.sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 10
+        while transport.is_active() and time.monotonic() < deadline:
+            time.sleep(0.01)
     else:
         raise AssertionError(f"no way to kill {sandbox!r}")
 
@@ -45,6 +55,10 @@ def test_closing_removes_everything(backend: Backend) -> None:
         assert not client.volumes.list(filters={"name": sb.volume_name})
     elif isinstance(sb, LocalSandbox):
         assert not sb.dir.exists()
+    elif isinstance(sb, SSHSandbox):  # the test sshd runs on this machine: its workspace is local
+        assert sb.workspace is not None and not Path(sb.workspace).exists()
+    else:
+        raise AssertionError(f"no way to check {sb!r}")
 
 
 @pytest.fixture

@@ -2,32 +2,48 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from backends import Backend
+from backends.ssh import SSHBackend
 
 
-def hermetic(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def hermetic(
+    *args: str, stdin: str | None = None, backend: Backend | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if isinstance(backend, SSHBackend):  # where the ssh backend connects comes from settings
+        for key, value in backend.config.model_dump(exclude_none=True).items():
+            env[f"HERMETIC_SSH__{key.upper()}"] = str(value)
     return subprocess.run(
         [sys.executable, "-m", "control_plane", *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
 
 
 def test_exec_passes_the_exit_code_through(backend: Backend) -> None:
-    done = hermetic("sandbox", "exec", "--backend", backend.name, "--", "sh", "-c", "echo out; exit 3")
+    done = hermetic(
+        "sandbox", "exec", "--backend", backend.name, "--", "sh", "-c", "echo out; exit 3", backend=backend
+    )
     assert done.returncode == 3 and done.stdout == "out\n"
 
 
 def test_shell_from_a_pipe_runs_lines_in_order_in_one_session(backend: Backend) -> None:
     done = hermetic(
-        "sandbox", "shell", "--backend", backend.name, stdin="cd /tmp\nexport A=1\necho $A $PWD\n"
+        "sandbox",
+        "shell",
+        "--backend",
+        backend.name,
+        stdin="cd /tmp\nexport A=1\necho $A $PWD\n",
+        backend=backend,
     )
     assert done.returncode == 0 and done.stdout == "1 /tmp\n"
 
@@ -42,3 +58,15 @@ def test_demo_runs_end_to_end(name: str) -> None:
     done = hermetic("demo", "--backend", name)
     assert done.returncode == 0, done.stderr
     assert "hello, world (from /tmp)" in done.stderr and "timed out, killed" in done.stderr
+
+
+def test_ssh_without_settings_says_what_to_set() -> None:
+    env_free = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_SSH")}
+    done = subprocess.run(
+        [sys.executable, "-m", "control_plane", "sandbox", "exec", "--backend", "ssh", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env_free,
+    )
+    assert done.returncode == 2 and "HERMETIC_SSH__HOST" in done.stderr

@@ -13,11 +13,13 @@ import pytest
 from backends import Backend, Sandbox, SandboxSpec
 
 
+@pytest.mark.needs("isolation")
 def test_runs_unprivileged_with_no_capabilities(sandbox: Sandbox) -> None:
     out = sandbox.run("id -u; grep CapEff /proc/self/status")["output"]
     assert out.split() == ["1000", "CapEff:", "0000000000000000"]
 
 
+@pytest.mark.needs("isolation")
 def test_host_files_outside_the_workspace_are_invisible(sandbox: Sandbox, tmp_path: Path) -> None:
     secret = Path("/root") / f"hermetic-secret-{uuid.uuid4().hex}"
     secret.write_text("top secret")
@@ -28,11 +30,13 @@ def test_host_files_outside_the_workspace_are_invisible(sandbox: Sandbox, tmp_pa
         secret.unlink()
 
 
+@pytest.mark.needs("isolation")
 def test_system_is_read_only_and_workspace_writable(sandbox: Sandbox) -> None:
     result = sandbox.run("touch /usr/x 2>&1; touch ./ok && echo wrote")
     assert "Read-only file system" in result["output"] and result["output"].endswith("wrote\n")
 
 
+@pytest.mark.needs("isolation")
 def test_no_network_under_policy_none(sandbox: Sandbox) -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -68,6 +72,7 @@ def test_host_environment_reaches_the_sandbox_only_by_allowlist(backend: Backend
     assert "HERMETIC_" not in env  # the runtime's own settings stay out of the shells
 
 
+@pytest.mark.needs("limits")
 def test_process_limit_is_enforced(sandbox: Sandbox) -> None:
     result = sandbox.run(
         "for i in $(seq 1 400); do sleep 30 & done 2>&1 | grep -c 'fork' ; kill $(jobs -p) 2>/dev/null; true",
