@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from typing import Callable
 
 # CSI, OSC (ended by BEL or ST), other two-byte escapes, and C0 controls other than \t \n \r.
 _ESCAPES = re.compile(
@@ -102,3 +103,29 @@ class OutputBuffer:
             % (format(self.total_bytes, ","), format(len(self._head), ","), format(len(tail), ","))
         )
         return collapse_carriage_returns(self._head) + marker + collapse_carriage_returns(tail), True
+
+
+class StreamBatcher:
+    """Batches streamed text: the first piece goes out at once, then at most one per 50 ms or 32 KB."""
+
+    def __init__(self, stream: Callable[[str], None] | None) -> None:
+        self._stream = stream
+        self._parts: list = []
+        self._size = 0
+        self._sent = 0.0
+        self.due = float("inf")  # when the buffered text must go out
+
+    def add(self, text: str, now: float) -> None:
+        if not text or self._stream is None:
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        self.due = self._sent + 0.05
+        if self._size >= 32768:
+            self.due = now
+        self.flush_if_due(now)
+
+    def flush_if_due(self, now: float) -> None:
+        if self._parts and now >= self.due and self._stream is not None:
+            self._stream("".join(self._parts))
+            self._parts, self._size, self._sent, self.due = [], 0, now, float("inf")

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable
 
 from . import procutil
-from .output import OutputBuffer, clean
+from .output import OutputBuffer, StreamBatcher, clean
 from .protocol import NO_SUCH_SESSION, RESOURCE_EXHAUSTED, SESSION_BUSY, SESSION_IDLE, RpcError
 
 _RC = r"""
@@ -74,32 +74,6 @@ class _Run:
         self.started = time.monotonic()
         self.finished = threading.Event()
         self.groups: set = set()  # process groups signalled on its behalf
-
-
-class _Coalescer:
-    """Batches streamed text: the first piece goes out at once, then at most one per 50 ms or 32 KB."""
-
-    def __init__(self, stream: StreamFn | None) -> None:
-        self._stream = stream
-        self._parts: list = []
-        self._size = 0
-        self._sent = 0.0
-        self.due = float("inf")  # when the buffered text must go out
-
-    def add(self, text: str, now: float) -> None:
-        if not text or self._stream is None:
-            return
-        self._parts.append(text)
-        self._size += len(text)
-        self.due = self._sent + 0.05
-        if self._size >= 32768:
-            self.due = now
-        self.flush_if_due(now)
-
-    def flush_if_due(self, now: float) -> None:
-        if self._parts and now >= self.due and self._stream is not None:
-            self._stream("".join(self._parts))
-            self._parts, self._size, self._sent, self.due = [], 0, now, float("inf")
 
 
 class ShellSession:
@@ -227,10 +201,6 @@ class ShellSession:
             return os.readlink("/proc/%d/cwd" % self.proc.pid)
         except OSError:
             return self._cwd
-
-    @property
-    def busy(self) -> bool:
-        return self._run is not None
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -374,7 +344,7 @@ class ShellSession:
         run = self._run
         assert run is not None
         self._pumping = True
-        streamer = _Coalescer(stream)
+        streamer = StreamBatcher(stream)
         seen = ""  # recent cleaned text, for `expect`
         last = time.monotonic()
         try:
