@@ -1,4 +1,4 @@
-"""How a sandbox is obtained: local (bubblewrap), docker, ssh; all speak to the same runtime."""
+"""How a sandbox is obtained: local (bubblewrap), docker, ssh, modal; all speak to the same runtime."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ from .errors import (
     UnsupportedSpec,
 )
 from .local import LocalConfig
+from .modal import ModalConfig
 from .spec import Mount, SandboxSpec
 from .ssh import SSHConfig
 
-BackendConfig = Annotated[LocalConfig | DockerConfig | SSHConfig, Field(discriminator="type")]
-BACKEND_NAMES = ("local", "docker", "ssh")
+BackendConfig = Annotated[LocalConfig | DockerConfig | SSHConfig | ModalConfig, Field(discriminator="type")]
+BACKEND_NAMES = ("local", "docker", "ssh", "modal")
 
 
-def create_backend(name: str, config: LocalConfig | DockerConfig | SSHConfig | None = None) -> Backend:
+def create_backend(
+    name: str, config: LocalConfig | DockerConfig | SSHConfig | ModalConfig | None = None
+) -> Backend:
     """A backend by name, with `config` or else its default settings (ssh has none: it needs a host).
 
     Raises BackendUnavailable with the fix.
@@ -41,6 +44,8 @@ def create_backend(name: str, config: LocalConfig | DockerConfig | SSHConfig | N
             "the ssh backend needs a host and a user: set HERMETIC_SSH__HOST and HERMETIC_SSH__USER "
             "(and HERMETIC_SSH__KEY_FILE, ...)"
         )
+    if name == "modal":
+        return ModalConfig().build()
     return LocalConfig().build() if name == "local" else DockerConfig().build()
 
 
@@ -50,6 +55,7 @@ __all__ = [
     "BackendUnavailable",
     "CallTimeout",
     "HandshakeError",
+    "ModalConfig",
     "Mount",
     "RuntimeCallError",
     "Sandbox",
