@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -10,7 +11,7 @@ from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
 
-BACKENDS = ["local", "docker", "ssh"]
+BACKENDS = ["local", "docker", "ssh", "modal-standin"]
 _backends: dict[str, Backend | str] = {}
 _sshd: list[LocalSSHD | str] = []
 
@@ -38,7 +39,12 @@ def get_backend(name: str) -> Backend:
     """The backend, built once per test run; skips (with the reason) when it cannot run here."""
     if name not in _backends:
         try:
-            backend = create_backend(name, local_sshd().config()) if name == "ssh" else create_backend(name)
+            if name == "ssh":
+                backend = create_backend(name, local_sshd().config())
+            elif name == "modal-standin":
+                backend = standin_backend()
+            else:
+                backend = create_backend(name)
             if name == "docker":
                 backend.ensure_image(SandboxSpec().image)  # type: ignore[attr-defined]
             _backends[name] = backend
@@ -48,6 +54,28 @@ def get_backend(name: str) -> Backend:
     if isinstance(found, str):
         pytest.skip(f"{name} backend unavailable here: {found}")
     return found
+
+
+def standin_backend() -> Backend:
+    """The real Modal backend with the stand-in (tests/modal_standin.py) in place of Modal's service."""
+    from modal_standin import FakeSandbox, lookup_app
+
+    from backends.modal import ModalBackend, ModalConfig
+
+    class ModalStandinBackend(ModalBackend):
+        lacks = {
+            "isolation": "the Modal stand-in is the adapter's test bed, not a sandbox: it runs the runtime "
+            "as this user, on the host's filesystem (bar its workdir) and network",
+            "limits": "the Modal stand-in enforces no pids/memory limits, so a fork bomb would hit the host; "
+            "test_modal.py asserts the cpu/memory/timeout mapping",
+            "cli": "the CLI runs in a subprocess, which cannot be handed the in-process stand-in",
+        }
+
+    if shutil.which("bwrap") is None:
+        raise BackendUnavailable(
+            "the Modal stand-in binds its workdir with bubblewrap: apt-get install bubblewrap"
+        )
+    return ModalStandinBackend(ModalConfig(), sandbox_api=FakeSandbox, app_lookup=lookup_app)
 
 
 @pytest.fixture(params=BACKENDS, scope="module")

@@ -13,6 +13,7 @@ from backends import Backend, SandboxGone, SandboxSpec
 from backends.base import MANAGED_LABEL
 from backends.docker import EXPIRES_LABEL, OWNER_LABEL, DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
+from backends.modal import ModalSandbox
 from backends.ssh import SSHSandbox
 from sandboxes import code_hash
 
@@ -32,6 +33,10 @@ def _kill_substrate(sandbox: object) -> None:
         deadline = time.monotonic() + 10
         while transport.is_active() and time.monotonic() < deadline:
             time.sleep(0.01)
+    elif isinstance(sandbox, ModalSandbox):  # the runtime dies; the Modal sandbox (and workspace) lives on
+        sandbox.modal.kill_exec(sandbox.modal.processes[-1])  # type: ignore[union-attr]
+        # No local process to poll here, as on real Modal: the stream's end is the news. Wait for it.
+        sandbox._channel._reader.join(10)  # type: ignore[union-attr]
     else:
         raise AssertionError(f"no way to kill {sandbox!r}")
 
@@ -57,6 +62,10 @@ def test_closing_removes_everything(backend: Backend) -> None:
         assert not sb.dir.exists()
     elif isinstance(sb, SSHSandbox):  # the test sshd runs on this machine: its workspace is local
         assert sb.workspace is not None and not Path(sb.workspace).exists()
+    elif isinstance(sb, ModalSandbox):
+        standin = sb.modal
+        assert standin.poll() is not None and not standin.root.exists()  # type: ignore[union-attr]
+        assert all(p.poll() is not None for p in standin.processes)  # type: ignore[union-attr]
     else:
         raise AssertionError(f"no way to check {sb!r}")
 

@@ -29,6 +29,7 @@ def hermetic(
     )
 
 
+@pytest.mark.needs("cli")
 def test_exec_passes_the_exit_code_through(backend: Backend) -> None:
     done = hermetic(
         "sandbox", "exec", "--backend", backend.name, "--", "sh", "-c", "echo out; exit 3", backend=backend
@@ -36,6 +37,7 @@ def test_exec_passes_the_exit_code_through(backend: Backend) -> None:
     assert done.returncode == 3 and done.stdout == "out\n"
 
 
+@pytest.mark.needs("cli")
 def test_shell_from_a_pipe_runs_lines_in_order_in_one_session(backend: Backend) -> None:
     done = hermetic(
         "sandbox",
