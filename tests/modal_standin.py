@@ -17,6 +17,7 @@ bubblewrap. Tests needing those properties skip on it.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import os
 import re
@@ -40,7 +41,8 @@ DEPRECATED = {"cidr_allowlist", "environment_name", "pty_info", "_pty_info"}
 STDIN_BUFFER_LIMIT = 16 * 1024 * 1024
 # What a Debian image's environment gives every process before create's and exec's env are added.
 IMAGE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
-SNAPSHOTS = Path(tempfile.gettempdir()) / "modal-standin-snapshots"
+SNAPSHOTS = Path(tempfile.mkdtemp(prefix="modal-standin-snapshots-"))  # gone when the test run ends
+atexit.register(shutil.rmtree, SNAPSHOTS, ignore_errors=True)
 _FROM_ID = re.compile(r"^Image\.from_id\('(im-[^']+)'\)$")
 
 
@@ -179,7 +181,6 @@ class FakeSandbox:
 
     def snapshot_filesystem(self, timeout: int = 55, *, ttl: int | None = None) -> FakeImage:
         """The workdir as a tar; its id restores it when passed back as `modal.Image.from_id(id)`."""
-        SNAPSHOTS.mkdir(exist_ok=True)
         image_id = "im-standin-" + uuid.uuid4().hex[:12]
         with tarfile.open(SNAPSHOTS / f"{image_id}.tar", "w") as archive:
             archive.add(self.root, arcname=".")
