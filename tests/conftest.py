@@ -63,6 +63,7 @@ def standin_backend() -> Backend:
     from backends.modal import ModalBackend, ModalConfig
 
     class ModalStandinBackend(ModalBackend):
+        name = "modal-standin"  # so skip reasons say which modal this is
         lacks = {
             "isolation": "the Modal stand-in is the adapter's test bed, not a sandbox: it runs the runtime "
             "as this user, on the host's filesystem (bar its workdir) and network",
