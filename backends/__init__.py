@@ -39,14 +39,17 @@ def create_backend(
         if config.type != name:
             raise BackendUnavailable(f"backend {name!r} was given settings for {config.type!r}")
         return config.build()
-    if name == "ssh":
+    defaults: dict[str, type[LocalConfig | DockerConfig | ModalConfig]] = {
+        "local": LocalConfig,
+        "docker": DockerConfig,
+        "modal": ModalConfig,
+    }
+    if name not in defaults:
         raise BackendUnavailable(
             "the ssh backend needs a host and a user: set HERMETIC_SSH__HOST and HERMETIC_SSH__USER "
             "(and HERMETIC_SSH__KEY_FILE, ...)"
         )
-    if name == "modal":
-        return ModalConfig().build()
-    return LocalConfig().build() if name == "local" else DockerConfig().build()
+    return defaults[name]().build()
 
 
 __all__ = [

@@ -25,10 +25,11 @@ BackendOption = Annotated[
 
 
 def open_backend(name: str | None, settings: Settings) -> Backend:
-    """The named backend, or docker when dockerd answers and local otherwise."""
+    """The named backend (else the configured one), or docker when dockerd answers and local otherwise."""
+    name = name or settings.backend
     try:
         if name:
-            return create_backend(name, settings.ssh if name == "ssh" else None)
+            return create_backend(name, {"ssh": settings.ssh, "modal": settings.modal}.get(name))
         try:
             return create_backend("docker")
         except BackendUnavailable as exc:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from backends import SandboxSpec, SSHConfig
+from backends import ModalConfig, SandboxSpec, SSHConfig
 
 
 class Settings(BaseSettings):
@@ -15,9 +15,11 @@ class Settings(BaseSettings):
 
     home: Path = Path.home() / ".hermetic"
     """Where Hermetic keeps its state."""
-    backend: Literal["local", "docker", "ssh"] | None = None
+    backend: Literal["local", "docker", "ssh", "modal"] | None = None
     """Sandbox backend; default: docker when dockerd answers, else local."""
     ssh: SSHConfig | None = None
     """Settings of the ssh backend (HERMETIC_SSH__HOST=..., HERMETIC_SSH__USER=..., ...)."""
+    modal: ModalConfig | None = None
+    """Settings of the modal backend (HERMETIC_MODAL__APP_NAME=..., ...)."""
     sandbox: SandboxSpec = SandboxSpec()
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
