@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from . import PROTOCOL_VERSION, __version__, code_hash
+from .browser import BrowserManager
 from .files import FileOps
 from .procs import ProcessTable
 from .protocol import (
@@ -65,6 +66,7 @@ class Server:
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
+        self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
@@ -93,6 +95,7 @@ class Server:
             "fs.download": lambda req, path: self.files.download(
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),
+            **self.browsers.methods(),
         }
         # Signatures of the file methods, so that bad parameters are reported, not raised.
         self._signatures = {
@@ -212,6 +215,7 @@ class Server:
         return {"stopping": True}
 
     def _stop(self) -> None:
+        self.browsers.close_all()
         self.shells.close_all()
         self.procs.kill_all()
         os._exit(0)
