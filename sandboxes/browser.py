@@ -179,7 +179,15 @@ class BrowserSession:
     # -- operations (run via `run`) ---------------------------------------------------------
 
     def op_navigate(self, url: str, timeout_ms: float) -> dict[str, Any]:
-        response = self._page.goto(url, wait_until="load", timeout=timeout_ms)
+        try:
+            response = self._page.goto(url, wait_until="load", timeout=timeout_ms)
+        except self._api.Error as exc:
+            # After a network error Chromium goes on to show its error page; let that land, or the
+            # next goto is "interrupted by another navigation to chrome-error://chromewebdata/".
+            if "net::ERR_" in str(exc) and "net::ERR_ABORTED" not in str(exc):
+                with contextlib.suppress(self._api.Error):
+                    self._page.wait_for_url("chrome-error://**", wait_until="load", timeout=5_000)
+            raise
         result = self._settle(timeout_ms)
         result["status"] = response.status if response is not None else None
         result.update(self.op_snapshot())
