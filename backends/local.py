@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Literal
 
@@ -58,6 +59,22 @@ ETC_ENTRIES = (
     "protocols",
     "services",
 )
+# What the runtime's browser.* methods import, taken from the host's Python: Playwright and its one
+# dependency, mounted read-only at /opt/hermetic/site as in the browser image. Chromium itself is
+# the host's /usr/bin/chromium, under /usr already.
+BROWSER_PACKAGES = ("playwright", "greenlet")
+SANDBOX_SITE = "/opt/hermetic/site"
+
+
+def _host_packages(names: tuple[str, ...]) -> list[Path]:
+    """Where the host's Python keeps these packages (those it has), without importing them."""
+    found = []
+    for name in names:
+        spec = find_spec(name)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin)
+            found.append(origin.parent if origin.name == "__init__.py" else origin)
+    return found
 
 
 class LocalConfig(BaseModel):
@@ -184,13 +201,15 @@ class LocalSandbox(Sandbox):
             str(RUNTIME_DIR),
             "/opt/hermetic/sandboxes",
         ]
+        for package in _host_packages(BROWSER_PACKAGES):  # for browser.*; /tmp is the browser's temp dir
+            args += ["--ro-bind", str(package), f"{SANDBOX_SITE}/{package.name}"]
         for mount in spec.mounts:
             args += ["--ro-bind" if mount.read_only else "--bind", mount.source, mount.target]
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--chdir", spec.workdir]
         if os.geteuid() == 0:
             args += ["--cap-drop", "ALL"]
         env = self._environment(spec.workdir, f"{spec.workdir}{os.pathsep}/tmp")
-        env["PYTHONPATH"] = "/opt/hermetic"
+        env["PYTHONPATH"] = f"/opt/hermetic:{SANDBOX_SITE}"
         args.append("--clearenv")
         for key, value in env.items():
             args += ["--setenv", key, value]

@@ -6,7 +6,7 @@ import argparse
 import platform
 from pathlib import Path
 
-from . import roundtrip
+from . import browser, roundtrip
 from .stats import cpu_noise, report
 
 
@@ -15,9 +15,13 @@ def main() -> None:
     parser.add_argument("-n", "--iterations", type=int, default=500, help="samples per fast figure")
     parser.add_argument("--backends", default="local,docker,ssh", help="comma-separated backends")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--no-browser", action="store_true", help="skip the browser figures")
     args = parser.parse_args()
     noise_start = cpu_noise()
-    results = roundtrip.collect([b for b in args.backends.split(",") if b], args.iterations)
+    backends = [b for b in args.backends.split(",") if b]
+    results = roundtrip.collect(backends, args.iterations)
+    if not args.no_browser:
+        results.update(browser.collect(backends, args.iterations))
     noise_end = cpu_noise()
     extra = {
         "machine": platform.platform(),

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from . import PROTOCOL_VERSION, __version__, code_hash
+from .browser import BrowserManager
 from .files import FileOps
 from .procs import ProcessTable
 from .protocol import (
@@ -64,6 +65,7 @@ class Server:
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
+        self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
@@ -92,6 +94,7 @@ class Server:
             "fs.download": lambda req, path: self.files.download(
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),
+            **self.browsers.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -199,6 +202,7 @@ class Server:
         return {"stopping": True}
 
     def _stop(self) -> None:
+        self.browsers.close_all()
         self.shells.close_all()
         self.procs.kill_all()
         os._exit(0)
