@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client"
+PACKAGES="docker.io bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
@@ -39,4 +39,15 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
-echo "setup: sandbox image $(.venv/bin/python -m images.build --variant slim)"
+# Playwright for the host's python3, where SSH sandboxes on this host (and the tests) find it.
+site=/opt/hermetic/site
+version=$(.venv/bin/python -c "from importlib.metadata import version; print(version('playwright'))")
+if [ "$(cat "$site/.playwright-version" 2>/dev/null)" != "$version" ]; then
+  echo "setup: installing Playwright $version into $site"
+  $SUDO .venv/bin/pip install -q --upgrade --target "$site" "playwright==$version"
+  echo "$version" | $SUDO tee "$site/.playwright-version" >/dev/null
+fi
+
+for variant in slim browser; do
+  echo "setup: sandbox image $(.venv/bin/python -m images.build --variant "$variant")"
+done

@@ -75,6 +75,9 @@ class SSHConfig(BaseModel):
     """Remote directory holding the uploaded runtime, one subdirectory per code hash."""
     python: str = "python3"
     """Remote python (>= 3.9) that runs the runtime: a name on the user's PATH or an absolute path."""
+    site_dirs: list[str] = []
+    """Remote directories put first on the runtime's import path: where Playwright is installed for
+    the browser tools (`pip install --target DIR playwright`; setup.sh uses /opt/hermetic/site)."""
     bubblewrap: bool = False
     """Wrap the runtime in bubblewrap on the host. Not built yet: True is refused."""
     connect_timeout: float = 10
@@ -170,7 +173,7 @@ class SSHSandbox(Sandbox):
             HERMETIC_ROOTS=f"{self.workspace}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(self.spec.output_limit),
         )
-        settings = json.dumps({"env": env, "cwd": self.workspace}).encode()
+        settings = json.dumps({"env": env, "cwd": self.workspace, "path": self.config.site_dirs}).encode()
         transport = client.get_transport()
         assert transport is not None
         chan = transport.open_session(timeout=self.config.connect_timeout)

@@ -90,7 +90,8 @@ print(json.dumps(out))
 """
 
 # Run as `python3 -c BOOT RUNTIME_PATH`: reads a 16-digit length and that much JSON from stdin
-# (settings: environment and working directory, kept off the command line where `ps` shows it),
+# (settings: environment, working directory and extra import dirs, kept off the command line where
+# `ps` shows it),
 # then serves the runtime on the same stdin/stdout.
 BOOT = r"""
 import json, os, runpy, sys
@@ -105,7 +106,7 @@ def take(n):
 settings = json.loads(take(int(take(16))))
 os.environ.update(settings["env"])
 os.chdir(settings["cwd"])
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1]] + [os.path.expanduser(d) for d in settings.get("path", [])]
 runpy.run_module("sandboxes", run_name="__main__", alter_sys=True)
 """
 

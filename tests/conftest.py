@@ -70,6 +70,8 @@ def standin_backend() -> Backend:
             "limits": "the Modal stand-in enforces no pids/memory limits, so a fork bomb would hit the host; "
             "test_modal.py asserts the cpu/memory/timeout mapping",
             "cli": "the CLI runs in a subprocess, which cannot be handed the in-process stand-in",
+            "browser": "the Modal stand-in runs the runtime on the host's python, without Playwright; a real "
+            "Modal sandbox gets it from the browser image",
         }
 
     if shutil.which("bwrap") is None:

@@ -49,6 +49,8 @@ class LocalSSHD:
             "key_file": self.client_key,
             "use_agent": False,
             "known_hosts": self.known_hosts,
+            # setup.sh installs Playwright there for the host's python3, for the browser tests
+            "site_dirs": [HOST_SITE] if os.path.isdir(HOST_SITE) else [],
         }
         settings.update(overrides)
         return SSHConfig(**settings)
@@ -82,6 +84,9 @@ class LocalSSHD:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+HOST_SITE = "/opt/hermetic/site"
 
 
 def _run(*argv: str) -> None:

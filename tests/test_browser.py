@@ -44,6 +44,9 @@ PAGES = {
 }
 
 
+pytestmark = pytest.mark.needs("browser")
+
+
 def browser_spec(**extra: Any) -> SandboxSpec:
     return SandboxSpec(image=BROWSER_IMAGE, memory="1g", pids=512, **extra)
 
@@ -233,6 +236,7 @@ def host_server() -> Iterator[tuple[int, list[str]]]:
     server.server_close()
 
 
+@pytest.mark.needs("isolation")
 def test_browser_under_network_none_cannot_reach_the_host(
     browser_sandbox: Sandbox, site: str, host_server: tuple[int, list[str]]
 ) -> None:
@@ -244,6 +248,7 @@ def test_browser_under_network_none_cannot_reach_the_host(
     assert open_index(browser_sandbox, site)  # the sandbox's own loopback still works
 
 
+@pytest.mark.needs("isolation")  # counts Chromium processes: needs a process table of its own
 def test_idle_browser_is_closed_and_shutdown_leaves_none(backend: Backend) -> None:
     if backend.name == "docker":
         backend.ensure_image(BROWSER_IMAGE)  # type: ignore[attr-defined]
