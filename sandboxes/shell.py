@@ -316,9 +316,12 @@ class ShellSession:
             "session_reset": reset,
         }
         if outcome in ("done", "dead"):
-            for group in run.groups - {self.proc.pid}:  # what is left of a killed command's group
+            killed = run.groups - {self.proc.pid}
+            for group in killed:  # what is left of a killed command's group
                 with contextlib.suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
+            if killed and outcome == "done":
+                self._settle(run, killed, out)
             if outcome == "dead":
                 self._exit_code = self.proc.wait()
                 result["session_ended"] = True
@@ -329,6 +332,24 @@ class ShellSession:
                 self._run = None
             run.finished.set()
         return result
+
+    def _settle(self, run: _Run, groups: set, out: OutputBuffer) -> None:
+        """After killing a command: wait (bounded) until its process groups are gone, then pass a
+        no-op through bash, so whatever the dying processes wrote lands in this run's output and
+        not in the next one's. Only on the timeout/interrupt path, hence the short sleeps."""
+        deadline = time.monotonic() + 2.0
+        for group in groups:
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(group, 0)
+                except OSError:
+                    break
+                time.sleep(0.01)
+        code, run.token = self._exit_code, secrets.token_hex(8)
+        run.marker, run.carry = b"\x1e" + run.token.encode() + b":", b""
+        self._write(self._cmd, "__hm_t=%s; :\n" % run.token)
+        self._pump(time.monotonic() + 2.0, None, None, None, out)
+        self._exit_code = code
 
     def _pump(
         self,
