@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,8 +18,8 @@ def hermetic(
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if isinstance(backend, SSHBackend):  # where the ssh backend connects comes from settings
-        for key, value in backend.config.model_dump(exclude_none=True).items():
-            env[f"HERMETIC_SSH__{key.upper()}"] = str(value)
+        for key, value in backend.config.model_dump(mode="json", exclude_none=True).items():
+            env[f"HERMETIC_SSH__{key.upper()}"] = json.dumps(value) if isinstance(value, list) else str(value)
     return subprocess.run(
         [sys.executable, "-m", "control_plane", *args],
         input=stdin,
