@@ -10,24 +10,34 @@ import sandboxes
 
 from .local import RUNTIME_DIR
 
-# Run by `python3 -c` in the sandbox: read a 16-digit length and that many bytes of zip from
-# fd 0 (unbuffered, so nothing meant for the runtime is swallowed), unpack it into a private
-# temp dir and run the runtime from there on the same stdin/stdout.
-BOOTSTRAP = r"""
-import io, os, runpy, sys, tempfile, zipfile
+# The start of every bootstrap: `frame()` reads a 16-digit length and that many bytes from fd 0,
+# unbuffered, so nothing meant for the runtime that follows on the same stream is swallowed.
+READ_FRAME = r"""
+import os, runpy, sys
 def take(n):
     out = b""
     while len(out) < n:
         part = os.read(0, n - len(out))
         if not part:
-            sys.exit("hermetic bootstrap: stream ended")
+            sys.exit("hermetic bootstrap: the stream ended early")
         out += part
     return out
+def frame():
+    return take(int(take(16)))
+"""
+
+# Run by `python3 -c` in the sandbox: read the runtime as a zip frame, unpack it into a private
+# temp dir and run it from there on the same stdin/stdout.
+BOOTSTRAP = (
+    READ_FRAME
+    + r"""
+import io, tempfile, zipfile
 where = tempfile.mkdtemp(prefix="hermetic-runtime-")
-zipfile.ZipFile(io.BytesIO(take(int(take(16))))).extractall(where)
+zipfile.ZipFile(io.BytesIO(frame())).extractall(where)
 sys.path.insert(0, where)
 runpy.run_module("sandboxes", run_name="__main__", alter_sys=True)
 """
+)
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from paramiko.ssh_exception import (
 
 import sandboxes
 
+from .bundle import READ_FRAME
 from .channel import Transport, log_stderr_lines
 from .errors import BackendUnavailable, SandboxError
 from .local import RUNTIME_DIR
@@ -93,22 +94,17 @@ print(json.dumps(out))
 # (settings: environment, working directory and extra import dirs, kept off the command line where
 # `ps` shows it),
 # then serves the runtime on the same stdin/stdout.
-BOOT = r"""
-import json, os, runpy, sys
-def take(n):
-    out = b""
-    while len(out) < n:
-        part = os.read(0, n - len(out))
-        if not part:
-            sys.exit("hermetic: the stream ended before the settings arrived")
-        out += part
-    return out
-settings = json.loads(take(int(take(16))))
+BOOT = (
+    READ_FRAME
+    + r"""
+import json
+settings = json.loads(frame())
 os.environ.update(settings["env"])
 os.chdir(settings["cwd"])
 sys.path[:0] = [sys.argv[1]] + [os.path.expanduser(d) for d in settings.get("path", [])]
 runpy.run_module("sandboxes", run_name="__main__", alter_sys=True)
 """
+)
 
 FREE_SPACE = "import os, sys; s = os.statvfs(sys.argv[1]); print(s.f_bavail * s.f_frsize)"
 
