@@ -13,7 +13,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxGone, UnsupportedSpec
@@ -64,6 +64,20 @@ class Sandbox(ABC):
     @abstractmethod
     def _destroy(self) -> None:
         """Remove everything the sandbox holds. Must not raise when it is already gone."""
+
+    def _provision(self) -> None:  # noqa: B027 (optional hook: local and ssh need none)
+        """Create the substrate before the first connect (a container, a Modal sandbox)."""
+
+    def open(self) -> Self:
+        """Provision and start the runtime now, so errors surface at create time; on failure,
+        whatever was created is removed again."""
+        try:
+            self._provision()
+            _ = self.channel
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def _alive(self) -> bool:
         """A cheap local check that the substrate still runs (the stream's EOF may lag behind)."""

@@ -73,14 +73,7 @@ class DockerBackend(Backend):
                 "needs an egress proxy, which is not built yet"
             )
         self.ensure_image(spec.image)
-        sandbox = DockerSandbox(self, new_sandbox_id(), spec)
-        try:
-            sandbox.start_container()
-            _ = sandbox.channel
-        except BaseException:
-            sandbox.close()
-            raise
-        return sandbox
+        return DockerSandbox(self, new_sandbox_id(), spec).open()
 
     def ensure_image(self, image: str) -> None:
         try:
@@ -143,7 +136,7 @@ class DockerSandbox(Sandbox):
         """The container as a docker SDK object (one inspect call)."""
         return self._client.containers.get(self.container_id)
 
-    def start_container(self) -> None:
+    def _provision(self) -> None:
         """Create and start the container with the low-level API: `containers.run` adds an inspect
         call, and a separate volume create adds another, for nothing."""
         spec = self.spec
@@ -216,7 +209,7 @@ class DockerSandbox(Sandbox):
             )
         _quietly(lambda: self._client.api.remove_container(self.container_id, force=True))
         kept = self._volume_exists()
-        self.start_container()
+        self._provision()
         return (
             "the sandbox's container vanished and a new one was created: shell sessions and background "
             "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too")

@@ -109,13 +109,7 @@ class LocalBackend(Backend):
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         if spec.network == "allowlist":
             raise UnsupportedSpec("the local backend supports network 'none' or 'full', not 'allowlist'")
-        sandbox = LocalSandbox(new_sandbox_id(), spec, self.config)
-        try:
-            _ = sandbox.channel  # start the runtime now, so errors surface at create time
-        except BaseException:
-            sandbox.close()
-            raise
-        return sandbox
+        return LocalSandbox(new_sandbox_id(), spec, self.config).open()
 
 
 class LocalSandbox(Sandbox):

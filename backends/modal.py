@@ -144,14 +144,7 @@ class ModalBackend(Backend):
         if spec.ttl and spec.ttl > MODAL_MAX_TIMEOUT:
             raise UnsupportedSpec(f"Modal sandboxes live at most {MODAL_MAX_TIMEOUT} s; ttl was {spec.ttl}")
         network_kwargs(spec)  # refuse a bad allowlist before anything is created
-        sandbox = ModalSandbox(self, new_sandbox_id(), spec)
-        try:
-            sandbox.start()
-            _ = sandbox.channel  # start the runtime now, so errors surface at create time
-        except BaseException:
-            sandbox.close()
-            raise
-        return sandbox
+        return ModalSandbox(self, new_sandbox_id(), spec).open()
 
     def app(self) -> Any:
         """The Modal App, looked up (and created if missing) once."""
@@ -241,7 +234,7 @@ class ModalSandbox(Sandbox):
         self.modal: SandboxHandle | None = None
         """The Modal Sandbox (a new one after the old one ended)."""
 
-    def start(self) -> None:
+    def _provision(self) -> None:
         """Create the Modal Sandbox; its entrypoint idles, the runtime is started by `_connect`."""
         kwargs = self._backend.create_kwargs(self.spec, self.id)
         self.modal = self._backend.sandbox_api.create(*ENTRYPOINT, **kwargs)
@@ -278,7 +271,7 @@ class ModalSandbox(Sandbox):
                 "processes were lost; the workspace was kept"
             )
         self._terminate()
-        self.start()
+        self._provision()
         return (
             "the Modal sandbox ended (terminated, or past its timeout) and a new one was created: shell "
             "sessions, background processes and the workspace were lost"

@@ -117,13 +117,7 @@ class SSHBackend(Backend):
                 "sandboxes have the remote user's network and limits",
                 self.config.host,
             )
-        sandbox = SSHSandbox(self, new_sandbox_id(), spec)
-        try:
-            _ = sandbox.channel  # connect, probe, upload and start now, so errors surface at create time
-        except BaseException:
-            sandbox.close()
-            raise
-        return sandbox
+        return SSHSandbox(self, new_sandbox_id(), spec).open()  # connect, probe, upload, start
 
 
 class SSHSandbox(Sandbox):
