@@ -50,6 +50,11 @@ class Sandbox(ABC):
         self._lock = threading.Lock()
         self._closed = False
         self.expires_at = time.time() + spec.ttl if spec.ttl else None
+        self._ttl_timer: threading.Timer | None = None
+        if spec.ttl:  # destroyed at its ttl even if nobody uses or closes it
+            self._ttl_timer = threading.Timer(spec.ttl, self.close)
+            self._ttl_timer.daemon = True
+            self._ttl_timer.start()
 
     # -- what a backend provides -----------------------------------------------------------
 
@@ -190,6 +195,8 @@ class Sandbox(ABC):
                 return
             self._closed = True
             channel, self._channel = self._channel, None
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
         if channel is not None:
             channel.close()
         self._destroy()

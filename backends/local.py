@@ -8,7 +8,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Literal
@@ -123,11 +122,6 @@ class LocalSandbox(Sandbox):
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroup: CgroupLimits | None = None
-        self._timer: threading.Timer | None = None
-        if spec.ttl:
-            self._timer = threading.Timer(spec.ttl, self.close)
-            self._timer.daemon = True
-            self._timer.start()
 
     def _environment(self, workdir: str, roots: str) -> dict[str, str]:
         env = {
@@ -260,8 +254,6 @@ class LocalSandbox(Sandbox):
             self._proc.wait()
 
     def _destroy(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
         self._stop_process()
         if self._cgroup is not None:
             self._cgroup.remove()

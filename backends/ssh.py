@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import shlex
-import threading
 from pathlib import Path
 from typing import Literal
 
@@ -133,11 +132,6 @@ class SSHSandbox(Sandbox):
         """Absolute path of the workspace on the host, known once connected."""
         self._requested = spec.workspace or f"{self.config.workspace_root.rstrip('/')}/{sandbox_id}"
         self._transport: SSHChannelTransport | None = None
-        self._timer: threading.Timer | None = None
-        if spec.ttl:
-            self._timer = threading.Timer(spec.ttl, self.close)
-            self._timer.daemon = True
-            self._timer.start()
 
     def _connect(self) -> Channel:
         if not is_connected(self.client):
@@ -202,8 +196,6 @@ class SSHSandbox(Sandbox):
         return f"the SSH connection to {self.config.host} dropped and was reopened: {LOST}"
 
     def _destroy(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
         if self.workspace is not None and self.spec.workspace is None:
             try:
                 if not is_connected(self.client):
