@@ -1,20 +1,117 @@
-"""Settings read once from HERMETIC_* environment variables and passed down."""
+"""Settings: HERMETIC_* environment variables over the profile's config.yaml over defaults.
+
+A profile is a separate home (config, database, memory, skills): `default` lives in HERMETIC_HOME
+(~/.hermetic), any other NAME in HERMETIC_HOME/profiles/NAME.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from backends import ModalConfig, SandboxSpec, SSHConfig
+
+DEFAULT_PROFILE = "default"
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_yaml_file: ContextVar[Path | None] = ContextVar("_yaml_file", default=None)
+
+
+class ModelEndpoint(BaseModel):
+    """One model as litellm names it, and where to reach it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """litellm model id: "anthropic/claude-sonnet-4-5", "openai/gpt-4.1", "ollama_chat/qwen3", ..."""
+    api_base: str | None = None
+    """Server URL for self-hosted or OpenAI-compatible models (Ollama, vLLM, the scripted server)."""
+    api_key: SecretStr | None = None
+    """Key for this model; default: the provider's usual variable (ANTHROPIC_API_KEY, ...)."""
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    """The primary model (litellm id); none means the agent cannot run until one is set."""
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    fallbacks: Annotated[list[ModelEndpoint], NoDecode] = []
+    """Tried in order when the primary fails after its retries (a plain string is a model name)."""
+    timeout: float = Field(120.0, gt=0)
+    """Seconds for one model call."""
+    retries: int = Field(3, ge=0)
+    """Retries per model on rate limits, timeouts and 5xx, with exponential backoff and jitter."""
+    backoff: float = Field(1.0, gt=0)
+    """First retry delay in seconds; doubles each time, capped at backoff_max."""
+    backoff_max: float = Field(30.0, gt=0)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    """Most tokens one reply may have; default: the provider's."""
+
+    @field_validator("fallbacks", mode="before")
+    @classmethod
+    def _names_are_endpoints(cls, value: Any) -> Any:
+        value = _comma_list(value)
+        return [{"name": item} if isinstance(item, str) else item for item in value or []]
+
+    @property
+    def primary(self) -> ModelEndpoint | None:
+        if not self.name:
+            return None
+        return ModelEndpoint(name=self.name, api_base=self.api_base, api_key=self.api_key)
+
+    @property
+    def chain(self) -> list[ModelEndpoint]:
+        """The primary, then the fallbacks, in the order they are tried."""
+        return ([self.primary] if self.primary else []) + self.fallbacks
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int = Field(90, ge=1)
+    """Model calls one user message may cause before the run stops and says so."""
+    tool_timeout: float = Field(120.0, gt=0)
+    """Default seconds a terminal command may run (the model may ask for up to max_tool_timeout)."""
+    max_tool_timeout: float = Field(1800.0, gt=0)
+    tool_output: int = Field(20_000, ge=500)
+    """Characters of one tool result the model sees (head and tail kept, the middle cut)."""
+    parallel_tools: int = Field(8, ge=1)
+    """Parallel-safe tool calls run at once."""
+
+
+class APISettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8765
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMETIC_", env_nested_delimiter="__", extra="ignore")
 
-    home: Path = Path.home() / ".hermetic"
-    """Where Hermetic keeps its state."""
+    root: Path = Path.home() / ".hermetic"
+    """HERMETIC_ROOT: where every profile lives."""
+    profile: str = DEFAULT_PROFILE
+    """HERMETIC_PROFILE: which profile's home, database, memory and skills to use."""
+    database_url: str | None = None
+    """SQLAlchemy URL; default: SQLite in the profile home. postgresql+psycopg://... works too."""
+    model: ModelSettings = ModelSettings()
+    """HERMETIC_MODEL__NAME=..., HERMETIC_MODEL__API_BASE=..., HERMETIC_MODEL__FALLBACKS=a,b"""
     backend: Literal["local", "docker", "ssh", "modal"] | None = None
     """Sandbox backend; default: docker when dockerd answers, else local."""
     ssh: SSHConfig | None = None
@@ -23,3 +120,79 @@ class Settings(BaseSettings):
     """Settings of the modal backend (HERMETIC_MODAL__APP_NAME=..., ...)."""
     sandbox: SandboxSpec = SandboxSpec()
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
+    keep_sandbox: bool = False
+    """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
+    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
+    """Which tool groups the model sees: terminal, files, browser."""
+    limits: Limits = Limits()
+    api: APISettings = APISettings()
+
+    @field_validator("profile")
+    @classmethod
+    def _valid_profile(cls, value: str) -> str:
+        if not PROFILE_NAME.match(value):
+            raise ValueError("a profile name is 1-64 characters of a-z, 0-9, '-' and '_'")
+        return value
+
+    @field_validator("toolsets", mode="before")
+    @classmethod
+    def _toolsets(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+    @model_validator(mode="after")
+    def _default_database(self) -> Settings:
+        if self.database_url is None:
+            self.database_url = f"sqlite:///{self.home / 'hermetic.db'}"
+        return self
+
+    @property
+    def home(self) -> Path:
+        """This profile's home: config.yaml, hermetic.db, memory and skills."""
+        return self.root if self.profile == DEFAULT_PROFILE else self.root / "profiles" / self.profile
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
+        yaml_file = _yaml_file.get()
+        if yaml_file is not None and yaml_file.is_file():
+            sources += (YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),)
+        return sources
+
+
+def _comma_list(value: Any) -> Any:
+    """An environment variable's list: JSON, or names separated by commas."""
+    if not isinstance(value, str):
+        return value
+    if value.lstrip().startswith("["):
+        return json.loads(value)
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def profile_home(root: Path, profile: str) -> Path:
+    return root if profile == DEFAULT_PROFILE else root / "profiles" / profile
+
+
+def load_settings(profile: str | None = None, **overrides: Any) -> Settings:
+    """Settings for `profile` (else HERMETIC_PROFILE, else default), reading its config.yaml.
+
+    `overrides` win over everything (the CLI's options). The home is created, private to the user.
+    """
+    root = Path(overrides.get("root") or os.environ.get("HERMETIC_ROOT") or Path.home() / ".hermetic")
+    name = profile or os.environ.get("HERMETIC_PROFILE") or DEFAULT_PROFILE
+    Settings._valid_profile(name)
+    if profile:
+        overrides["profile"] = profile
+    token = _yaml_file.set(profile_home(root, name) / "config.yaml")
+    try:
+        settings = Settings(**overrides)
+    finally:
+        _yaml_file.reset(token)
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return settings

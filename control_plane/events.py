@@ -1,0 +1,117 @@
+"""The typed event stream of a run: what the CLI prints, the API streams over SSE and the log records.
+
+Every event has a `type` tag; `Event` is the union, so `EventAdapter.validate_python(d)` parses one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    session_id: str = ""
+
+
+class TextDelta(_Event):
+    """A piece of the model's reply as it streams."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class AssistantMessage(_Event):
+    """The model's complete reply of one step (its text and the tools it calls)."""
+
+    type: Literal["assistant_message"] = "assistant_message"
+    content: str
+    tool_calls: list[dict[str, Any]] = []
+    model: str = ""
+
+
+class ToolStart(_Event):
+    type: Literal["tool_start"] = "tool_start"
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | str
+    """The parsed arguments, or the raw text when they were not valid JSON."""
+
+
+class ToolProgress(_Event):
+    """Output of a running tool (a terminal command's output as it arrives)."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    call_id: str
+    text: str
+
+
+class ToolEnd(_Event):
+    type: Literal["tool_end"] = "tool_end"
+    call_id: str
+    name: str
+    ok: bool
+    """False when the tool failed (bad arguments, unknown tool, an error, a non-zero exit)."""
+    result: str
+    """What the model sees: truncated and redacted."""
+    duration_ms: float
+    exit_code: int | None = None
+
+
+class Usage(_Event):
+    """Tokens and cost of one model call."""
+
+    type: Literal["usage"] = "usage"
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    """US dollars as litellm prices the model; None when it does not know the model's price."""
+
+
+class Notice(_Event):
+    """Something the user should know that is not an error: a retry, a fallback, a recreated sandbox."""
+
+    type: Literal["notice"] = "notice"
+    message: str
+
+
+class UserMessage(_Event):
+    """A user message entering the conversation (the first of a turn, or a steer mid-run)."""
+
+    type: Literal["user_message"] = "user_message"
+    content: str
+    steer: bool = False
+
+
+class Error(_Event):
+    type: Literal["error"] = "error"
+    message: str
+    kind: str = "error"
+    """model (no model answered), config (nothing to call), sandbox, internal."""
+
+
+class TurnEnd(_Event):
+    """The run for one user message is over; the session stays open for the next."""
+
+    type: Literal["turn_end"] = "turn_end"
+    reason: Literal["done", "interrupted", "budget", "error"]
+    content: str = ""
+    """The final reply's text."""
+    iterations: int = 0
+
+
+Event = Annotated[
+    TextDelta
+    | AssistantMessage
+    | ToolStart
+    | ToolProgress
+    | ToolEnd
+    | Usage
+    | Notice
+    | UserMessage
+    | Error
+    | TurnEnd,
+    Field(discriminator="type"),
+]
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
