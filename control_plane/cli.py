@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Annotated
 
 import typer
 
-from . import sandbox_cli
+from . import agent_cli, sandbox_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
-app.command("demo")(sandbox_cli.demo)
+agent_cli.register(app)
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details")] = False) -> None:
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details")] = False,
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-p", help="Use this profile's home (same as HERMETIC_PROFILE)")
+    ] = None,
+) -> None:
+    if profile:
+        os.environ["HERMETIC_PROFILE"] = profile  # every command and what it starts sees the same profile
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

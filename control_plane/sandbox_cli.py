@@ -1,4 +1,4 @@
-"""`hermetic sandbox ...` and `hermetic demo`: use a sandbox directly from the terminal."""
+"""`hermetic sandbox ...`: use a sandbox directly from the terminal."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
+from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec
 
-from .settings import Settings
+from .sandbox_manager import choose_backend
+from .settings import Settings, load_settings
 
 app = typer.Typer(help="Open sandboxes and run commands in them.", no_args_is_help=True)
 console = Console(stderr=True, highlight=False)
@@ -26,18 +27,14 @@ BackendOption = Annotated[
 
 def open_backend(name: str | None, settings: Settings) -> Backend:
     """The named backend (else the configured one), or docker when dockerd answers and local otherwise."""
-    name = name or settings.backend
     try:
-        if name:
-            return create_backend(name, {"ssh": settings.ssh, "modal": settings.modal}.get(name))
-        try:
-            return create_backend("docker")
-        except BackendUnavailable as exc:
-            console.print(f"[yellow]docker unavailable ({exc}); using the local backend[/]")
-            return create_backend("local")
+        backend, notice = choose_backend(settings, name)
     except BackendUnavailable as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from exc
+    if notice:
+        console.print(f"[yellow]{notice}[/]")
+    return backend
 
 
 def _spec(settings: Settings, network: str | None) -> SandboxSpec:
@@ -68,7 +65,7 @@ def exec_command(
     network: Annotated[str | None, typer.Option(help="none or full")] = None,
 ) -> None:
     """Run one command in a fresh sandbox; its exit code becomes ours."""
-    settings = Settings()
+    settings = load_settings()
     with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
         code, _ = run_streaming(sandbox, shlex.join(command), timeout)
     raise typer.Exit(code)
@@ -81,7 +78,7 @@ def shell_command(
     network: Annotated[str | None, typer.Option(help="none or full")] = None,
 ) -> None:
     """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
-    settings = Settings()
+    settings = load_settings()
     code = 0
     with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
         if not sys.stdin.isatty():
@@ -109,9 +106,10 @@ def shell_command(
     raise typer.Exit(code)
 
 
+@app.command("demo")
 def demo(backend: BackendOption = None) -> None:
     """Open a sandbox and show what it does: persistence, a timeout that kills only the command, files."""
-    settings = Settings()
+    settings = load_settings()
     chosen = open_backend(backend, settings)
     started = time.perf_counter()
     with chosen.create(settings.sandbox) as sandbox:

@@ -57,8 +57,8 @@ def test_unknown_backend_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize("name", ["local"])
-def test_demo_runs_end_to_end(name: str) -> None:
-    done = hermetic("demo", "--backend", name)
+def test_sandbox_demo_runs_end_to_end(name: str) -> None:
+    done = hermetic("sandbox", "demo", "--backend", name)
     assert done.returncode == 0, done.stderr
     assert "hello, world (from /tmp)" in done.stderr and "timed out, killed" in done.stderr
 

@@ -1,0 +1,384 @@
+"""The agent loop: model call, tool batch, repeat, until the model answers without tools.
+
+One `Conversation` per session. `run(text, emit)` handles one user message; from another task or
+thread, `steer(text)` adds a user message after the current tool batch and `interrupt()` stops the
+run (the model call is cancelled, running commands are interrupted, the history stays valid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from .events import (
+    AssistantMessage,
+    Error,
+    Event,
+    Notice,
+    ToolEnd,
+    ToolProgress,
+    ToolStart,
+    TurnEnd,
+    UserMessage,
+)
+from .prompt import system_prompt
+from .redaction import SECRET_NAME, Redactor, clip
+from .router import ModelError, ModelNotConfigured, ModelReply, Router, ToolCall
+from .sandbox_manager import SandboxManager
+from .settings import Settings
+from .store import Store
+from .tools import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke
+
+log = logging.getLogger("hermetic.agent")
+Emit = Callable[[Event], None]
+NOT_RUN = "[not run: the user interrupted before this call started]"
+
+
+class Busy(RuntimeError):
+    """A run is already going on in this conversation (steer it, or interrupt it)."""
+
+
+class Agent:
+    """What conversations share: settings, the store, the model router, the sandboxes and the tools."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        router: Router | None = None,
+        sandboxes: SandboxManager | None = None,
+        registry: Registry = TOOLS,
+    ) -> None:
+        self.settings = settings
+        self.store = store or Store(str(settings.database_url))
+        self.router = router or Router(settings.model)
+        self.sandboxes = sandboxes or SandboxManager(settings)
+        self.tools = registry.select(settings.toolsets)
+        self.schemas = [tool.schema() for tool in self.tools.values()]
+        self.redact = Redactor(_known_secrets(settings))
+
+    def new_conversation(self, *, title: str | None = None, source: str = "cli") -> Conversation:
+        record = self.store.create_session(
+            self.settings.profile, title=title, model=self.settings.model.name, source=source
+        )
+        system = {"role": "system", "content": system_prompt(self.settings)}
+        self.store.add_message(record.id, system)
+        return Conversation(self, record.id, [system])
+
+    def resume(self, session_id: str) -> Conversation:
+        """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
+        if self.store.get_session(session_id, self.settings.profile) is None:
+            raise KeyError(session_id)
+        return Conversation(self, session_id, _repair(self.store.history(session_id)))
+
+    def close(self) -> None:
+        self.sandboxes.close_all()
+
+
+class Conversation:
+    def __init__(self, agent: Agent, session_id: str, history: list[dict[str, Any]]) -> None:
+        self.agent = agent
+        self.id = session_id
+        self.history = history
+        self._steers: list[str] = []
+        self._lock = threading.Lock()
+        self._running = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._interrupt_async: asyncio.Event | None = None
+        self._cancelled = threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- control from other tasks or threads -----------------------------------------------
+
+    def steer(self, text: str) -> bool:
+        """Queue a user message for the running turn (after its current tool batch). False if idle."""
+        with self._lock:
+            if not self._running:
+                return False
+            self._steers.append(text)
+            return True
+
+    def interrupt(self) -> bool:
+        """Stop the running turn. False if idle."""
+        with self._lock:
+            if not self._running or self._loop is None or self._interrupt_async is None:
+                return False
+            self._cancelled.set()
+            self._loop.call_soon_threadsafe(self._interrupt_async.set)
+        threading.Thread(target=self.agent.sandboxes.interrupt, args=(self.id,), daemon=True).start()
+        return True
+
+    # -- one user message ------------------------------------------------------------------
+
+    async def send(self, text: str) -> AsyncIterator[Event]:
+        """`run` as an async iterator of its events."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        task = asyncio.create_task(self.run(text, queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            task.result()
+        finally:
+            if not task.done():
+                self.interrupt()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def run(self, text: str, emit: Emit) -> TurnEnd:
+        """Answer one user message; every step is emitted and stored. Raises Busy if already running."""
+        with self._lock:
+            if self._running:
+                raise Busy(f"session {self.id} is already running; steer or interrupt it")
+            self._running = True
+            self._steers.clear()
+            self._loop = asyncio.get_running_loop()
+            self._interrupt_async = asyncio.Event()
+            self._cancelled.clear()
+        loop = self._loop
+
+        def emit_event(event: Event) -> None:
+            event.session_id = self.id
+            emit(event)
+
+        def emit_threadsafe(event: Event) -> None:
+            loop.call_soon_threadsafe(emit_event, event)
+
+        try:
+            end = await self._turn(text, emit_event, emit_threadsafe)
+        except Exception as exc:  # the loop must survive anything; the user sees what happened
+            log.exception("session %s: run failed", self.id)
+            emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
+            end = TurnEnd(reason="error")
+        finally:
+            with self._lock:
+                self._running = False
+        emit_event(end)
+        return end
+
+    async def _turn(self, text: str, emit: Emit, emit_threadsafe: Emit) -> TurnEnd:
+        agent = self.agent
+        await self._append({"role": "user", "content": text})
+        emit(UserMessage(content=text))
+        limit = agent.settings.limits.max_iterations
+        for iteration in range(1, limit + 1):
+            reply = await self._model_step(emit)
+            if reply is None:
+                return TurnEnd(reason="interrupted", iterations=iteration)
+            if isinstance(reply, Error):
+                emit(reply)
+                return TurnEnd(reason="error", iterations=iteration)
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+            if reply.tool_calls:
+                message["tool_calls"] = [_wire_call(call) for call in reply.tool_calls]
+            await self._append(
+                message,
+                model=reply.model,
+                prompt_tokens=reply.usage.prompt_tokens,
+                completion_tokens=reply.usage.completion_tokens,
+                cost=reply.usage.cost,
+            )
+            emit(
+                AssistantMessage(
+                    content=reply.content, tool_calls=message.get("tool_calls", []), model=reply.model
+                )
+            )
+            if not reply.tool_calls:
+                return TurnEnd(reason="done", content=reply.content, iterations=iteration)
+            await self._tool_batch(reply.tool_calls, emit, emit_threadsafe)
+            if self._cancelled.is_set():
+                return TurnEnd(reason="interrupted", iterations=iteration)
+            with self._lock:
+                steers, self._steers = self._steers, []
+            for steer in steers:
+                await self._append({"role": "user", "content": steer})
+                emit(UserMessage(content=steer, steer=True))
+        emit(
+            Notice(
+                message=f"stopped after {limit} model calls (limits.max_iterations); "
+                "send another message to continue"
+            )
+        )
+        return TurnEnd(reason="budget", iterations=limit)
+
+    async def _model_step(self, emit: Emit) -> ModelReply | Error | None:
+        """One model call, cancelled by an interrupt (None) or failed (an Error event)."""
+        assert self._interrupt_async is not None
+        call = asyncio.ensure_future(
+            self.agent.router.complete(self.history, self.agent.schemas or None, emit=emit)
+        )
+        stop = asyncio.ensure_future(self._interrupt_async.wait())
+        await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            return None
+        try:
+            return call.result()
+        except ModelNotConfigured as exc:
+            return Error(message=str(exc), kind="config")
+        except ModelError as exc:
+            return Error(message=str(exc), kind="model")
+
+    # -- tools -----------------------------------------------------------------------------
+
+    async def _tool_batch(self, calls: list[ToolCall], emit: Emit, emit_threadsafe: Emit) -> None:
+        """Run the calls, parallel-safe neighbours together, and append their results in call order."""
+        results: dict[str, str] = {}
+        limit = asyncio.Semaphore(self.agent.settings.limits.parallel_tools)
+
+        async def one(call: ToolCall) -> None:
+            async with limit:
+                results[call.id] = await self._call_tool(call, emit, emit_threadsafe)
+
+        for group in _groups(calls, self.agent.tools):
+            if self._cancelled.is_set():
+                break
+            await asyncio.gather(*(one(call) for call in group))
+        for call in calls:
+            content = results.get(call.id, NOT_RUN)
+            await self._append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+            )
+
+    async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
+        agent = self.agent
+        tool = agent.tools.get(call.name)
+        emit(ToolStart(call_id=call.id, name=call.name, arguments=_parsed(call.arguments)))
+        ctx = ToolContext(
+            session_id=self.id,
+            call_id=call.id,
+            limits=agent.settings.limits,
+            get_sandbox=lambda: agent.sandboxes.get(self.id),
+            progress=lambda text: emit_threadsafe(ToolProgress(call_id=call.id, text=agent.redact(text))),
+            cancelled=self._cancelled,
+        )
+        started = time.perf_counter()
+        result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)
+        duration = (time.perf_counter() - started) * 1000
+        for notice in notices:
+            emit(Notice(message=notice))
+        prefix = "".join(f"[notice: {notice}]\n" for notice in notices)
+        content = clip(agent.redact(prefix + result.content), agent.settings.limits.tool_output)
+        emit(
+            ToolEnd(
+                call_id=call.id,
+                name=call.name,
+                ok=result.ok,
+                result=content,
+                duration_ms=duration,
+                exit_code=result.exit_code,
+            )
+        )
+        return content
+
+    def _execute(
+        self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext
+    ) -> tuple[ToolResult, list[str]]:
+        """In a worker thread: the call itself, the sandbox's notices, and the audit row."""
+        agent = self.agent
+        started_at = time.time()
+        started = time.perf_counter()
+        try:
+            result = invoke(tool, call.name, call.arguments, ctx)
+        except Exception as exc:  # a tool's bug must not end the run
+            log.exception("tool %s failed", call.name)
+            result = ToolResult(f"error: {call.name} failed: {type(exc).__name__}: {exc}", ok=False)
+        duration = (time.perf_counter() - started) * 1000
+        sandbox = agent.sandboxes.peek(self.id)
+        notices = agent.sandboxes.pop_notices() + (sandbox.pop_notices() if sandbox else [])
+        agent.store.record_tool_call(
+            self.id,
+            call_id=call.id,
+            tool=call.name,
+            arguments=_parsed(call.arguments),
+            backend=agent.sandboxes.backend.name if sandbox else None,
+            sandbox_id=sandbox.id if sandbox else None,
+            started_at=started_at,
+            duration_ms=duration,
+            exit_code=result.exit_code,
+            ok=result.ok,
+            error=None if result.ok else result.content[:2000],
+        )
+        return result, notices
+
+    async def _append(self, message: dict[str, Any], **usage: Any) -> None:
+        self.history.append(message)
+        await asyncio.to_thread(self.agent.store.add_message, self.id, message, **usage)
+
+    def close(self) -> None:
+        """The session is over: release its sandbox and mark it ended."""
+        self.agent.sandboxes.release(self.id)
+        self.agent.store.update_session(self.id, ended_at=time.time())
+
+
+def _groups(calls: list[ToolCall], tools: dict[str, Tool[Any]]) -> list[list[ToolCall]]:
+    """Consecutive parallel-safe calls form one group; every other call is a group of its own."""
+    groups: list[list[ToolCall]] = []
+    joinable = False
+    for call in calls:
+        tool = tools.get(call.name)
+        safe = tool is not None and tool.parallel_safe
+        if safe and joinable:
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+        joinable = safe
+    return groups
+
+
+def _parsed(arguments: str) -> dict[str, Any] | str:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
+
+
+def _wire_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _repair(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every tool call a result, so a run that died mid-batch can be resumed."""
+    repaired: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in history:
+        if pending and message.get("role") != "tool":
+            repaired += [_lost(call) for call in pending]
+            pending = []
+        if message.get("role") == "tool":
+            pending = [call for call in pending if call["id"] != message.get("tool_call_id")]
+        repaired.append(message)
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            pending = list(message["tool_calls"])
+    return repaired + [_lost(call) for call in pending]
+
+
+def _lost(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "name": call["function"]["name"],
+        "content": "[no result: the run ended before this call finished]",
+    }
+
+
+def _known_secrets(settings: Settings) -> list[str]:
+    """Values the model must never see back: model keys, and sandbox variables named like secrets."""
+    keys = [endpoint.api_key.get_secret_value() for endpoint in settings.model.chain if endpoint.api_key]
+    given = {
+        **{name: os.environ.get(name, "") for name in settings.sandbox.env_allow},
+        **settings.sandbox.env,
+    }
+    return keys + [value for name, value in given.items() if SECRET_NAME.search(name)]

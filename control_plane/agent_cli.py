@@ -1,0 +1,268 @@
+"""`hermetic run`, `chat`, `sessions`, `serve` and `token`: the agent from the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import signal
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .agent import Agent, Conversation
+from .events import Event, EventAdapter, TurnEnd
+from .render import EventPrinter
+from .settings import Settings, load_settings
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+EXIT_CODES = {"done": 0, "error": 1, "budget": 3, "interrupted": 130}
+
+ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="litellm model id (overrides config)")]
+BackendOption = Annotated[
+    str | None,
+    typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
+]
+ToolsetsOption = Annotated[
+    str | None, typer.Option("--toolsets", help="Comma-separated: terminal, files, browser")
+]
+
+
+def agent_settings(
+    model: str | None = None, backend: str | None = None, toolsets: str | None = None, **overrides: Any
+) -> Settings:
+    """Settings with the command line's choices on top; exits with the fix when no model is set."""
+    if model:
+        overrides["model"] = {"name": model}
+    if backend:
+        overrides["backend"] = backend
+    if toolsets:
+        overrides["toolsets"] = toolsets
+    settings = load_settings(**overrides)
+    if not settings.model.name:
+        from .router import ModelNotConfigured
+
+        err.print(f"[red]{escape(str(ModelNotConfigured()))}[/]")
+        raise typer.Exit(2)
+    return settings
+
+
+async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
+    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits."""
+    loop = asyncio.get_running_loop()
+    presses = 0
+
+    def on_sigint() -> None:
+        nonlocal presses
+        presses += 1
+        if presses > 1:
+            raise KeyboardInterrupt
+        err.print("\n[yellow]interrupting… (Ctrl-C again to quit)[/]")
+        conversation.interrupt()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        return await conversation.run(text, emit)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _json_line(event: Event) -> None:
+    print(EventAdapter.dump_json(event).decode(), flush=True)
+
+
+def run(
+    task: Annotated[str, typer.Argument(help="What the agent should do")],
+    model: ModelOption = None,
+    backend: BackendOption = None,
+    toolsets: ToolsetsOption = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Most model calls for this task")] = None,
+    keep_sandbox: Annotated[bool, typer.Option(help="Leave the sandbox running afterwards")] = False,
+    json_events: Annotated[bool, typer.Option("--json", help="Print the events as JSON lines")] = False,
+) -> None:
+    """Run one task to completion, streaming the reply and the tool calls."""
+    overrides: dict[str, Any] = {"keep_sandbox": keep_sandbox} if keep_sandbox else {}
+    if max_iterations:
+        overrides["limits"] = {"max_iterations": max_iterations}
+    settings = agent_settings(model, backend, toolsets, **overrides)
+    agent = Agent(settings)
+    conversation = agent.new_conversation(title=task[:80])
+    emit = _json_line if json_events else EventPrinter(console)
+    try:
+        end = asyncio.run(drive(conversation, task, emit))
+    finally:
+        conversation.close()
+        agent.close()
+    if not json_events:
+        err.print(f"[dim]session {conversation.id}[/]")
+    raise typer.Exit(EXIT_CODES[end.reason])
+
+
+def chat(
+    resume: Annotated[str | None, typer.Option("--resume", "-r", help="Continue this session")] = None,
+    last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent session")] = False,
+    model: ModelOption = None,
+    backend: BackendOption = None,
+    toolsets: ToolsetsOption = None,
+) -> None:
+    """An interactive conversation; Ctrl-C interrupts a run, Ctrl-D (or /exit) leaves."""
+    settings = agent_settings(model, backend, toolsets)
+    agent = Agent(settings)
+    if last and not resume:
+        recent = agent.store.list_sessions(settings.profile, limit=1)
+        resume = recent[0].id if recent else None
+    try:
+        conversation = agent.resume(resume) if resume else agent.new_conversation(source="chat")
+    except KeyError:
+        err.print(f"[red]no session {resume} in profile {settings.profile}[/] (hermetic sessions list)")
+        raise typer.Exit(2) from None
+    if resume:
+        turns = sum(1 for m in conversation.history if m["role"] == "user")
+        err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")
+    printer = EventPrinter(console)
+    try:
+        while True:
+            try:
+                text = console.input("[bold green]› [/]").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if text in ("/exit", "/quit"):
+                break
+            if text:
+                asyncio.run(drive(conversation, text, printer))
+    finally:
+        conversation.close()
+        agent.close()
+        err.print(f"[dim]session {conversation.id}: hermetic chat --resume {conversation.id}[/]")
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+sessions_app = typer.Typer(help="Past sessions: list, show, search.", no_args_is_help=True)
+
+
+def _when(timestamp: float | None) -> str:
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else ""
+
+
+def _store() -> tuple[Settings, Any]:
+    from .store import Store
+
+    settings = load_settings()
+    return settings, Store(str(settings.database_url))
+
+
+@sessions_app.command("list")
+def sessions_list(limit: Annotated[int, typer.Option(help="How many")] = 20) -> None:
+    """The latest sessions of this profile."""
+    settings, store = _store()
+    table = Table("id", "last activity", "messages", "tokens", "cost", "title", box=None)
+    for record in store.list_sessions(settings.profile, limit=limit):
+        tokens = (record.prompt_tokens or 0) + (record.completion_tokens or 0)
+        table.add_row(
+            record.id,
+            _when(record.updated_at),
+            str(record.message_count),
+            f"{tokens:,}",
+            f"${record.cost:.4f}" if record.cost else "",
+            escape(record.title or ""),
+        )
+    console.print(table)
+
+
+@sessions_app.command("show")
+def sessions_show(session_id: str) -> None:
+    """A session's messages and tool calls."""
+    settings, store = _store()
+    record = store.get_session(session_id, settings.profile)
+    if record is None:
+        err.print(f"[red]no session {session_id} in profile {settings.profile}[/]")
+        raise typer.Exit(2)
+    console.print(f"[bold]{escape(record.title or record.id)}[/]  [dim]{_when(record.created_at)}[/]")
+    for message in store.messages(session_id):
+        if message.role == "system":
+            continue
+        style = {"user": "bold green", "assistant": "bold", "tool": "dim"}.get(message.role, "")
+        label = f"{message.role} {message.name}" if message.name else message.role
+        if message.content:
+            console.print(f"[{style}]{label}:[/] {escape(message.content)}")
+        for call in message.tool_calls or []:
+            fn = call.get("function", {})
+            console.print(
+                f"[cyan]▸ {escape(fn.get('name', '?'))} {escape(str(fn.get('arguments', ''))[:300])}[/]"
+            )
+
+
+@sessions_app.command("search")
+def sessions_search(query: str, limit: Annotated[int, typer.Option(help="Most hits")] = 10) -> None:
+    """Full-text search over every message of this profile's sessions."""
+    settings, store = _store()
+    hits = store.search(settings.profile, query, limit=limit)
+    if not hits:
+        err.print("no matches")
+        raise typer.Exit(1)
+    for hit in hits:
+        snippet = escape(hit.snippet).replace(">>>", "[bold yellow]").replace("<<<", "[/]")
+        console.print(f"[cyan]{hit.session_id}[/] [dim]{_when(hit.created_at)} {hit.role}[/]  {snippet}")
+
+
+# -- serve and tokens --------------------------------------------------------------------------
+
+token_app = typer.Typer(help="API bearer tokens, each bound to a profile.", no_args_is_help=True)
+
+
+@token_app.command("create")
+def token_create(name: Annotated[str, typer.Option(help="A label for the token")] = "") -> None:
+    """A new token for the current profile (--profile); printed once."""
+    from .api_tokens import TokenStore
+
+    settings = load_settings()
+    print(TokenStore(settings.root).create(settings.profile, name))
+
+
+@token_app.command("list")
+def token_list() -> None:
+    from .api_tokens import TokenStore
+
+    for entry in TokenStore(load_settings().root).list():
+        console.print(
+            f"{entry['id']}  {entry['profile']}  {_when(entry['created'])}  {escape(entry['name'])}"
+        )
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(help="The id shown by `token list`")]) -> None:
+    from .api_tokens import TokenStore
+
+    if not TokenStore(load_settings().root).revoke(token_id):
+        err.print(f"[red]no single token matches {token_id}[/]")
+        raise typer.Exit(2)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8765)")] = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs). Creates a first token when there is none."""
+    import uvicorn
+
+    from .api import create_app
+    from .api_tokens import TokenStore
+
+    settings = load_settings()
+    tokens = TokenStore(settings.root)
+    if not tokens.list():
+        err.print(f"created an API token for profile {settings.profile} (shown once):")
+        print(tokens.create(settings.profile, "first"), flush=True)
+    uvicorn.run(create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+    app.command()(chat)
+    app.command()(serve)
+    app.add_typer(sessions_app, name="sessions")
+    app.add_typer(token_app, name="token")

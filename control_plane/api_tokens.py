@@ -1,0 +1,65 @@
+"""API bearer tokens, each bound to one profile. Only their SHA-256 is stored, in ROOT/api-tokens.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings
+
+PREFIX = "hmt_"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenStore:
+    def __init__(self, root: Path) -> None:
+        self.path = root / "api-tokens.json"
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _save(self, data: dict[str, dict[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".api-tokens-")
+        with os.fdopen(fd, "w") as fh:  # mkstemp makes it 0600: tokens never readable by others
+            json.dump(data, fh, indent=2)
+        os.replace(tmp, self.path)
+
+    def create(self, profile: str, name: str = "") -> str:
+        """A new token for `profile`; shown once, never stored in clear."""
+        Settings._valid_profile(profile)
+        token = PREFIX + secrets.token_urlsafe(32)
+        data = self._load()
+        data[_digest(token)] = {"profile": profile, "name": name, "created": time.time()}
+        self._save(data)
+        return token
+
+    def profile_of(self, token: str) -> str | None:
+        entry = self._load().get(_digest(token))
+        return str(entry["profile"]) if entry else None
+
+    def list(self) -> list[dict[str, Any]]:
+        """Tokens by the first 12 characters of their digest (what `revoke` takes)."""
+        return [{"id": digest[:12], **entry} for digest, entry in self._load().items()]
+
+    def revoke(self, token_id: str) -> bool:
+        data = self._load()
+        matches = [digest for digest in data if digest.startswith(token_id)] if len(token_id) >= 6 else []
+        if len(matches) != 1:
+            return False
+        del data[matches[0]]
+        self._save(data)
+        return True

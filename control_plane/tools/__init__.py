@@ -1,0 +1,17 @@
+"""Built-in tools. Importing this package registers every tool module into TOOLS."""
+
+from . import browser, files, terminal
+from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
+
+__all__ = [
+    "TOOLS",
+    "Registry",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "browser",
+    "files",
+    "invoke",
+    "terminal",
+    "tool",
+]

@@ -1,0 +1,104 @@
+"""Browser tools: a Chromium driven by Playwright inside the session's sandbox.
+
+Pages are described by an accessibility snapshot whose elements carry refs (e.g. `e12`); actions
+name those refs. Each action returns the page's new snapshot, so the model always sees where it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .registry import ToolContext, ToolResult, tool
+
+REF = "An element ref from the latest snapshot, e.g. e12."
+
+
+def _page(ctx: ToolContext, action: dict[str, Any] | None = None) -> ToolResult:
+    """The page's snapshot after an action (whose own fields come first)."""
+    snap = ctx.sandbox.call("browser.snapshot")
+    head = f"url: {snap['url']}\ntitle: {snap['title']}\n"
+    if action and action.get("status") is not None:
+        head += f"status: {action['status']}\n"
+    return ToolResult(head + snap["snapshot"])
+
+
+class NavigateArgs(BaseModel):
+    url: str = Field(description="The URL to open (http, https, file).")
+
+
+@tool("browser_navigate", toolset="browser")
+def browser_navigate(ctx: ToolContext, args: NavigateArgs) -> ToolResult:
+    """Open a URL in the sandbox's browser and return the page's accessibility snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.navigate", {"url": args.url}, timeout=60))
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool("browser_snapshot", toolset="browser")
+def browser_snapshot(ctx: ToolContext, args: NoArgs) -> ToolResult:
+    """The current page's accessibility snapshot, with element refs to act on."""
+    return _page(ctx)
+
+
+class ClickArgs(BaseModel):
+    ref: str = Field(description=REF)
+
+
+@tool("browser_click", toolset="browser")
+def browser_click(ctx: ToolContext, args: ClickArgs) -> ToolResult:
+    """Click an element; returns the page's new snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.click", {"ref": args.ref}))
+
+
+class TypeArgs(BaseModel):
+    ref: str = Field(description=REF)
+    text: str = Field(description="Text to put in the field (replaces what is there).")
+    submit: bool = Field(False, description="Press Enter afterwards.")
+
+
+@tool("browser_type", toolset="browser")
+def browser_type(ctx: ToolContext, args: TypeArgs) -> ToolResult:
+    """Fill a text field; returns the page's new snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.type", args.model_dump()))
+
+
+class PressArgs(BaseModel):
+    key: str = Field(description="A key name: Enter, Escape, ArrowDown, Control+a ...")
+    ref: str | None = Field(None, description="Element to press it on; default: the focused one.")
+
+
+@tool("browser_press", toolset="browser")
+def browser_press(ctx: ToolContext, args: PressArgs) -> ToolResult:
+    """Press a key; returns the page's new snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.press", args.model_dump()))
+
+
+class ScrollArgs(BaseModel):
+    direction: Literal["up", "down", "left", "right"] = "down"
+    ref: str | None = Field(None, description="Scroll this element into view instead.")
+
+
+@tool("browser_scroll", toolset="browser")
+def browser_scroll(ctx: ToolContext, args: ScrollArgs) -> ToolResult:
+    """Scroll the page by most of a screen (or bring an element into view); returns the new snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.scroll", args.model_dump()))
+
+
+@tool("browser_back", toolset="browser")
+def browser_back(ctx: ToolContext, args: NoArgs) -> ToolResult:
+    """Go back in history; returns the page's snapshot."""
+    return _page(ctx, ctx.sandbox.call("browser.back"))
+
+
+@tool("browser_console", toolset="browser", parallel_safe=True)
+def browser_console(ctx: ToolContext, args: NoArgs) -> ToolResult:
+    """Console messages and page errors since the last call."""
+    logged = ctx.sandbox.call("browser.console")
+    lines = [f"[{m.get('type', 'log')}] {m.get('text', '')}" for m in logged["messages"]]
+    if logged["dropped"]:
+        lines.append(f"[{logged['dropped']} older messages dropped]")
+    return ToolResult("\n".join(lines) or "no console messages")

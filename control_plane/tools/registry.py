@@ -1,0 +1,143 @@
+"""The tool registry: each tool module registers its tools here; toolsets select what a run exposes.
+
+A tool's arguments are a pydantic model, which gives both the JSON schema the model sees and the
+validation that turns a malformed call into a readable result instead of an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from backends import SandboxError
+
+if TYPE_CHECKING:
+    from backends import Sandbox
+
+    from ..settings import Limits
+
+Args = TypeVar("Args", bound=BaseModel)
+
+
+@dataclass
+class ToolResult:
+    content: str
+    ok: bool = True
+    exit_code: int | None = None
+
+
+@dataclass
+class ToolContext:
+    """What a handler may use: the session's sandbox (created on first use), limits, progress output."""
+
+    session_id: str
+    call_id: str
+    limits: Limits
+    get_sandbox: Callable[[], Sandbox]
+    progress: Callable[[str], None] = lambda text: None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.get_sandbox()
+
+
+@dataclass(frozen=True)
+class Tool(Generic[Args]):
+    name: str
+    description: str
+    args: type[Args]
+    handler: Callable[[ToolContext, Args], ToolResult | str]
+    toolset: str
+    parallel_safe: bool = False
+    """Safe to run at the same time as other parallel-safe calls of the same step (reads, lookups)."""
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool schema."""
+        parameters = self.args.model_json_schema()
+        parameters.pop("title", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+
+    def register(self, tool: Tool[Any]) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def tool(
+        self, name: str, *, toolset: str, parallel_safe: bool = False
+    ) -> Callable[
+        [Callable[[ToolContext, Args], ToolResult | str]], Callable[[ToolContext, Args], ToolResult | str]
+    ]:
+        """Register a handler; its description is its docstring, its arguments its annotated model."""
+
+        def decorate(
+            handler: Callable[[ToolContext, Args], ToolResult | str],
+        ) -> Callable[[ToolContext, Args], ToolResult | str]:
+            model = get_type_hints(handler)["args"]
+            description = " ".join((handler.__doc__ or "").split())
+            self.register(Tool(name, description, model, handler, toolset, parallel_safe))
+            return handler
+
+        return decorate
+
+    @property
+    def toolsets(self) -> set[str]:
+        return {tool.toolset for tool in self._tools.values()}
+
+    def select(self, toolsets: list[str]) -> dict[str, Tool[Any]]:
+        """The tools of these toolsets. Raises ValueError naming an unknown toolset."""
+        unknown = set(toolsets) - self.toolsets
+        if unknown:
+            raise ValueError(
+                f"unknown toolset(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(self.toolsets))}"
+            )
+        return {name: tool for name, tool in self._tools.items() if tool.toolset in toolsets}
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+
+def invoke(tool: Tool[Any] | None, name: str, raw_arguments: str, ctx: ToolContext) -> ToolResult:
+    """Run one tool call; every failure becomes a result the model can read and act on."""
+    if tool is None:
+        return ToolResult(f"error: there is no tool named {name!r}", ok=False)
+    try:
+        decoded = json.loads(raw_arguments) if raw_arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        return ToolResult(
+            f"error: the arguments of {name} are not valid JSON ({exc.msg} at position {exc.pos}); "
+            "send a JSON object matching the tool's schema",
+            ok=False,
+        )
+    try:
+        args = tool.args.model_validate(decoded)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()
+        )
+        return ToolResult(f"error: invalid arguments for {name}: {problems}", ok=False)
+    try:
+        result = tool.handler(ctx, args)
+    except SandboxError as exc:
+        return ToolResult(f"error: {exc}", ok=False)
+    return result if isinstance(result, ToolResult) else ToolResult(result)
+
+
+TOOLS = Registry()
+"""Every built-in tool; the modules of this package register into it when imported."""
+tool = TOOLS.tool

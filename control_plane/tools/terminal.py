@@ -1,0 +1,90 @@
+"""terminal and process: a persistent shell in the session's sandbox, and background processes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .registry import ToolContext, ToolResult, tool
+
+
+class TerminalArgs(BaseModel):
+    command: str = Field(description="A bash command line; it runs in the session's persistent shell.")
+    timeout: float | None = Field(
+        None, gt=0, description="Seconds before the command is interrupted (default 120; long builds: more)."
+    )
+    background: bool = Field(
+        False,
+        description="Start as a background process and return its id at once (servers, watchers, long jobs); "
+        "follow it with the process tool.",
+    )
+
+
+@tool("terminal", toolset="terminal")
+def terminal(ctx: ToolContext, args: TerminalArgs) -> ToolResult:
+    """Run a command in a persistent bash session inside the sandbox: the working directory, variables
+    and activated environments carry over between calls. Output is stripped of terminal escapes and cut
+    in the middle when long. The sandbox has no network unless the operator allowed it."""
+    sandbox = ctx.sandbox
+    if args.background:
+        started = sandbox.call("proc.spawn", {"command": args.command})
+        return ToolResult(f"started background process {started['id']} (pid {started['pid']})")
+    timeout = min(args.timeout or ctx.limits.tool_timeout, ctx.limits.max_tool_timeout)
+    result = sandbox.run(args.command, timeout=timeout, on_output=ctx.progress)
+    parts = []
+    if result.get("background_output"):
+        parts.append(f"[output of background jobs since the last command]\n{result['background_output']}\n")
+    parts.append(result["output"])
+    if result["timed_out"]:
+        parts.append(
+            f"\n[timed out after {timeout:g} s: the command was interrupted; the shell session goes on. "
+            "Use background=true for long-running work]"
+        )
+        return ToolResult("".join(parts), ok=False, exit_code=124)
+    code = int(result["exit_code"])
+    parts.append(f"\n[exit code {code} · cwd {result.get('cwd', '?')}]")
+    return ToolResult("".join(parts), ok=code == 0, exit_code=code)
+
+
+class ProcessArgs(BaseModel):
+    action: Literal["list", "poll", "log", "wait", "kill", "write"] = Field(
+        description="list: all background processes; poll: status; log: output since `offset`; wait: until "
+        "it exits or `timeout`; kill: stop it; write: send `data` to its stdin."
+    )
+    id: str | None = Field(None, description="The process id from terminal(background=true); not for list.")
+    offset: int | None = Field(None, ge=0, description="log: byte offset to read from (from the last log).")
+    timeout: float = Field(30.0, gt=0, le=600, description="wait: most seconds to wait.")
+    data: str = Field("", description="write: text for the process's stdin.")
+
+
+@tool("process", toolset="terminal", parallel_safe=True)
+def process(ctx: ToolContext, args: ProcessArgs) -> ToolResult:
+    """Inspect and control background processes started with terminal(background=true)."""
+    sandbox = ctx.sandbox
+    if args.action == "list":
+        procs = sandbox.call("proc.list")["processes"]
+        lines = [f"{p['id']}  {_state(p)}  {p['command']}" for p in procs]
+        return ToolResult("\n".join(lines) or "no background processes")
+    if args.id is None:
+        return ToolResult(f"error: process {args.action} needs the process id", ok=False)
+    params: dict[str, Any] = {"id": args.id}
+    if args.action == "log":
+        log = sandbox.call("proc.log", {**params, "offset": args.offset})
+        return ToolResult(f"{log['text']}\n[{_state(log)}; next offset {log['offset']}]")
+    if args.action == "write":
+        sandbox.call("proc.write", {**params, "data": args.data})
+        return ToolResult(f"wrote {len(args.data)} characters")
+    if args.action == "kill":
+        status = sandbox.call("proc.kill", params)
+    elif args.action == "wait":
+        status = sandbox.call("proc.wait", {**params, "timeout": args.timeout}, timeout=args.timeout + 10)
+    else:
+        status = sandbox.call("proc.poll", params)
+    return ToolResult(
+        f"process {args.id} ({status['command']}): {_state(status)}; {status['log_bytes']} bytes of output"
+    )
+
+
+def _state(status: dict[str, Any]) -> str:
+    return "running" if status["running"] else f"exited with code {status['exit_code']}"
