@@ -150,6 +150,12 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     Auth = Annotated[Profile, Depends(current)]
 
+    def live_session(profile: Auth, session_id: str) -> LiveSession:
+        # a dependency, so a 404 is sent before an SSE response has started
+        return profile.session(session_id)
+
+    Live = Annotated[LiveSession, Depends(live_session)]
+
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
@@ -189,8 +195,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         )
 
     @app.post("/sessions/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED)
-    async def post_message(profile: Auth, session_id: str, body: NewMessage) -> Posted:
-        live = profile.session(session_id)
+    async def post_message(live: Live, body: NewMessage) -> Posted:
         after = live.seq
         if live.conversation.steer(body.content):
             return Posted(status="steered", after=after)
@@ -198,30 +203,27 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         return Posted(status="started", after=after)
 
     @app.post("/sessions/{session_id}/interrupt")
-    def interrupt(profile: Auth, session_id: str) -> dict[str, bool]:
-        return {"interrupted": profile.session(session_id).conversation.interrupt()}
+    def interrupt(live: Live) -> dict[str, bool]:
+        return {"interrupted": live.conversation.interrupt()}
 
     @app.post("/sessions/{session_id}/close")
-    async def close_session(profile: Auth, session_id: str) -> dict[str, bool]:
+    async def close_session(profile: Auth, live: Live) -> dict[str, bool]:
         """End the session: its sandbox is released (the history stays)."""
-        live = profile.session(session_id)
         if live.task is not None and not live.task.done():
             live.conversation.interrupt()
             await asyncio.gather(live.task, return_exceptions=True)
         await asyncio.to_thread(live.conversation.close)
-        profile.live.pop(session_id, None)
+        profile.live.pop(live.conversation.id, None)
         return {"closed": True}
 
     @app.get("/sessions/{session_id}/events", response_class=EventSourceResponse)
     async def events(
-        profile: Auth,
-        session_id: str,
+        live: Live,
         after: Annotated[int | None, Query(ge=0, description="Only events after this number")] = None,
         until_turn_end: Annotated[bool, Query(description="Stop after the next turn_end")] = False,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> AsyncIterator[ServerSentEvent]:
         """The session's events as they happen: each SSE `event` is the event's type, `id` its number."""
-        live = profile.session(session_id)
         if after is None:  # a reconnecting browser says where it was; a new follower starts from now
             after = int(last_event_id) if last_event_id and last_event_id.isdigit() else live.seq
         async for seq, event in live.follow(after):

@@ -1,0 +1,169 @@
+"""The HTTP API over real HTTP (uvicorn on a free port): auth, profiles, sessions, SSE events."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from conftest import get_backend
+
+from control_plane.api import create_app
+from control_plane.api_tokens import TokenStore
+from control_plane.settings import Settings, load_settings
+
+
+@pytest.fixture
+def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
+    """A served API for profiles alpha and beta; yields its URL and a token per profile."""
+    get_backend("local")
+    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
+
+    def settings_for(profile: str) -> Settings:
+        return load_settings(profile, root=tmp_path, model=model, backend="local")
+
+    tokens = TokenStore(tmp_path)
+    issued = {name: tokens.create(name) for name in ("alpha", "beta")}
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", issued
+    server.should_exit = True
+    thread.join(30)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def sse_events(client: httpx.Client, url: str, token: str) -> list[dict[str, Any]]:
+    """Read an SSE stream to its end: each event's name, id and JSON data."""
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    with client.stream("GET", url, headers=auth(token), timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith(
+            "text/event-stream"
+        )
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                current["event"] = line[7:]
+            elif line.startswith("id: "):
+                current["id"] = int(line[4:])
+            elif line.startswith("data: "):
+                current["data"] = json.loads(line[6:])
+            elif not line and "data" in current:
+                events.append(current)
+                current = {}
+    return events
+
+
+def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:
+    url, tokens = api
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo from-the-sandbox"}}]},
+            {"text": "The sandbox said hello."},
+        ]
+    )
+    with httpx.Client(base_url=url) as client:
+        created = client.post("/sessions", json={"title": "api test"}, headers=auth(tokens["alpha"]))
+        assert created.status_code == 201
+        session = created.json()["id"]
+        posted = client.post(
+            f"/sessions/{session}/messages", json={"content": "say hi"}, headers=auth(tokens["alpha"])
+        )
+        assert posted.status_code == 202 and posted.json()["status"] == "started"
+        after = posted.json()["after"]
+        events = sse_events(
+            client, f"/sessions/{session}/events?after={after}&until_turn_end=true", tokens["alpha"]
+        )
+        names = [e["event"] for e in events if e["event"] not in ("text_delta", "usage", "tool_progress")]
+        assert names == [
+            "user_message",
+            "assistant_message",
+            "tool_start",
+            "tool_end",
+            "assistant_message",
+            "turn_end",
+        ]
+        assert [e["id"] for e in events] == sorted(e["id"] for e in events)
+        tool_end = next(e["data"] for e in events if e["event"] == "tool_end")
+        assert tool_end["ok"] and "from-the-sandbox" in tool_end["result"]
+        assert events[-1]["data"]["reason"] == "done" and events[-1]["data"]["session_id"] == session
+
+        # reconnecting with Last-Event-ID replays only what came after it
+        replay = client.get(
+            f"/sessions/{session}/events?until_turn_end=true",
+            headers={**auth(tokens["alpha"]), "Last-Event-ID": str(events[-2]["id"])},
+        )
+        assert replay.text.count("event: turn_end") == 1 and "event: tool_start" not in replay.text
+
+        detail = client.get(f"/sessions/{session}", headers=auth(tokens["alpha"])).json()
+        assert [m["role"] for m in detail["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+        assert not detail["running"]
+        listed = client.get("/sessions", headers=auth(tokens["alpha"])).json()
+        assert [s["id"] for s in listed] == [session]
+        hits = client.get(
+            "/sessions/search", params={"q": "from-the-sandbox"}, headers=auth(tokens["alpha"])
+        ).json()
+        assert hits and hits[0]["session_id"] == session
+        assert client.post(f"/sessions/{session}/close", headers=auth(tokens["alpha"])).json() == {
+            "closed": True
+        }
+
+
+def test_auth_and_profile_isolation(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:
+    url, tokens = api
+    with httpx.Client(base_url=url) as client:
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.get("/sessions").status_code == 401
+        denied = client.get("/sessions", headers=auth("hmt_not-a-token"))
+        assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
+        mine = client.post("/sessions", headers=auth(tokens["alpha"])).json()["id"]
+        for method, path in [
+            ("GET", f"/sessions/{mine}"),
+            ("POST", f"/sessions/{mine}/interrupt"),
+            ("GET", f"/sessions/{mine}/events"),
+        ]:
+            assert client.request(method, path, headers=auth(tokens["beta"])).status_code == 404, path
+        posted = client.post(
+            f"/sessions/{mine}/messages", json={"content": "hi"}, headers=auth(tokens["beta"])
+        )
+        assert posted.status_code == 404
+        assert client.get("/sessions", headers=auth(tokens["beta"])).json() == []
+        bad = client.post(f"/sessions/{mine}/messages", json={"content": ""}, headers=auth(tokens["alpha"]))
+        assert bad.status_code == 422
+        spec = client.get("/openapi.json").json()
+        assert "/sessions/{session_id}/events" in spec["paths"] and spec["info"]["title"] == "Hermetic"
+
+
+def test_a_second_message_steers_the_running_one(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:
+    url, tokens = api
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 2"}}]},
+            {"text": "done, and noted"},
+        ]
+    )
+    with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
+        session = client.post("/sessions").json()["id"]
+        first = client.post(f"/sessions/{session}/messages", json={"content": "wait"}).json()
+        second = client.post(f"/sessions/{session}/messages", json={"content": "also note this"}).json()
+        assert first["status"] == "started" and second["status"] == "steered"
+        events = sse_events(
+            client, f"/sessions/{session}/events?after={first['after']}&until_turn_end=true", tokens["alpha"]
+        )
+        steers = [e["data"] for e in events if e["event"] == "user_message" and e["data"]["steer"]]
+        assert [s["content"] for s in steers] == ["also note this"]
+        assert fake_llm.requests[-1]["messages"][-1]["content"] == "also note this"
