@@ -29,7 +29,8 @@ NEXT = """[bold]Next:[/] look at what was recorded, then give the agent a real m
   hermetic --profile demo sessions show {session}
   export ANTHROPIC_API_KEY=...     # or OPENAI_API_KEY, ... (any litellm provider)
   hermetic run -m anthropic/claude-sonnet-4-5 "find the largest file under /usr/share and explain it"
-  hermetic run -m openai/qwen3 "..."   with HERMETIC_MODEL__API_BASE=http://localhost:11434/v1 (Ollama, vLLM)"""
+  # a local OpenAI-compatible server (Ollama, vLLM):
+  HERMETIC_MODEL__API_BASE=http://localhost:11434/v1 hermetic run -m openai/qwen3 "..." """
 
 
 def demo(
