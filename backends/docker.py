@@ -103,11 +103,13 @@ class DockerBackend(Backend):
         """Remove containers and volumes of dead control planes on this host, past their ttl, or stopped."""
         removed = 0
         now = time.time()
-        for container in self.client.containers.list(all=True, filters={"label": MANAGED_LABEL}):
-            labels = container.labels
+        # sparse: the list's own fields suffice, no inspect per container
+        for container in self.client.containers.list(all=True, sparse=True, filters={"label": MANAGED_LABEL}):
+            labels = container.attrs.get("Labels") or {}
             expired = float(labels.get(EXPIRES_LABEL, "inf")) < now
             if expired or container.status in ("exited", "dead") or _owner_dead(labels.get(OWNER_LABEL, "")):
-                _quietly(lambda c=container: c.remove(force=True))
+                name = labels.get(SANDBOX_LABEL) or container.id
+                _quietly(lambda name=name: self.client.api.remove_container(name, force=True))
                 removed += 1
         for volume in self.client.volumes.list(filters={"label": MANAGED_LABEL}):
             owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
@@ -131,10 +133,12 @@ class DockerSandbox(Sandbox):
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
 
+    # Calls address the container by its name (the sandbox id), never its id: a Docker socket proxy
+    # (compose/docker-proxy.cfg) can then confine the control plane to hm-* containers.
     @property
     def container(self) -> Any:
         """The container as a docker SDK object (one inspect call)."""
-        return self._client.containers.get(self.container_id)
+        return self._client.containers.get(self.id)
 
     def _provision(self) -> None:
         """Create and start the container with the low-level API: `containers.run` adds an inspect
@@ -175,15 +179,13 @@ class DockerSandbox(Sandbox):
             host_config=host_config,
         )
         self.container_id = created["Id"]
-        api.start(self.container_id)
+        api.start(self.id)
 
     def _connect(self) -> Channel:
         fresh = self._backend.runtime_hash(self.spec.image) == code_hash()
         cmd = ["python3", "-m", "sandboxes"] if fresh else ["python3", "-c", BOOTSTRAP]
         api = self._client.api
-        exec_id = api.exec_create(self.container_id, cmd, stdin=True, stdout=True, stderr=True, tty=False)[
-            "Id"
-        ]
+        exec_id = api.exec_create(self.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)["Id"]
         sock = api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
@@ -207,7 +209,7 @@ class DockerSandbox(Sandbox):
                 "the sandbox's runtime stopped and was restarted: "
                 "shell sessions and background processes were lost"
             )
-        _quietly(lambda: self._client.api.remove_container(self.container_id, force=True))
+        _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         kept = self._volume_exists()
         self._provision()
         return (
@@ -224,7 +226,7 @@ class DockerSandbox(Sandbox):
 
     def _destroy(self) -> None:
         if self.container_id is not None:
-            _quietly(lambda: self._client.api.remove_container(self.container_id, force=True))
+            _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
 
 

@@ -1,0 +1,73 @@
+"""`hermetic doctor` on this machine: real dockerd, images, bubblewrap, sqlite."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def doctor(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane", "doctor", "--offline"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "HERMETIC_ROOT": str(tmp_path), "HERMETIC_MODEL__NAME": "openai/test-model", **env},
+    )
+
+
+def status(output: str, name: str) -> str:
+    found = re.search(rf"│ {re.escape(name)}\s+│ (\w+)", output)
+    assert found, f"no row {name!r} in:\n{output}"
+    return found[1]
+
+
+def test_rows_for_what_this_machine_has(tmp_path: Path) -> None:
+    done = doctor(tmp_path)
+    out = done.stdout
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        pytest.skip(f"dockerd is not running here ({exc}): start it (setup.sh)")
+    assert status(out, "dockerd") == "ok" and "API 1." in out
+    assert status(out, "backend docker") == "ok"
+    assert status(out, "database") == "ok" and str(tmp_path / "hermetic.db") in out
+    if Path("/usr/sbin/sshd").exists():
+        assert status(out, "sshd") == "ok"
+    assert status(out, "model") in ("ok", "warn")  # warn: no router in this build yet
+    assert "openai/test-model" in out
+    assert "Traceback" not in done.stderr + out
+    assert done.returncode == (1 if "│ fail" in out else 0)
+
+
+def test_unreachable_dockerd_fails_with_the_fix(tmp_path: Path) -> None:
+    done = doctor(tmp_path, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
+    assert status(done.stdout, "dockerd") == "fail"
+    assert "apt-get install docker.io" in done.stdout
+    assert status(done.stdout, "image hermetic-sandbox:slim") == "skip"
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+
+
+def test_no_model_explains_how_to_configure_one(tmp_path: Path) -> None:
+    done = doctor(tmp_path, HERMETIC_MODEL__NAME="")
+    assert status(done.stdout, "model") == "fail"
+    assert "HERMETIC_MODEL__NAME=" in done.stdout and "no model configured" in done.stdout
+    assert done.returncode == 1
+
+
+def test_missing_sandbox_image_fails_with_the_build_command(tmp_path: Path) -> None:
+    image = "hermetic-sandbox:slim-000000000000"
+    done = doctor(tmp_path, HERMETIC_SANDBOX__IMAGE=image)
+    if status(done.stdout, "dockerd") != "ok":
+        pytest.skip("dockerd is not running here: start it (setup.sh)")
+    assert status(done.stdout, f"image {image}") == "fail"
+    assert "hermetic image build --variant slim" in done.stdout
+    assert done.returncode == 1
