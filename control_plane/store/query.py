@@ -33,6 +33,11 @@ def fts5_match(words: list[str]) -> str:
     return " AND ".join(f'"{w}"' for w in words)
 
 
+def trigrams(words: list[str]) -> list[str]:
+    """Every three-character window of the words, as a trigram index knows them (shorter words have none)."""
+    return sorted({w.casefold()[i : i + 3] for w in words for i in range(len(w) - 2)})
+
+
 def websearch(words: list[str]) -> str:
     """Text for PostgreSQL's websearch_to_tsquery requiring every term; quoting keeps `-` and `or` literal."""
     return " ".join(f'"{w}"' for w in words)

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from .query import fts5_match, has_cjk, mark, websearch
+from .query import fts5_match, has_cjk, mark, trigrams, websearch
 from .records import SearchHit
 
 SNIPPET_TOKENS = 24
@@ -18,7 +18,7 @@ PG_HEADLINE = (
     'StartSel=">>>", StopSel="<<<", MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" ... "'
 )
 TRIGRAM = 3
-"""A trigram index finds terms of at least this many characters; shorter ones are matched with LIKE."""
+"""Terms shorter than this have no trigram: they are matched by LIKE alone."""
 
 
 class Filters:
@@ -37,41 +37,52 @@ class Filters:
 
 def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
     if has_cjk(" ".join(words)):
-        return _sqlite_trigram(conn, words, where)
-    hits = _fts5(conn, "messages_fts", words, [], where)
+        return _sqlite_substring(conn, words, where)
+    hits = _unicode61(conn, words, where)
     if not hits and all(len(w) >= TRIGRAM for w in words):
-        hits = _fts5(conn, "messages_trigram", words, [], where)
+        hits = _sqlite_substring(conn, words, where)
     return hits
 
 
-def _sqlite_trigram(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
-    long = [w for w in words if len(w) >= TRIGRAM]
-    short = [w for w in words if len(w) < TRIGRAM]
-    if not long:
-        return _substring(conn, "LIKE", words, where)
-    return _fts5(conn, "messages_trigram", long, short, where)
-
-
-def _fts5(conn: Connection, table: str, words: list[str], like: list[str], where: Filters) -> list[SearchHit]:
-    """Hits ranked by bm25 from one FTS5 index (`table` is one of ours, never user input)."""
-    like_sql, params = _likes("LIKE", like)
+def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    """Hits ranked by bm25 from the word index."""
     # Rank and cut first, then build snippets for the few rows kept.
     sql = f"""
         SELECT m.id AS message_id, m.session_id, m.role, m.created_at, s.title AS session_title, top.score,
-               snippet({table}, 0, '>>>', '<<<', '...', {SNIPPET_TOKENS}) AS snippet
+               snippet(messages_fts, 0, '>>>', '<<<', '...', {SNIPPET_TOKENS}) AS snippet
         FROM (
-            SELECT {table}.rowid AS id, -bm25({table}) AS score
-            FROM {table} JOIN messages m ON m.id = {table}.rowid JOIN sessions s ON s.id = m.session_id
-            WHERE {table} MATCH :match AND {where.sql}{like_sql}
-            ORDER BY bm25({table}) LIMIT :limit
+            SELECT messages_fts.rowid AS id, -bm25(messages_fts) AS score
+            FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+            JOIN sessions s ON s.id = m.session_id
+            WHERE messages_fts MATCH :match AND {where.sql}
+            ORDER BY bm25(messages_fts) LIMIT :limit
         ) AS top
-        JOIN {table} ON {table}.rowid = top.id JOIN messages m ON m.id = top.id
+        JOIN messages_fts ON messages_fts.rowid = top.id JOIN messages m ON m.id = top.id
         JOIN sessions s ON s.id = m.session_id
-        WHERE {table} MATCH :match
+        WHERE messages_fts MATCH :match
         ORDER BY top.score DESC, m.id DESC
     """
-    rows = conn.execute(text(sql), {**where.params, **params, "match": fts5_match(words)}).mappings()
+    rows = conn.execute(text(sql), {**where.params, "match": fts5_match(words)}).mappings()
     return [SearchHit.model_validate(dict(row)) for row in rows]
+
+
+def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    """Messages containing every word as a substring: the trigram index finds candidates holding all the
+    words' trigrams (ranked by bm25), LIKE keeps those holding the words themselves."""
+    grams = trigrams(words)
+    if not grams:
+        return _substring(conn, "LIKE", words, where)
+    like_sql, params = _likes("LIKE", words)
+    sql = f"""
+        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content,
+               -bm25(messages_trigram) AS score
+        FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
+        JOIN sessions s ON s.id = m.session_id
+        WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
+        ORDER BY bm25(messages_trigram), m.id DESC LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {**where.params, **params, "match": fts5_match(grams)}).mappings()
+    return [_marked(row, words, row["score"]) for row in rows]
 
 
 def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
@@ -108,18 +119,19 @@ def _substring(conn: Connection, op: str, words: list[str], where: Filters) -> l
         ORDER BY m.id DESC LIMIT :limit
     """
     rows = conn.execute(text(sql), {**where.params, **params}).mappings()
-    return [
-        SearchHit(
-            session_id=row["session_id"],
-            message_id=row["id"],
-            role=row["role"],
-            snippet=mark(row["content"], words),
-            score=0.0,
-            created_at=row["created_at"],
-            session_title=row["session_title"],
-        )
-        for row in rows
-    ]
+    return [_marked(row, words, 0.0) for row in rows]
+
+
+def _marked(row: Any, words: list[str], score: float) -> SearchHit:
+    return SearchHit(
+        session_id=row["session_id"],
+        message_id=row["id"],
+        role=row["role"],
+        snippet=mark(row["content"], words),
+        score=score,
+        created_at=row["created_at"],
+        session_title=row["session_title"],
+    )
 
 
 def _likes(op: str, words: list[str]) -> tuple[str, dict[str, str]]:
