@@ -67,22 +67,21 @@ def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[Searc
 
 
 def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
-    """Messages containing every word as a substring: the trigram index finds candidates holding all the
-    words' trigrams (ranked by bm25), LIKE keeps those holding the words themselves."""
+    """Messages containing every word as a substring, latest first (score 0): the trigram index yields the
+    candidates holding all the words' trigrams, newest first, and LIKE keeps those holding the words."""
     grams = trigrams(words)
     if not grams:
         return _substring(conn, "LIKE", words, where)
     like_sql, params = _likes("LIKE", words)
     sql = f"""
-        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content,
-               -bm25(messages_trigram) AS score
+        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
         FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
         JOIN sessions s ON s.id = m.session_id
         WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
-        ORDER BY bm25(messages_trigram), m.id DESC LIMIT :limit
+        ORDER BY messages_trigram.rowid DESC LIMIT :limit
     """
     rows = conn.execute(text(sql), {**where.params, **params, "match": fts5_match(grams)}).mappings()
-    return [_marked(row, words, row["score"]) for row in rows]
+    return [_marked(row, words) for row in rows]
 
 
 def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
@@ -110,7 +109,7 @@ def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[
 
 
 def _substring(conn: Connection, op: str, words: list[str], where: Filters) -> list[SearchHit]:
-    """Messages containing every term anywhere, latest first (no rank: score 0). pg_trgm indexes ILIKE."""
+    """Messages containing every term anywhere, latest first (score 0). pg_trgm indexes ILIKE."""
     like_sql, params = _likes(op, words)
     sql = f"""
         SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
@@ -119,16 +118,17 @@ def _substring(conn: Connection, op: str, words: list[str], where: Filters) -> l
         ORDER BY m.id DESC LIMIT :limit
     """
     rows = conn.execute(text(sql), {**where.params, **params}).mappings()
-    return [_marked(row, words, 0.0) for row in rows]
+    return [_marked(row, words) for row in rows]
 
 
-def _marked(row: Any, words: list[str], score: float) -> SearchHit:
+def _marked(row: Any, words: list[str]) -> SearchHit:
+    """A substring hit: the snippet marked here, no rank."""
     return SearchHit(
         session_id=row["session_id"],
         message_id=row["id"],
         role=row["role"],
         snippet=mark(row["content"], words),
-        score=score,
+        score=0.0,
         created_at=row["created_at"],
         session_title=row["session_title"],
     )
