@@ -1,7 +1,8 @@
 """Full-text search over messages: SQLite FTS5 (words, then trigram substrings) or PostgreSQL text search.
 
-Both dialects: every term required, hits limited to one profile's sessions, best first; CJK text (which
-has no spaces to split words on) and words found only inside longer words go to substring search.
+Both dialects: every term required, hits limited to one profile's sessions. Word hits come best first
+(bm25, ts_rank). CJK text (no spaces to split words on), and terms found only inside longer words, go to
+substring search, whose hits come latest first with score 0.
 """
 
 from __future__ import annotations
