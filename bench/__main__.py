@@ -1,4 +1,4 @@
-"""`python -m bench`: print a table of round trips and start times, write raw samples to JSON."""
+"""`python -m bench`: print a table of round trips, start times and store figures; raw samples to JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import platform
 from pathlib import Path
 
-from . import browser, roundtrip
+from . import browser, roundtrip, store
 from .stats import cpu_noise, report
 
 
@@ -16,12 +16,20 @@ def main() -> None:
     parser.add_argument("--backends", default="local,docker,ssh", help="comma-separated backends")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--no-browser", action="store_true", help="skip the browser figures")
+    parser.add_argument(
+        "--store", default="sqlite,postgresql", help="comma-separated store dialects ('' for none)"
+    )
+    parser.add_argument(
+        "--store-messages", type=int, default=100_000, help="messages in the store's database"
+    )
     args = parser.parse_args()
     noise_start = cpu_noise()
     backends = [b for b in args.backends.split(",") if b]
     results = roundtrip.collect(backends, args.iterations)
     if not args.no_browser:
         results.update(browser.collect(backends, args.iterations))
+    dialects = [d for d in args.store.split(",") if d]
+    results.update(store.collect(dialects, args.iterations, args.store_messages))
     noise_end = cpu_noise()
     extra = {
         "machine": platform.platform(),

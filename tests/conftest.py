@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from postgres import postgres  # noqa: F401  (the session fixture, for every test module)
 from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend

@@ -1,0 +1,162 @@
+"""Opening a database (SQLite or PostgreSQL) and creating its schema and search indexes idempotently."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, insert, select, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlmodel import SQLModel, col
+
+from .errors import StoreError
+from .records import StoreMeta
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+WRITE = "hermetic_write"
+"""Execution option on a connection whose transaction will write: SQLite begins it IMMEDIATE."""
+BUSY_TIMEOUT_MS = 30_000
+
+# Two external-content FTS5 indexes over messages.content: words (unicode61) and substrings/CJK (trigram).
+# System prompts are not indexed. Messages are never updated, so insert and delete triggers suffice;
+# the delete must repeat the indexed values exactly, hence the same condition on both.
+# The trigram index holds no positions or sizes (detail=none, columnsize=0): it only narrows candidates, which
+# LIKE then checks, and it costs a third less to write than a full one.
+_FTS_TABLES = {
+    "messages_fts": "tokenize='unicode61 remove_diacritics 2'",
+    "messages_trigram": "tokenize='trigram', detail=none, columnsize=0",
+}
+_INDEXED = "{row}.role <> 'system' AND {row}.content IS NOT NULL"
+_ADD = "INSERT INTO {t}(rowid, content) VALUES (new.id, new.content);"
+_REMOVE = "INSERT INTO {t}({t}, rowid, content) VALUES ('delete', old.id, old.content);"
+SQLITE_SEARCH_DDL = [
+    *(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {t} USING fts5(content, content='messages', "
+        f"content_rowid='id', {options})"
+        for t, options in _FTS_TABLES.items()
+    ),
+    f"CREATE TRIGGER IF NOT EXISTS messages_index AFTER INSERT ON messages "
+    f"WHEN {_INDEXED.format(row='new')} BEGIN {' '.join(_ADD.format(t=t) for t in _FTS_TABLES)} END",
+    f"CREATE TRIGGER IF NOT EXISTS messages_unindex AFTER DELETE ON messages "
+    f"WHEN {_INDEXED.format(row='old')} BEGIN {' '.join(_REMOVE.format(t=t) for t in _FTS_TABLES)} END",
+]
+# The search query repeats this expression and predicate exactly, so the planner uses the index.
+POSTGRES_SEARCH_DDL = [
+    "CREATE INDEX IF NOT EXISTS messages_tsv ON messages "
+    "USING gin (to_tsvector('simple', content)) WHERE role <> 'system'",
+]
+POSTGRES_TRIGRAM_DDL = [
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    "CREATE INDEX IF NOT EXISTS messages_trgm ON messages USING gin (content gin_trgm_ops) "
+    "WHERE role <> 'system'",
+]
+
+
+def open_engine(url: str) -> Engine:
+    """An engine for `url`, connected once to prove it works, with the schema in place."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(
+            f"not a database URL: {url!r}; use sqlite:///path/to/hermetic.db "
+            "or postgresql+psycopg://user:password@host/dbname"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = _sqlite_engine(parsed)
+    elif backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")  # the driver this package depends on
+        try:
+            engine = create_engine(parsed, pool_pre_ping=True)
+        except NoSuchModuleError as exc:
+            raise StoreError(f"{exc}: use postgresql+psycopg://...") from None
+    else:
+        raise StoreError(f"unsupported database {backend!r} in {_safe(parsed)}: use sqlite or postgresql")
+    try:
+        _create_schema(engine)
+    except DBAPIError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot open the database at {_safe(parsed)}: {_first_line(exc.orig)}") from exc
+    except StoreError:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    if not url.database or url.database == ":memory:":
+        raise StoreError(
+            f"{_safe(url)}: the store needs a database file (sqlite:///path/to/hermetic.db), "
+            "since an in-memory database is private to one connection"
+        )
+    path = Path(url.database).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory for {path}: {exc}") from None
+    engine = create_engine(url.set(database=str(path)), connect_args={"check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # BEGIN is ours (below), not the sqlite3 module's
+        for pragma in (
+            "journal_mode=WAL",
+            "foreign_keys=ON",
+            f"busy_timeout={BUSY_TIMEOUT_MS}",
+            "synchronous=NORMAL",
+        ):
+            dbapi_connection.execute(f"PRAGMA {pragma}")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # A deferred transaction that reads and then writes cannot wait for a concurrent writer: SQLite
+        # fails it with "database is locked" at once. Writes take the lock up front (waiting up to the
+        # busy timeout); reads stay deferred and never block.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
+
+    return engine
+
+
+def _create_schema(engine: Engine) -> None:
+    with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        SQLModel.metadata.create_all(
+            conn, tables=[SQLModel.metadata.tables[name] for name in _TABLES], checkfirst=True
+        )
+        found = conn.scalar(select(col(StoreMeta.value)).where(col(StoreMeta.key) == "schema_version"))
+        if found is None:
+            conn.execute(insert(StoreMeta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        elif int(found) > SCHEMA_VERSION:
+            raise StoreError(
+                f"the database has schema version {found}, newer than this Hermetic's ({SCHEMA_VERSION}): "
+                "upgrade Hermetic"
+            )
+        for ddl in SQLITE_SEARCH_DDL if engine.dialect.name == "sqlite" else POSTGRES_SEARCH_DDL:
+            conn.execute(text(ddl))
+    if engine.dialect.name == "postgresql":
+        _try_pg_trgm(engine)
+
+
+def _try_pg_trgm(engine: Engine) -> None:
+    """pg_trgm indexes substring search when the extension is installed and we may create it."""
+    try:
+        with engine.begin() as conn:
+            for ddl in POSTGRES_TRIGRAM_DDL:
+                conn.execute(text(ddl))
+    except DBAPIError as exc:
+        log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
+
+
+_TABLES = ["sessions", "messages", "tool_calls", "store_meta"]
+
+
+def _safe(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return str(exc).strip().splitlines()[0] if exc and str(exc).strip() else repr(exc)

@@ -1,0 +1,134 @@
+"""The database rows, which are also the records the store hands out, and the chat message they hold."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import JSON, Column, Index
+from sqlmodel import Field, SQLModel
+
+# none_as_null: a message without tool calls stores SQL NULL, not the JSON text 'null'.
+_JSON = JSON(none_as_null=True)
+
+
+class SessionRecord(SQLModel, table=True):
+    """One conversation. The totals are kept up to date by every add_message."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (Index("sessions_profile_activity", "profile", "updated_at"),)
+
+    id: str = Field(primary_key=True)
+    profile: str
+    title: str | None = None
+    source: str = "cli"
+    model: str | None = None
+    backend: str | None = None
+    sandbox_id: str | None = None
+    parent_id: str | None = Field(default=None, foreign_key="sessions.id", ondelete="SET NULL")
+    created_at: float
+    updated_at: float
+    """Last activity: creation or the latest message."""
+    ended_at: float | None = None
+    message_count: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+
+class MessageRecord(SQLModel, table=True):
+    """One chat message as it was sent to or received from the model."""
+
+    __tablename__ = "messages"
+    # AUTOINCREMENT: ids only grow, so `messages(after_id=...)` never sees a reused id.
+    __table_args__ = (Index("messages_session", "session_id", "id"), {"sqlite_autoincrement": True})
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", ondelete="CASCADE")
+    role: str
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(_JSON))
+    tool_call_id: str | None = None
+    name: str | None = None
+    created_at: float
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+
+    def to_chat(self) -> dict[str, Any]:
+        """The message in OpenAI chat format, ready to send to the model again."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls is not None:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class ToolCallRecord(SQLModel, table=True):
+    """Audit row for one tool call: what ran, where, for how long, and how it ended."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (Index("tool_calls_session", "session_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", ondelete="CASCADE")
+    call_id: str
+    tool: str
+    arguments: Any = Field(sa_column=Column(_JSON))
+    backend: str | None
+    sandbox_id: str | None
+    started_at: float
+    duration_ms: float
+    exit_code: int | None
+    ok: bool
+    error: str | None = None
+
+
+class StoreMeta(SQLModel, table=True):
+    """Key/value facts about the database itself: schema_version."""
+
+    __tablename__ = "store_meta"
+
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class SearchHit(BaseModel):
+    session_id: str
+    message_id: int
+    role: str
+    snippet: str
+    """The matching part of the message, matched terms between `>>>` and `<<<`."""
+    score: float
+    """Higher is better; comparable within one search only."""
+    created_at: float
+    session_title: str | None
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ChatToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")  # providers add fields (index, ...); they are kept as given
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    """The shape add_message accepts; checked before anything is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ChatToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None

@@ -1,0 +1,145 @@
+"""Full-text search over messages: SQLite FTS5 (words, then trigram substrings) or PostgreSQL text search.
+
+Both dialects: every term required, hits limited to one profile's sessions. Word hits come best first
+(bm25, ts_rank). CJK text (no spaces to split words on), and terms found only inside longer words, go to
+substring search, whose hits come latest first with score 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from .query import fts5_match, has_cjk, mark, trigrams, websearch
+from .records import SearchHit
+
+SNIPPET_TOKENS = 24
+PG_HEADLINE = (
+    'StartSel=">>>", StopSel="<<<", MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" ... "'
+)
+TRIGRAM = 3
+"""Terms shorter than this have no trigram: they are matched by LIKE alone."""
+
+
+class Filters:
+    """The WHERE clauses every search shares: profile, and optionally not one session, only one role."""
+
+    def __init__(self, profile: str, exclude_session: str | None, role: str | None, limit: int) -> None:
+        self.params: dict[str, Any] = {"profile": profile, "limit": limit}
+        self.sql = "s.profile = :profile AND m.role <> 'system'"
+        if exclude_session is not None:
+            self.sql += " AND m.session_id <> :exclude_session"
+            self.params["exclude_session"] = exclude_session
+        if role is not None:
+            self.sql += " AND m.role = :role"
+            self.params["role"] = role
+
+
+def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    if has_cjk(" ".join(words)):
+        return _sqlite_substring(conn, words, where)
+    hits = _unicode61(conn, words, where)
+    if not hits and all(len(w) >= TRIGRAM for w in words):
+        hits = _sqlite_substring(conn, words, where)
+    return hits
+
+
+def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    """Hits ranked by bm25 from the word index."""
+    # Rank and cut first, then build snippets for the few rows kept.
+    sql = f"""
+        SELECT m.id AS message_id, m.session_id, m.role, m.created_at, s.title AS session_title, top.score,
+               snippet(messages_fts, 0, '>>>', '<<<', '...', {SNIPPET_TOKENS}) AS snippet
+        FROM (
+            SELECT messages_fts.rowid AS id, -bm25(messages_fts) AS score
+            FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+            JOIN sessions s ON s.id = m.session_id
+            WHERE messages_fts MATCH :match AND {where.sql}
+            ORDER BY bm25(messages_fts) LIMIT :limit
+        ) AS top
+        JOIN messages_fts ON messages_fts.rowid = top.id JOIN messages m ON m.id = top.id
+        JOIN sessions s ON s.id = m.session_id
+        WHERE messages_fts MATCH :match
+        ORDER BY top.score DESC, m.id DESC
+    """
+    rows = conn.execute(text(sql), {**where.params, "match": fts5_match(words)}).mappings()
+    return [SearchHit.model_validate(dict(row)) for row in rows]
+
+
+def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    """Messages containing every word as a substring, latest first (score 0): the trigram index yields the
+    candidates holding all the words' trigrams, newest first, and LIKE keeps those holding the words."""
+    grams = trigrams(words)
+    if not grams:
+        return _substring(conn, "LIKE", words, where)
+    like_sql, params = _likes("LIKE", words)
+    sql = f"""
+        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
+        FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
+        JOIN sessions s ON s.id = m.session_id
+        WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
+        ORDER BY messages_trigram.rowid DESC LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {**where.params, **params, "match": fts5_match(grams)}).mappings()
+    return [_marked(row, words) for row in rows]
+
+
+def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
+    if has_cjk(" ".join(words)):
+        return _substring(conn, "ILIKE", words, where)
+    # The expression and predicate match the messages_tsv index exactly. Headlines only for the rows kept.
+    sql = f"""
+        SELECT top.id AS message_id, top.session_id, top.role, top.created_at, top.session_title, top.score,
+               ts_headline('simple', top.content, top.q, :headline) AS snippet
+        FROM (
+            SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content, q.q,
+                   ts_rank(to_tsvector('simple', m.content), q.q) AS score
+            FROM messages m JOIN sessions s ON s.id = m.session_id,
+                 websearch_to_tsquery('simple', :query) AS q(q)
+            WHERE to_tsvector('simple', m.content) @@ q.q AND {where.sql}
+            ORDER BY score DESC, m.id DESC LIMIT :limit
+        ) AS top
+        ORDER BY top.score DESC, top.id DESC
+    """
+    params = {**where.params, "query": websearch(words), "headline": PG_HEADLINE}
+    hits = [SearchHit.model_validate(dict(row)) for row in conn.execute(text(sql), params).mappings()]
+    if not hits and all(len(w) >= TRIGRAM for w in words):
+        hits = _substring(conn, "ILIKE", words, where)
+    return hits
+
+
+def _substring(conn: Connection, op: str, words: list[str], where: Filters) -> list[SearchHit]:
+    """Messages containing every term anywhere, latest first (score 0). pg_trgm indexes ILIKE."""
+    like_sql, params = _likes(op, words)
+    sql = f"""
+        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
+        FROM messages m JOIN sessions s ON s.id = m.session_id
+        WHERE {where.sql}{like_sql}
+        ORDER BY m.id DESC LIMIT :limit
+    """
+    rows = conn.execute(text(sql), {**where.params, **params}).mappings()
+    return [_marked(row, words) for row in rows]
+
+
+def _marked(row: Any, words: list[str]) -> SearchHit:
+    """A substring hit: the snippet marked here, no rank."""
+    return SearchHit(
+        session_id=row["session_id"],
+        message_id=row["id"],
+        role=row["role"],
+        snippet=mark(row["content"], words),
+        score=0.0,
+        created_at=row["created_at"],
+        session_title=row["session_title"],
+    )
+
+
+def _likes(op: str, words: list[str]) -> tuple[str, dict[str, str]]:
+    """` AND m.content LIKE :like0 ...` requiring each word as a substring, with its parameters."""
+    sql = "".join(f" AND m.content {op} :like{i} ESCAPE '\\'" for i in range(len(words)))
+    return sql, {f"like{i}": "%" + _escape_like(w) + "%" for i, w in enumerate(words)}
+
+
+def _escape_like(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

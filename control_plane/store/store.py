@@ -1,0 +1,283 @@
+"""The sessions database: sessions, their messages in chat format, tool-call audit rows, and search."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+from pydantic import ValidationError
+from sqlalchemy import Connection, delete, insert, update
+from sqlalchemy.exc import DataError, IntegrityError
+from sqlmodel import Session, col, select
+
+from .engine import WRITE, open_engine
+from .errors import StoreError
+from .query import terms
+from .records import ChatMessage, MessageRecord, SearchHit, SessionRecord, ToolCallRecord
+from .search import Filters, search_postgres, search_sqlite
+
+UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
+"""Session fields update_session may set; ids, profile and totals are the store's."""
+SEARCHABLE_ROLES = ("user", "assistant", "tool")
+
+
+def new_session_id() -> str:
+    """ "s-" + milliseconds since the epoch + random: unique, and sorts by creation time."""
+    return f"s-{time.time_ns() // 1_000_000:012x}{secrets.token_hex(4)}"
+
+
+class Store:
+    """Thread-safe: each call takes its own pooled connection and runs in one transaction."""
+
+    def __init__(self, url: str) -> None:
+        self._engine = open_engine(url)
+        self.dialect: str = self._engine.dialect.name
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # sessions
+
+    def create_session(
+        self,
+        profile: str,
+        *,
+        title: str | None = None,
+        model: str | None = None,
+        backend: str | None = None,
+        source: str = "cli",
+        parent_id: str | None = None,
+    ) -> SessionRecord:
+        now = time.time()
+        record = SessionRecord(
+            id=new_session_id(),
+            profile=profile,
+            title=title,
+            model=model,
+            backend=backend,
+            source=source,
+            parent_id=parent_id,
+            created_at=now,
+            updated_at=now,
+        )
+        with self._write(f"create a session with parent {parent_id!r}") as conn:
+            conn.execute(insert(SessionRecord).values(record.model_dump()))
+        return record
+
+    def get_session(self, session_id: str, profile: str) -> SessionRecord | None:
+        """The session, or None when it does not exist or belongs to another profile."""
+        query = select(SessionRecord).where(SessionRecord.id == session_id, SessionRecord.profile == profile)
+        with self._read() as db:
+            return db.exec(query).first()
+
+    def list_sessions(self, profile: str, *, limit: int = 50, offset: int = 0) -> list[SessionRecord]:
+        """The profile's sessions, latest activity first."""
+        query = (
+            select(SessionRecord)
+            .where(SessionRecord.profile == profile)
+            .order_by(col(SessionRecord.updated_at).desc(), col(SessionRecord.id).desc())
+            .limit(max(limit, 0))
+            .offset(max(offset, 0))
+        )
+        with self._read() as db:
+            return list(db.exec(query))
+
+    def update_session(self, session_id: str, **fields: Any) -> None:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise StoreError(
+                f"cannot update session field(s) {', '.join(sorted(unknown))}; "
+                f"updatable: {', '.join(sorted(UPDATABLE))}"
+            )
+        if not fields:
+            return
+        with self._write(f"update session {session_id!r}") as conn:
+            done = conn.execute(
+                update(SessionRecord).where(col(SessionRecord.id) == session_id).values(fields)
+            )
+            if done.rowcount == 0:
+                raise StoreError(f"no session {session_id!r}")
+
+    def delete_session(self, session_id: str, profile: str) -> bool:
+        """Delete the session with its messages and tool calls; False when the profile has no such session."""
+        with self._write(f"delete session {session_id!r}") as conn:
+            done = conn.execute(
+                delete(SessionRecord).where(
+                    col(SessionRecord.id) == session_id, col(SessionRecord.profile) == profile
+                )
+            )
+            return done.rowcount > 0
+
+    # messages
+
+    def add_message(
+        self,
+        session_id: str,
+        message: dict[str, Any],
+        *,
+        model: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        cost: float | None = None,
+    ) -> int:
+        """Store one chat-format message; returns its id. The session's totals and activity time follow."""
+        row = _message_row(message, 0)
+        row.update(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost)
+        return self._insert_messages(session_id, [row])[0]
+
+    def add_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Store many chat-format messages in one transaction; returns their ids in order."""
+        return self._insert_messages(session_id, [_message_row(m, i) for i, m in enumerate(messages)])
+
+    def _insert_messages(self, session_id: str, rows: list[dict[str, Any]]) -> list[int]:
+        if not rows:
+            return []
+        now = time.time()
+        for row in rows:
+            row.update(session_id=session_id, created_at=now)
+        totals = {
+            "message_count": col(SessionRecord.message_count) + len(rows),
+            "prompt_tokens": col(SessionRecord.prompt_tokens)
+            + sum(r.get("prompt_tokens") or 0 for r in rows),
+            "completion_tokens": col(SessionRecord.completion_tokens)
+            + sum(r.get("completion_tokens") or 0 for r in rows),
+            "cost": col(SessionRecord.cost) + sum(r.get("cost") or 0.0 for r in rows),
+            "updated_at": now,
+        }
+        with self._write(f"add messages to session {session_id!r}") as conn:
+            # The session row first: it proves the session exists and serializes writers to it.
+            done = conn.execute(
+                update(SessionRecord).where(col(SessionRecord.id) == session_id).values(totals)
+            )
+            if done.rowcount == 0:
+                raise StoreError(f"no session {session_id!r}")
+            # Core executemany (multi-row INSERT ... RETURNING per batch), not ORM objects: inserts are hot.
+            ids = conn.execute(
+                insert(MessageRecord).returning(col(MessageRecord.id), sort_by_parameter_order=True), rows
+            )
+            return cast(list[int], ids.scalars().all())
+
+    def messages(
+        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
+    ) -> list[MessageRecord]:
+        """The session's messages in order; after_id and limit page through them."""
+        query = select(MessageRecord).where(MessageRecord.session_id == session_id)
+        if after_id is not None:
+            query = query.where(col(MessageRecord.id) > after_id)
+        query = query.order_by(col(MessageRecord.id)).limit(limit)
+        with self._read() as db:
+            return list(db.exec(query))
+
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        """The conversation in OpenAI chat format, in order, ready to send to the model again."""
+        return [m.to_chat() for m in self.messages(session_id)]
+
+    # tool calls
+
+    def record_tool_call(
+        self,
+        session_id: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: Any,
+        backend: str | None,
+        sandbox_id: str | None,
+        started_at: float,
+        duration_ms: float,
+        exit_code: int | None,
+        ok: bool,
+        error: str | None = None,
+    ) -> int:
+        row = {
+            "session_id": session_id,
+            "call_id": call_id,
+            "tool": tool,
+            "arguments": arguments,
+            "backend": backend,
+            "sandbox_id": sandbox_id,
+            "started_at": started_at,
+            "duration_ms": duration_ms,
+            "exit_code": exit_code,
+            "ok": ok,
+            "error": error,
+        }
+        with self._write(f"record a tool call in session {session_id!r}") as conn:
+            done = conn.execute(insert(ToolCallRecord).returning(col(ToolCallRecord.id)), row)
+            return cast(int, done.scalar_one())
+
+    def tool_calls(self, session_id: str) -> list[ToolCallRecord]:
+        query = (
+            select(ToolCallRecord)
+            .where(ToolCallRecord.session_id == session_id)
+            .order_by(col(ToolCallRecord.id))
+        )
+        with self._read() as db:
+            return list(db.exec(query))
+
+    # search
+
+    def search(
+        self,
+        profile: str,
+        query: str,
+        *,
+        limit: int = 20,
+        exclude_session: str | None = None,
+        role: str | None = None,
+    ) -> list[SearchHit]:
+        """The profile's messages containing every term of `query`, best first. Any text is safe here."""
+        if role is not None and role not in SEARCHABLE_ROLES:
+            raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
+        words = terms(query)
+        if not words or limit <= 0:
+            return []
+        where = Filters(profile, exclude_session, role, limit)
+        with self._engine.connect() as conn:
+            if self.dialect == "sqlite":
+                return search_sqlite(conn, words, where)
+            return search_postgres(conn, words, where)
+
+    # transactions
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Connection]:
+        """One write transaction; the database refusing the data (a missing parent, a NUL byte in
+        PostgreSQL text) becomes a StoreError naming what was being done, and nothing is written."""
+        try:
+            with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+                yield conn
+        except (IntegrityError, DataError) as exc:
+            raise StoreError(f"cannot {what}: {str(exc.orig).strip().splitlines()[0]}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        # expire_on_commit=False: records stay readable after the session closes.
+        with Session(self._engine, expire_on_commit=False) as db:
+            yield db
+
+
+def _message_row(message: Any, index: int) -> dict[str, Any]:
+    """The columns for one chat-format message, checked first; tool_calls are stored exactly as given."""
+    if not isinstance(message, dict):
+        raise StoreError(f"message {index} is a {type(message).__name__}, not a chat-format dict")
+    try:
+        checked = ChatMessage.model_validate(message)
+    except ValidationError as exc:
+        raise StoreError(f"message {index} is not a chat-format message: {exc}") from None
+    return {
+        "role": checked.role,
+        "content": checked.content,
+        "tool_calls": message.get("tool_calls"),
+        "tool_call_id": checked.tool_call_id,
+        "name": checked.name,
+    }
