@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from . import sandbox_cli
+from . import dev_cli, sandbox_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 app.command("demo")(sandbox_cli.demo)
+app.add_typer(dev_cli.app, name="dev")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 

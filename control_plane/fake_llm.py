@@ -91,7 +91,12 @@ def load_script(path: Path) -> list[Turn]:
     try:
         return parse_turns(data)
     except ValidationError as exc:
-        raise ScriptError(f"{path}: {exc}") from exc
+        problems = []
+        for error in exc.errors():
+            turn, *field = error["loc"]
+            where = f"turn {int(turn) + 1}" + (f" {'.'.join(map(str, field))}" if field else "")
+            problems.append(f"  {where}: {error['msg']}")
+        raise ScriptError(f"{path}: not a valid script:\n" + "\n".join(problems)) from exc
 
 
 def rough_tokens(text: str) -> int:
