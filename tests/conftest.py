@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
 from postgres import postgres  # noqa: F401  (the session fixture, for every test module)
 from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
