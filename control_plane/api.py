@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, status
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
@@ -122,6 +122,34 @@ class SessionDetail(BaseModel):
     running: bool
 
 
+_bearer = HTTPBearer(auto_error=False)
+
+
+def current_profile(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Profile:
+    profile = request.app.state.tokens.profile_of(creds.credentials) if creds else None
+    if profile is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid bearer token is required (create one: hermetic token create --profile NAME)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    hub: Hub = request.app.state.hub
+    return hub.profile(profile)
+
+
+Auth = Annotated[Profile, Depends(current_profile)]
+
+
+def live_session(profile: Auth, session_id: str) -> LiveSession:
+    # a dependency, so a 404 is sent before an SSE response has started
+    return profile.session(session_id)
+
+
+Live = Annotated[LiveSession, Depends(live_session)]
+
+
 def create_app(root: Path | None = None, settings_for: Callable[[str], Settings] | None = None) -> FastAPI:
     """The API for every profile under `root` (default: HERMETIC_ROOT or ~/.hermetic)."""
     base = load_settings()
@@ -136,25 +164,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
     app.state.hub = hub
-    bearer = HTTPBearer(auto_error=False)
-
-    def current(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Profile:
-        profile = tokens.profile_of(creds.credentials) if creds else None
-        if profile is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "a valid bearer token is required (create one: hermetic token create --profile NAME)",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return hub.profile(profile)
-
-    Auth = Annotated[Profile, Depends(current)]
-
-    def live_session(profile: Auth, session_id: str) -> LiveSession:
-        # a dependency, so a 404 is sent before an SSE response has started
-        return profile.session(session_id)
-
-    Live = Annotated[LiveSession, Depends(live_session)]
+    app.state.tokens = tokens
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -159,10 +159,8 @@ def check_model(settings: Settings, offline: bool) -> Check:
             "or set model.name in config.yaml; self-hosted: HERMETIC_MODEL__API_BASE=http://HOST:PORT/v1"
         )
         return Check("model", "fail", "no model configured: the agent cannot run", fix)
-    try:
-        from control_plane.router import Router  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return Check("model", "warn", f"{model.name} configured; this build has no model router to call it")
+    from .router import Router
+
     router = Router(model)
     problems = router.problems()
     if problems:
