@@ -1,4 +1,4 @@
-"""`python -m bench`: print a table of round trips, start times and store figures; raw samples to JSON."""
+"""`python -m bench`: round trips, start times, store and agent-step figures; raw samples to JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import platform
 from pathlib import Path
 
-from . import browser, roundtrip, store
+from . import agent_step, browser, roundtrip, store
 from .stats import cpu_noise, report
 
 
@@ -22,6 +22,9 @@ def main() -> None:
     parser.add_argument(
         "--store-messages", type=int, default=100_000, help="messages in the store's database"
     )
+    parser.add_argument(
+        "--agent", default="docker,local", help="backends for the agent step overhead ('' for none)"
+    )
     args = parser.parse_args()
     noise_start = cpu_noise()
     backends = [b for b in args.backends.split(",") if b]
@@ -30,6 +33,8 @@ def main() -> None:
         results.update(browser.collect(backends, args.iterations))
     dialects = [d for d in args.store.split(",") if d]
     results.update(store.collect(dialects, args.iterations, args.store_messages))
+    agent_backends = [b for b in args.agent.split(",") if b]
+    results.update(agent_step.collect(agent_backends, min(args.iterations, 300)))
     noise_end = cpu_noise()
     extra = {
         "machine": platform.platform(),

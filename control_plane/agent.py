@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .events import (
@@ -63,6 +64,7 @@ class Agent:
         self.tools = registry.select(settings.toolsets)
         self.schemas = [tool.schema() for tool in self.tools.values()]
         self.redact = Redactor(_known_secrets(settings))
+        self.writer = _Writer()
 
     def new_conversation(self, *, title: str | None = None, source: str = "cli") -> Conversation:
         record = self.store.create_session(
@@ -80,6 +82,7 @@ class Agent:
 
     def close(self) -> None:
         self.sandboxes.close_all()
+        self.writer.shutdown(wait=True)
 
 
 class Conversation:
@@ -93,6 +96,7 @@ class Conversation:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupt_async: asyncio.Event | None = None
         self._cancelled = threading.Event()
+        self._last_write: Future[Any] | None = None
 
     @property
     def running(self) -> bool:
@@ -154,11 +158,13 @@ class Conversation:
             loop.call_soon_threadsafe(emit_event, event)
 
         try:
-            end = await self._turn(text, emit_event, emit_threadsafe)
-        except Exception as exc:  # the loop must survive anything; the user sees what happened
-            log.exception("session %s: run failed", self.id)
-            emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
-            end = TurnEnd(reason="error")
+            try:
+                end = await self._turn(text, emit_event, emit_threadsafe)
+            except Exception as exc:  # the loop must survive anything; the user sees what happened
+                log.exception("session %s: run failed", self.id)
+                emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
+                end = TurnEnd(reason="error")
+            await self._flush(emit_event)
         finally:
             with self._lock:
                 self._running = False
@@ -167,7 +173,7 @@ class Conversation:
 
     async def _turn(self, text: str, emit: Emit, emit_threadsafe: Emit) -> TurnEnd:
         agent = self.agent
-        await self._append({"role": "user", "content": text})
+        self._append({"role": "user", "content": text})
         emit(UserMessage(content=text))
         limit = agent.settings.limits.max_iterations
         for iteration in range(1, limit + 1):
@@ -180,7 +186,7 @@ class Conversation:
             message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
             if reply.tool_calls:
                 message["tool_calls"] = [_wire_call(call) for call in reply.tool_calls]
-            await self._append(
+            self._append(
                 message,
                 model=reply.model,
                 prompt_tokens=reply.usage.prompt_tokens,
@@ -200,7 +206,7 @@ class Conversation:
             with self._lock:
                 steers, self._steers = self._steers, []
             for steer in steers:
-                await self._append({"role": "user", "content": steer})
+                self._append({"role": "user", "content": steer})
                 emit(UserMessage(content=steer, steer=True))
         emit(
             Notice(
@@ -247,9 +253,7 @@ class Conversation:
             await asyncio.gather(*(one(call) for call in group))
         for call in calls:
             content = results.get(call.id, NOT_RUN)
-            await self._append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
-            )
+            self._append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
         agent = self.agent
@@ -297,7 +301,8 @@ class Conversation:
         duration = (time.perf_counter() - started) * 1000
         sandbox = agent.sandboxes.peek(self.id)
         notices = agent.sandboxes.pop_notices() + (sandbox.pop_notices() if sandbox else [])
-        agent.store.record_tool_call(
+        self._write(
+            agent.store.record_tool_call,
             self.id,
             call_id=call.id,
             tool=call.name,
@@ -312,14 +317,51 @@ class Conversation:
         )
         return result, notices
 
-    async def _append(self, message: dict[str, Any], **usage: Any) -> None:
+    def _append(self, message: dict[str, Any], **usage: Any) -> None:
         self.history.append(message)
-        await asyncio.to_thread(self.agent.store.add_message, self.id, message, **usage)
+        self._write(self.agent.store.add_message, self.id, message, **usage)
+
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue a database write; they run in order on the agent's writer thread, off the step's
+        critical path, and `_flush` waits for them at the end of the turn."""
+        self._last_write = self.agent.writer.submit(fn, *args, **kwargs)
+
+    async def _flush(self, emit: Emit) -> None:
+        if self._last_write is None:
+            return
+        await asyncio.wrap_future(self._last_write)
+        self._last_write = None
+        writer = self.agent.writer
+        with writer.lock:
+            failures, writer.errors[:] = list(writer.errors), []
+        for failure in failures:  # the run went on; what could not be saved is said, not hidden
+            emit(Error(message=f"could not save to the sessions database: {failure}", kind="storage"))
 
     def close(self) -> None:
         """The session is over: release its sandbox and mark it ended."""
         self.agent.sandboxes.release(self.id)
         self.agent.store.update_session(self.id, ended_at=time.time())
+
+
+class _Writer(ThreadPoolExecutor):
+    """One thread that performs the database writes in submission order, keeping what failed."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="hermetic-store")
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def guarded() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                log.exception("database write failed")
+                with self.lock:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                return None
+
+        return super().submit(guarded)
 
 
 def _groups(calls: list[ToolCall], tools: dict[str, Tool[Any]]) -> list[list[ToolCall]]:

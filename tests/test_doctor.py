@@ -7,14 +7,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 
-def doctor(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
+def doctor(tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_") and k != "OPENAI_API_KEY"}
     return subprocess.run(
-        [sys.executable, "-m", "control_plane", "doctor", "--offline"],
+        [sys.executable, "-m", "control_plane", "doctor", *(options or ["--offline"])],
         capture_output=True,
         text=True,
         timeout=120,
@@ -28,8 +29,11 @@ def status(output: str, name: str) -> str:
     return found[1]
 
 
-def test_rows_for_what_this_machine_has(tmp_path: Path) -> None:
-    done = doctor(tmp_path)
+def test_rows_for_what_this_machine_has(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load([{"text": "OK"}])
+    done = doctor(
+        tmp_path, "--no-offline", HERMETIC_MODEL__API_BASE=fake_llm.url, HERMETIC_MODEL__API_KEY="k"
+    )
     out = done.stdout
     try:
         import docker
@@ -42,8 +46,8 @@ def test_rows_for_what_this_machine_has(tmp_path: Path) -> None:
     assert status(out, "database") == "ok" and str(tmp_path / "hermetic.db") in out
     if Path("/usr/sbin/sshd").exists():
         assert status(out, "sshd") == "ok"
-    assert status(out, "model") in ("ok", "warn")  # warn: no router in this build yet
-    assert "openai/test-model" in out
+    assert status(out, "model") == "ok" and "openai/test-model answers" in out
+    assert fake_llm.requests[0]["messages"][-1]["content"] == "Say OK"
     assert "Traceback" not in done.stderr + out
     assert done.returncode == (1 if "│ fail" in out else 0)
 
@@ -60,6 +64,12 @@ def test_no_model_explains_how_to_configure_one(tmp_path: Path) -> None:
     done = doctor(tmp_path, HERMETIC_MODEL__NAME="")
     assert status(done.stdout, "model") == "fail"
     assert "HERMETIC_MODEL__NAME=" in done.stdout and "no model configured" in done.stdout
+    assert done.returncode == 1
+
+
+def test_model_without_its_key_fails_naming_the_variable(tmp_path: Path) -> None:
+    done = doctor(tmp_path)  # openai/test-model, and no OPENAI_API_KEY anywhere
+    assert status(done.stdout, "model") == "fail" and "OPENAI_API_KEY" in done.stdout
     assert done.returncode == 1
 
 
