@@ -97,6 +97,7 @@ class Conversation:
         self._interrupt_async: asyncio.Event | None = None
         self._cancelled = threading.Event()
         self._last_write: Future[Any] | None = None
+        self._turn_state: dict[str, Any] = {}
 
     @property
     def running(self) -> bool:
@@ -148,6 +149,7 @@ class Conversation:
             self._loop = asyncio.get_running_loop()
             self._interrupt_async = asyncio.Event()
             self._cancelled.clear()
+            self._turn_state = {}
         loop = self._loop
 
         def emit_event(event: Event) -> None:
@@ -266,6 +268,10 @@ class Conversation:
             get_sandbox=lambda: agent.sandboxes.get(self.id),
             progress=lambda text: emit_threadsafe(ToolProgress(call_id=call.id, text=agent.redact(text))),
             cancelled=self._cancelled,
+            profile=agent.settings.profile,
+            store=agent.store,
+            notify=lambda message: emit_threadsafe(Notice(message=message)),
+            turn_state=self._turn_state,
         )
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)

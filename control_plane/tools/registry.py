@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from backends import Sandbox
 
     from ..settings import Limits
+    from ..store import Store
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -41,6 +42,13 @@ class ToolContext:
     get_sandbox: Callable[[], Sandbox]
     progress: Callable[[str], None] = lambda text: None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    profile: str = "default"
+    store: Store | None = None
+    """The sessions database (recall tools)."""
+    notify: Callable[[str], None] = lambda message: None
+    """Tell the user something (a Notice on the event stream), e.g. memory nearly full."""
+    turn_state: dict[str, Any] = field(default_factory=dict)
+    """Scratch state shared by the calls of one user turn; the loop starts each turn with a new one."""
 
     @property
     def sandbox(self) -> Sandbox:
