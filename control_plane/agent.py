@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .event_log import EventLog
 from .events import (
     AssistantMessage,
     Error,
@@ -65,6 +66,7 @@ class Agent:
         self.schemas = [tool.schema() for tool in self.tools.values()]
         self.redact = Redactor(_known_secrets(settings))
         self.writer = _Writer()
+        self.event_log = EventLog(settings.home)
 
     def new_conversation(self, *, title: str | None = None, source: str = "cli") -> Conversation:
         record = self.store.create_session(
@@ -83,6 +85,7 @@ class Agent:
     def close(self) -> None:
         self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
+        self.event_log.close()
 
 
 class Conversation:
@@ -154,6 +157,7 @@ class Conversation:
 
         def emit_event(event: Event) -> None:
             event.session_id = self.id
+            self.agent.event_log.write(event)
             emit(event)
 
         def emit_threadsafe(event: Event) -> None:

@@ -4,6 +4,7 @@ real SQLite. The script decides what the model says; everything else really happ
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,11 @@ def test_task_writes_runs_and_reads_in_a_docker_sandbox(tmp_path: Path, fake_llm
     assert audits[1].exit_code == 0
     sandbox_id = audits[0].sandbox_id
     assert store.get_session(conversation.id, "default").message_count == len(history)
+
+    logged = [
+        json.loads(line)["type"] for line in (tmp_path / "logs" / "events.jsonl").read_text().splitlines()
+    ]
+    assert [t for t in logged if t != "usage"] == types(events)  # every event but the streamed pieces
 
     conversation.close()
     agent.close()
