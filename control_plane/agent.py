@@ -29,6 +29,7 @@ from .events import (
     TurnEnd,
     UserMessage,
 )
+from .learning import Background, TurnRecord, review, review_reasons
 from .prompt import system_prompt
 from .redaction import SECRET_NAME, Redactor, clip
 from .router import ModelError, ModelNotConfigured, ModelReply, Router, ToolCall
@@ -62,19 +63,35 @@ class Agent:
         self.store = store or Store(str(settings.database_url))
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
+        self.registry = registry
         self.tools = registry.select(settings.toolsets)
-        self.schemas = [tool.schema() for tool in self.tools.values()]
         self.redact = Redactor(_known_secrets(settings))
         self.writer = _Writer()
         self.event_log = EventLog(settings.home)
+        self.background = Background()
+        """Where learning reviews run, after the reply and apart from the user's turns."""
 
-    def new_conversation(self, *, title: str | None = None, source: str = "cli") -> Conversation:
+    def new_conversation(
+        self,
+        *,
+        title: str | None = None,
+        source: str = "cli",
+        parent_id: str | None = None,
+        system: str | None = None,
+        toolsets: list[str] | None = None,
+    ) -> Conversation:
+        """A new session. A fork (a learning review) passes its own system prompt and toolsets."""
         record = self.store.create_session(
-            self.settings.profile, title=title, model=self.settings.model.name, source=source
+            self.settings.profile,
+            title=title,
+            model=self.settings.model.name,
+            source=source,
+            parent_id=parent_id,
         )
-        system = {"role": "system", "content": system_prompt(self.settings)}
-        self.store.add_message(record.id, system)
-        return Conversation(self, record.id, [system])
+        prompt = {"role": "system", "content": system or system_prompt(self.settings)}
+        self.store.add_message(record.id, prompt)
+        tools = self.registry.select(toolsets) if toolsets is not None else self.tools
+        return Conversation(self, record.id, [prompt], tools=tools, learns=toolsets is None)
 
     def resume(self, session_id: str) -> Conversation:
         """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
@@ -83,16 +100,31 @@ class Agent:
         return Conversation(self, session_id, _repair(self.store.history(session_id)))
 
     def close(self) -> None:
+        """Finish background reviews, release the sandboxes, flush the database writes."""
+        self.background.close()
         self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
         self.event_log.close()
 
 
 class Conversation:
-    def __init__(self, agent: Agent, session_id: str, history: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        session_id: str,
+        history: list[dict[str, Any]],
+        *,
+        tools: dict[str, Tool[Any]] | None = None,
+        learns: bool = True,
+    ) -> None:
         self.agent = agent
         self.id = session_id
         self.history = history
+        self.tools = agent.tools if tools is None else tools
+        self.schemas = [tool.schema() for tool in self.tools.values()]
+        self.learns = learns and "memory" in agent.registry.toolsets
+        """Whether finished turns may be reviewed for memory (a review itself is not)."""
+        self._turns_without_memory = 0
         self._steers: list[str] = []
         self._lock = threading.Lock()
         self._running = False
@@ -101,6 +133,7 @@ class Conversation:
         self._cancelled = threading.Event()
         self._last_write: Future[Any] | None = None
         self._turn_state: dict[str, Any] = {}
+        self._turn_record = TurnRecord(user_text="")
 
     @property
     def running(self) -> bool:
@@ -153,6 +186,7 @@ class Conversation:
             self._interrupt_async = asyncio.Event()
             self._cancelled.clear()
             self._turn_state = {}
+            self._turn_record = TurnRecord(user_text=text)
         loop = self._loop
 
         def emit_event(event: Event) -> None:
@@ -174,8 +208,27 @@ class Conversation:
         finally:
             with self._lock:
                 self._running = False
+        if end.reason == "done":
+            self._learn(self._turn_record, emit_event)
         emit_event(end)
         return end
+
+    def _learn(self, turn: TurnRecord, emit: Emit) -> None:
+        """Schedule a background review of this conversation when the turn taught something."""
+        if not self.learns:
+            return
+        self._turns_without_memory = 0 if turn.memory_written else self._turns_without_memory + 1
+        learning = self.agent.settings.learning
+        if not learning.enabled:
+            return
+        reasons = review_reasons(turn, self._turns_without_memory, learning.nudge_every, learning.busy_tools)
+        if not reasons:
+            return
+        self._turns_without_memory = 0
+        emit(
+            Notice(message=f"learning: reviewing this conversation in the background ({'; '.join(reasons)})")
+        )
+        self.agent.background.submit(review(self.agent, self.id, list(self.history), reasons))
 
     async def _turn(self, text: str, emit: Emit, emit_threadsafe: Emit) -> TurnEnd:
         agent = self.agent
@@ -226,7 +279,7 @@ class Conversation:
         """One model call, cancelled by an interrupt (None) or failed (an Error event)."""
         assert self._interrupt_async is not None
         call = asyncio.ensure_future(
-            self.agent.router.complete(self.history, self.agent.schemas or None, emit=emit)
+            self.agent.router.complete(self.history, self.schemas or None, emit=emit)
         )
         stop = asyncio.ensure_future(self._interrupt_async.wait())
         await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -253,7 +306,7 @@ class Conversation:
             async with limit:
                 results[call.id] = await self._call_tool(call, emit, emit_threadsafe)
 
-        for group in _groups(calls, self.agent.tools):
+        for group in _groups(calls, self.tools):
             if self._cancelled.is_set():
                 break
             await asyncio.gather(*(one(call) for call in group))
@@ -263,7 +316,7 @@ class Conversation:
 
     async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
         agent = self.agent
-        tool = agent.tools.get(call.name)
+        tool = self.tools.get(call.name)
         emit(ToolStart(call_id=call.id, name=call.name, arguments=_parsed(call.arguments)))
         ctx = ToolContext(
             session_id=self.id,
@@ -280,6 +333,7 @@ class Conversation:
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)
         duration = (time.perf_counter() - started) * 1000
+        self._turn_record.tool_done(call.name, result.ok, _parsed(call.arguments))
         for notice in notices:
             emit(Notice(message=notice))
         prefix = "".join(f"[notice: {notice}]\n" for notice in notices)

@@ -70,6 +70,14 @@ async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
         loop.remove_signal_handler(signal.SIGINT)
 
 
+def finish(conversation: Conversation, agent: Agent) -> None:
+    """End the session; a learning review still running is let finish (the reply is already out)."""
+    conversation.close()
+    if agent.background.busy:
+        err.print("[dim]finishing the background review (memory)…[/]")
+    agent.close()
+
+
 def _json_line(event: Event) -> None:
     print(EventAdapter.dump_json(event).decode(), flush=True)
 
@@ -94,8 +102,7 @@ def run(
     try:
         end = asyncio.run(drive(conversation, task, emit))
     finally:
-        conversation.close()
-        agent.close()
+        finish(conversation, agent)
     if not json_events:
         err.print(f"[dim]session {conversation.id}[/]")
     raise typer.Exit(EXIT_CODES[end.reason])
@@ -134,8 +141,7 @@ def chat(
             if text:
                 asyncio.run(drive(conversation, text, printer))
     finally:
-        conversation.close()
-        agent.close()
+        finish(conversation, agent)
         err.print(f"[dim]session {conversation.id}: hermetic chat --resume {conversation.id}[/]")
 
 

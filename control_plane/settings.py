@@ -94,6 +94,17 @@ class Limits(BaseModel):
     """Parallel-safe tool calls run at once."""
 
 
+class LearningSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Review finished turns in the background and let the reviewer save memories."""
+    nudge_every: int = Field(10, ge=0)
+    """Review after this many user turns without a memory write (0: never for this reason)."""
+    busy_tools: int = Field(5, ge=1)
+    """Review after a turn that took at least this many tool calls."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +136,7 @@ class Settings(BaseSettings):
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
     """Which tool groups the model sees: terminal, files, browser."""
     limits: Limits = Limits()
+    learning: LearningSettings = LearningSettings()
     api: APISettings = APISettings()
 
     @field_validator("profile")
