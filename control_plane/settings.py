@@ -94,6 +94,19 @@ class Limits(BaseModel):
     """Parallel-safe tool calls run at once."""
 
 
+class MemorySettings(BaseModel):
+    """The curated memory files in the profile home: MEMORY.md (the agent's notes) and USER.md (the user)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_chars: int = Field(2200, ge=100)
+    """Most characters MEMORY.md may hold (entries and the separator lines between them)."""
+    user_chars: int = Field(1375, ge=100)
+    """Most characters USER.md may hold."""
+    warn_at: float = Field(0.8, gt=0, le=1)
+    """Above this share of a limit, a write also tells the user the file is nearly full."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +138,8 @@ class Settings(BaseSettings):
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
     """Which tool groups the model sees: terminal, files, browser."""
     limits: Limits = Limits()
+    memory: MemorySettings = MemorySettings()
+    """HERMETIC_MEMORY__MEMORY_CHARS=..., HERMETIC_MEMORY__USER_CHARS=..., HERMETIC_MEMORY__WARN_AT=0.8"""
     api: APISettings = APISettings()
 
     @field_validator("profile")
