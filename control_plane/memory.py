@@ -162,7 +162,7 @@ class Memory:
         """
         name = FILES[target]
         if not ops:
-            return self._refuse(target, "no ops given; to see the entries, read instead")
+            return self._refuse(target, "no ops given, nothing was changed; to see the entries, read instead")
         for number, op in enumerate(ops, 1):
             if problem := _check_op(op):
                 return self._refuse(target, f"op {number} ({op.op}): {problem}; nothing was changed")
