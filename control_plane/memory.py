@@ -10,12 +10,13 @@ that fails it on load is shown as a placeholder and left on disk for the user.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -92,7 +93,7 @@ class MemoryFileError(Exception):
 @dataclass
 class _Entry:
     text: str
-    findings: list[Finding] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()
 
     @property
     def withheld(self) -> bool:
@@ -254,11 +255,13 @@ class Memory:
             os.close(fd)
 
 
-def _threats(text: str) -> list[Finding]:
+@functools.lru_cache(maxsize=1024)
+def _threats(text: str) -> tuple[Finding, ...]:
+    """The scan of one entry, remembered: entries change rarely, and every load scans them all."""
     found = scan(text)
     if match := _FENCE_BREAK.search(text):
         found.append(Finding("role-hijack", "memory-fence", match.group()))
-    return found
+    return tuple(found)
 
 
 def _placeholder(name: str, entry: _Entry) -> str:

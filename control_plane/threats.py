@@ -49,11 +49,14 @@ _SHELL_RC = (
 _SECRET_VAR = r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z_]*\}?"
 _NETWORK_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|socat|Invoke-WebRequest|iwr)\b"
 
-# (family, rule, pattern); matched against the NFKC-normalised text, so full-width letters do not hide.
-_RULES: list[tuple[Family, str, re.Pattern[str]]] = [
+# (family, rule, needles, pattern). The pattern is matched against the NFKC-normalised text, so full-width
+# letters do not hide; it is tried only when one of the needles (lower case, single spaces) occurs, which
+# makes the scan of an ordinary note a few substring checks (a tenth of the time of the patterns alone).
+_RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
     (
         "injection",
         "ignore-instructions",
+        ("ignore", "disregard", "forget", "override", "bypass"),
         re.compile(
             r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:(?:all|any|every|the|your|my|of|these)\s+)*"
             r"(?:previous|prior|above|earlier|preceding|former|system|original|safety|existing)\s+"
@@ -64,6 +67,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "injection",
         "new-identity",
+        ("you are now", "from now on", "act as"),
         re.compile(
             r"\byou\s+are\s+now\s+(?:an?\s+|the\s+|my\s+|no\s+longer\b|in\s+\w+\s+mode\b|free\b|unrestricted\b"
             r"|jailbroken\b|DAN\b)|\bfrom\s+now\s+on,?\s+you\s+(?:are|will|must|shall)\b"
@@ -74,6 +78,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "injection",
         "instruction-header",
+        ("system prompt", "instructions", "developer message"),
         re.compile(
             r"\b(?:system\s+prompt|new\s+instructions|updated\s+instructions|override\s+instructions"
             r"|developer\s+message)\s*:",
@@ -83,6 +88,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "injection",
         "reveal-prompt",
+        ("system prompt", "instructions"),
         re.compile(
             r"\b(?:reveal|print|show|repeat|output|leak|dump)\s+(?:your|the)\s+(?:full\s+|hidden\s+)?"
             r"(?:system\s+prompt|initial\s+instructions|hidden\s+instructions)\b",
@@ -92,6 +98,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "injection",
         "conceal-from-user",
+        ("the user",),
         re.compile(
             r"\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+|it\s+)?to|reveal\s+(?:this\s+)?to)"
             r"\s+the\s+user\b|\bwithout\s+(?:telling|informing|asking)\s+the\s+user\b",
@@ -101,11 +108,13 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "injection",
         "jailbreak-mode",
+        (" mode",),
         re.compile(r"\b(?:developer|DAN|jailbreak|god)\s+mode\s+(?:enabled|activated|on)\b", re.I),
     ),
     (
         "role-hijack",
         "chat-template-token",
+        ("<", "[inst", "[/inst"),
         re.compile(
             r"<\|[a-z_]{2,30}\|>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>"
             r"|</?(?:system|assistant|developer|tool_response)(?:\s[^>]*)?>",
@@ -115,11 +124,13 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "role-hijack",
         "fake-assistant-turn",
+        ("assistant", "human"),
         re.compile(r"(?im)^[ \t>#*]*(?:assistant|human)\s*:"),
     ),
     (
         "role-hijack",
         "fake-system-turn",
+        ("system", "developer"),
         # "System: Debian 12" is a note; "system: you must ..." speaks to the model.
         re.compile(
             r"(?im)^[ \t>#*]*(?:system|developer)\s*:\s*(?:you|your|ignore|disregard|from\s+now\s+on|always|"
@@ -129,6 +140,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "exfiltration",
         "network-send-secret",
+        ("$", "`"),
         re.compile(
             rf"{_NETWORK_TOOL}[^\n]*(?:{_SECRET_VAR}|\$\(\s*(?:env|printenv|cat)\b|`\s*(?:env|printenv|cat)\b)"
         ),
@@ -136,6 +148,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "exfiltration",
         "network-upload-file",
+        ("@", "-t ", "--upload-file", "--post-file"),
         re.compile(
             r"\b(?:curl|wget)\b[^\n]*(?:\s(?:-d|--data(?:-binary|-raw|-urlencode)?)\s*[\"']?@"
             r"|\s-F\s*[\"']?[\w-]+=@|\s--form\s+[\"']?[\w-]+=@|\s(?:-T|--upload-file)\s|\s--post-file[=\s])"
@@ -144,6 +157,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "exfiltration",
         "pipe-to-network",
+        ("|",),
         re.compile(
             r"\b(?:env|printenv|set|cat|tar|zip|base64)\b[^\n|]*\|\s*(?:base64\s*(?:-\w+\s*)*\|\s*)?"
             r"(?:curl|wget|nc|ncat|netcat|socat)\b"
@@ -152,11 +166,26 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "exfiltration",
         "read-secret-file",
+        (
+            ".env",
+            ".ssh",
+            "id_",
+            ".aws",
+            ".netrc",
+            ".pgpass",
+            ".git-credentials",
+            ".docker",
+            ".kube",
+            ".npmrc",
+            ".pypirc",
+            "shadow",
+        ),
         re.compile(rf"\b(?:cat|base64|xxd|scp)\s+[^\n;|&]*?{_SECRET_FILE}"),
     ),
     (
         "exfiltration",
         "send-secrets",
+        ("send", "post", "upload", "forward", "exfiltrate", "leak", "email", "transmit"),
         re.compile(
             r"\b(?:send|post|upload|forward|exfiltrate|leak|email|transmit)\s+(?:(?:the|all|your|any|its)\s+)*"
             r"(?:contents?\s+of\s+(?:the\s+)?)?(?:api[\s_-]?keys?|secrets?|credentials?|(?:access|auth|api|bearer)\s+"
@@ -169,16 +198,23 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "persistence",
         "ssh-authorized-keys",
+        ("authorized_keys", "ssh-copy-id"),
         re.compile(
             r"(?:>>?\s*|\btee\s+(?:-a\s+)?)\S*authorized_keys|\bssh-copy-id\b"
             r"|\b(?:add|append|put|write|insert)\b[^\n]{0,60}\bauthorized_keys\b",
             re.I,
         ),
     ),
-    ("persistence", "shell-rc-write", re.compile(rf"{_WRITE_TO}\S*{_SHELL_RC}")),
+    (
+        "persistence",
+        "shell-rc-write",
+        (".bash", ".profile", ".zsh", ".zlogin", "/etc/profile", "/etc/environment", "config.fish"),
+        re.compile(rf"{_WRITE_TO}\S*{_SHELL_RC}"),
+    ),
     (
         "persistence",
         "cron",
+        ("cron", "@reboot"),
         re.compile(
             r"\|\s*crontab\b|\bcrontab\s+(?:-u\s+\S+\s+)?(?:-e\b|-(?:\s|$)|[~/.][\w./~-]*)|/etc/cron\.|/var/spool/cron"
             r"|@reboot\b"
@@ -187,6 +223,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "persistence",
         "systemd-unit",
+        ("systemctl", "systemd"),
         re.compile(
             r"\bsystemctl\s+(?:--user\s+)?enable\b|(?:>>?\s*|\btee\s+|\b(?:cp|mv|ln\s+-s)\s+\S+\s+)"
             r"\S*(?:/systemd/system/|/systemd/user/|\.config/systemd/)"
@@ -195,6 +232,7 @@ _RULES: list[tuple[Family, str, re.Pattern[str]]] = [
     (
         "persistence",
         "autostart",
+        ("rc.local", "ld.so.preload", "autostart", "ld_preload"),
         re.compile(r"/etc/rc\.local\b|/etc/ld\.so\.preload\b|\.config/autostart/|\bLD_PRELOAD="),
     ),
 ]
@@ -205,6 +243,17 @@ _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061
 _INVISIBLE = re.compile(f"[{_ZERO_WIDTH}]|[{_BIDI}]|[\U000e0000-\U000e007f]")
 _EXCERPT = 30
 """Characters of context on each side of a match."""
+_SECRET_NEEDLES: dict[str, tuple[str, ...]] = {
+    "private-key": ("private key",),
+    "openai-or-anthropic-key": ("sk-",),
+    "github-token": ("gh", "github_pat_"),
+    "aws-access-key": ("akia", "asia"),
+    "slack-token": ("xox",),
+    "google-api-key": ("aiza",),
+    "jwt": ("eyj",),
+    "bearer-token": ("bearer",),
+}
+"""Needles of redaction's SECRET_SHAPES; a shape without an entry here is always tried."""
 _redact = Redactor()  # an excerpt of a rule's match must not repeat a secret next to it
 
 
@@ -222,11 +271,17 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
     if "invisible-unicode" in chosen:
         found += _invisible(text)
     normal = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
-    for family, rule, pattern in _RULES:
-        if family in chosen and (match := pattern.search(normal)):
+    folded = " ".join(normal.lower().split())
+    for family, rule, needles, pattern in _RULES:
+        if family not in chosen or not any(needle in folded for needle in needles):
+            continue
+        if match := pattern.search(normal):
             found.append(Finding(family, rule, _redact(_excerpt(normal, match.start(), match.end()))))
     if "secret" in chosen:
         for kind, pattern in SECRET_SHAPES.items():
+            hints = _SECRET_NEEDLES.get(kind)
+            if hints is not None and not any(hint in folded for hint in hints):
+                continue
             if match := pattern.search(normal):
                 secret = match.group()
                 found.append(Finding("secret", kind, secret[:6] + f"... ({len(secret)} characters)"))
