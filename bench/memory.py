@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from control_plane import memory as memory_module
-from control_plane.memory import Add, Memory, Remove, Target
+from control_plane.memory import Memory, Op, Target
 from control_plane.settings import MemorySettings
 from control_plane.threats import scan
 
@@ -89,7 +89,7 @@ def filled(home: Path) -> Memory:
     targets: list[tuple[Target, list[str], int]] = [("memory", NOTES, ROOM), ("user", ABOUT_USER, 0)]
     for target, texts, room in targets:
         for text in texts:
-            outcome = memory.apply(target, [Add(op="add", text=text)])
+            outcome = memory.apply(target, [Op(op="add", text=text)])
             if not outcome.ok or outcome.usage.chars > outcome.usage.limit - room:
                 break
     return memory
@@ -111,8 +111,8 @@ def collect(n: int) -> dict[str, list[float]]:
             memory.snapshot()
 
         def add_then_remove() -> None:
-            assert memory.apply("memory", [Add(op="add", text=note)]).ok
-            assert memory.apply("memory", [Remove(op="remove", match=note)]).ok
+            assert memory.apply("memory", [Op(op="add", text=note)]).ok
+            assert memory.apply("memory", [Op(op="remove", match=note)]).ok
 
         return {
             "memory block build (snapshot, both files full; entries scanned before)": sample(

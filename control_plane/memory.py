@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .settings import MemorySettings
 from .threats import Finding, scan
@@ -39,26 +39,25 @@ _FENCE_BREAK = re.compile(rf"</?\s*{_FENCE}", re.I)
 LOCK_FILE = ".memory.lock"
 
 
-class Add(BaseModel):
+class Op(BaseModel):
+    """One edit of a memory file. A flat shape (no nested union) that every model provider accepts."""
+
     model_config = ConfigDict(extra="forbid")
-    op: Literal["add"]
-    text: str = Field(description="The new entry: one fact or lesson, short and self-contained.")
 
+    op: Literal["add", "replace", "remove"]
+    text: str = Field("", description="add, replace: the entry's whole (new) text, one fact, self-contained.")
+    match: str = Field("", description="replace, remove: a piece of the one entry meant, in no other entry.")
 
-class Replace(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    op: Literal["replace"]
-    match: str = Field(description="A piece of the one entry to change, found in no other entry.")
-    text: str = Field(description="The entry's whole new text.")
-
-
-class Remove(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    op: Literal["remove"]
-    match: str = Field(description="A piece of the one entry to delete, found in no other entry.")
-
-
-Op = Annotated[Add | Replace | Remove, Field(discriminator="op")]
+    @model_validator(mode="after")
+    def _fields_fit_the_op(self) -> Op:
+        needs = {"add": ("text",), "replace": ("match", "text"), "remove": ("match",)}[self.op]
+        for name in ("text", "match"):
+            given = bool(getattr(self, name).strip())
+            if name in needs and not given:
+                raise ValueError(f"{self.op} needs a non-empty {name}")
+            if name not in needs and given:
+                raise ValueError(f"{self.op} takes no {name}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ class Memory:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def apply(self, target: Target, ops: Sequence[Add | Replace | Remove]) -> Outcome:
+    def apply(self, target: Target, ops: Sequence[Op]) -> Outcome:
         """Apply a batch of edits, all or nothing, under the profile's memory lock.
 
         Raises MemoryFileError when the file cannot be read or written (nothing is changed).
@@ -172,7 +171,7 @@ class Memory:
             entries = list(before)
             done = {"added": 0, "replaced": 0, "removed": 0, "already present": 0}
             for number, op in enumerate(ops, 1):
-                if isinstance(op, Add):
+                if op.op == "add":
                     text = op.text.strip()
                     if any(entry.text == text for entry in entries):
                         done["already present"] += 1
@@ -185,7 +184,7 @@ class Memory:
                     return self._refuse(
                         target, f"op {number} ({op.op}): {found}; nothing was changed", before
                     )
-                if isinstance(op, Replace):
+                if op.op == "replace":
                     entries[found] = _Entry(op.text.strip())
                     done["replaced"] += 1
                 else:
@@ -269,18 +268,13 @@ def _placeholder(name: str, entry: _Entry) -> str:
     return f"[entry withheld: it matched the threat scan ({rules}); it stays in {name} for the user]"
 
 
-def _check_op(op: Add | Replace | Remove) -> str | None:
-    """Why this op cannot be applied whatever the file holds, or None."""
-    if isinstance(op, Replace | Remove) and not op.match.strip():
-        return "match is empty; give a piece of the entry's text"
-    if isinstance(op, Remove):
+def _check_op(op: Op) -> str | None:
+    """Why this op's text cannot go into memory, or None."""
+    if op.op == "remove":
         return None
-    text = op.text.strip()
-    if not text:
-        return "text is empty"
-    if _SPLIT.search(text):
+    if _SPLIT.search(op.text):
         return f"an entry cannot contain a line of just {SEPARATOR} (the separator between entries)"
-    if findings := _threats(text):
+    if findings := _threats(op.text.strip()):
         reasons = "; ".join(str(finding) for finding in findings)
         return (
             f"blocked by the threat scan ({reasons}). Memory is loaded into every future session's prompt, "

@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
-    """Which tool groups the model sees: terminal, files, browser."""
+    """Which tool groups the model sees: terminal, files, browser, memory."""
     limits: Limits = Limits()
     memory: MemorySettings = MemorySettings()
     """HERMETIC_MEMORY__MEMORY_CHARS=..., HERMETIC_MEMORY__USER_CHARS=..., HERMETIC_MEMORY__WARN_AT=0.8"""
