@@ -1,4 +1,4 @@
-"""`python -m bench`: round trips, start times, store and agent-step figures; raw samples to JSON."""
+"""`python -m bench`: round trips, start times, store, memory and agent-step figures; raw samples to JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import platform
 from pathlib import Path
 
-from . import agent_step, browser, roundtrip, store
+from . import agent_step, browser, memory, roundtrip, store
 from .stats import cpu_noise, report
 
 
@@ -33,6 +33,7 @@ def main() -> None:
         results.update(browser.collect(backends, args.iterations))
     dialects = [d for d in args.store.split(",") if d]
     results.update(store.collect(dialects, args.iterations, args.store_messages))
+    results.update(memory.collect(args.iterations))
     agent_backends = [b for b in args.agent.split(",") if b]
     results.update(agent_step.collect(agent_backends, min(args.iterations, 300)))
     noise_end = cpu_noise()

@@ -105,6 +105,19 @@ class LearningSettings(BaseModel):
     """Review after a turn that took at least this many tool calls."""
 
 
+class MemorySettings(BaseModel):
+    """The curated memory files in the profile home: MEMORY.md (the agent's notes) and USER.md (the user)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_chars: int = Field(2200, ge=100)
+    """Most characters MEMORY.md may hold (entries and the separator lines between them)."""
+    user_chars: int = Field(1375, ge=100)
+    """Most characters USER.md may hold."""
+    warn_at: float = Field(0.8, gt=0, le=1)
+    """Above this share of a limit, a write also tells the user the file is nearly full."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -134,9 +147,11 @@ class Settings(BaseSettings):
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
-    """Which tool groups the model sees: terminal, files, browser."""
+    """Which tool groups the model sees: terminal, files, browser, memory."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
+    memory: MemorySettings = MemorySettings()
+    """HERMETIC_MEMORY__MEMORY_CHARS=..., HERMETIC_MEMORY__USER_CHARS=..., HERMETIC_MEMORY__WARN_AT=0.8"""
     api: APISettings = APISettings()
 
     @field_validator("profile")

@@ -19,6 +19,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
+    from ..memory import Memory
     from ..settings import Limits
     from ..store import Store
 
@@ -49,6 +50,8 @@ class ToolContext:
     """Tell the user something (a Notice on the event stream), e.g. memory nearly full."""
     turn_state: dict[str, Any] = field(default_factory=dict)
     """Scratch state shared by the calls of one user turn; the loop starts each turn with a new one."""
+    memory: Memory | None = None
+    """The profile's curated memory (the memory tool)."""
 
     @property
     def sandbox(self) -> Sandbox:

@@ -1,0 +1,320 @@
+"""A threat scan for text that will sit in a prompt: memory entries, skill files.
+
+`scan(text)` returns what it found, by family; a caller picks the families that matter for its text.
+The rules aim at instructions planted for a model, not at ordinary notes: "the repo uses ~/.bashrc
+conventions" passes, "echo '...' >> ~/.bashrc" does not.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from .redaction import SECRET_SHAPES, Redactor
+
+Family = Literal["injection", "role-hijack", "exfiltration", "persistence", "secret", "invisible-unicode"]
+FAMILIES: tuple[Family, ...] = (
+    "injection",
+    "role-hijack",
+    "exfiltration",
+    "persistence",
+    "secret",
+    "invisible-unicode",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    family: Family
+    rule: str
+    excerpt: str
+    """The matched text with a little context; secrets are cut short, invisible characters spelled out."""
+
+    def __str__(self) -> str:
+        return f"{self.family}/{self.rule}: {self.excerpt!r}"
+
+
+_SECRET_FILE = (
+    r"(?:\.env(?![\w.-])|\.ssh/|id_(?:rsa|dsa|ecdsa|ed25519)\b|\.aws/credentials|\.netrc|\.pgpass"
+    r"|\.git-credentials|\.docker/config\.json|\.kube/config|\.npmrc|\.pypirc|/etc/shadow)"
+)
+_WRITE_TO = r"(?:>>?\s*|\btee\s+(?:-a\s+)?|\bsed\s+-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+)"
+_SHELL_RC = (
+    r"(?:\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zprofile|\.zshenv|\.zlogin"
+    r"|/etc/profile|/etc/bash\.bashrc|/etc/environment|config\.fish)\b"
+)
+_SECRET_VAR = r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z_]*\}?"
+_NETWORK_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|socat|Invoke-WebRequest|iwr)\b"
+
+# (family, rule, needles, pattern). The pattern is matched against the NFKC-normalised text, so full-width
+# letters do not hide; it is tried only when one of the needles (lower case, single spaces) occurs, which
+# makes the scan of an ordinary note a few substring checks (a tenth of the time of the patterns alone).
+_RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
+    (
+        "injection",
+        "ignore-instructions",
+        ("ignore", "disregard", "forget", "override", "bypass"),
+        re.compile(
+            r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:(?:all|any|every|the|your|my|of|these)\s+)*"
+            r"(?:previous|prior|above|earlier|preceding|former|system|original|safety|existing)\s+"
+            r"(?:instructions?|prompts?|rules|directions|directives|guidelines|messages?|context)\b",
+            re.I,
+        ),
+    ),
+    (
+        "injection",
+        "new-identity",
+        ("you are now", "from now on", "act as"),
+        re.compile(
+            r"\byou\s+are\s+now\s+(?:an?\s+|the\s+|my\s+|no\s+longer\b|in\s+\w+\s+mode\b|free\b|unrestricted\b"
+            r"|jailbroken\b|DAN\b)|\bfrom\s+now\s+on,?\s+you\s+(?:are|will|must|shall)\b"
+            r"|\bact\s+as\s+(?:an?\s+)?(?:unrestricted|unfiltered|jailbroken|evil)\b",
+            re.I,
+        ),
+    ),
+    (
+        "injection",
+        "instruction-header",
+        ("system prompt", "instructions", "developer message"),
+        re.compile(
+            r"\b(?:system\s+prompt|new\s+instructions|updated\s+instructions|override\s+instructions"
+            r"|developer\s+message)\s*:",
+            re.I,
+        ),
+    ),
+    (
+        "injection",
+        "reveal-prompt",
+        ("system prompt", "instructions"),
+        re.compile(
+            r"\b(?:reveal|print|show|repeat|output|leak|dump)\s+(?:your|the)\s+(?:full\s+|hidden\s+)?"
+            r"(?:system\s+prompt|initial\s+instructions|hidden\s+instructions)\b",
+            re.I,
+        ),
+    ),
+    (
+        "injection",
+        "conceal-from-user",
+        ("the user",),
+        re.compile(
+            r"\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+|it\s+)?to|reveal\s+(?:this\s+)?to)"
+            r"\s+the\s+user\b|\bwithout\s+(?:telling|informing|asking)\s+the\s+user\b",
+            re.I,
+        ),
+    ),
+    (
+        "injection",
+        "jailbreak-mode",
+        (" mode",),
+        re.compile(r"\b(?:developer|DAN|jailbreak|god)\s+mode\s+(?:enabled|activated|on)\b", re.I),
+    ),
+    (
+        "role-hijack",
+        "chat-template-token",
+        ("<", "[inst", "[/inst"),
+        re.compile(
+            r"<\|[a-z_]{2,30}\|>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>"
+            r"|</?(?:system|assistant|developer|tool_response)(?:\s[^>]*)?>",
+            re.I,
+        ),
+    ),
+    (
+        "role-hijack",
+        "fake-assistant-turn",
+        ("assistant", "human"),
+        re.compile(r"(?im)^[ \t>#*]*(?:assistant|human)\s*:"),
+    ),
+    (
+        "role-hijack",
+        "fake-system-turn",
+        ("system", "developer"),
+        # "System: Debian 12" is a note; "system: you must ..." speaks to the model.
+        re.compile(
+            r"(?im)^[ \t>#*]*(?:system|developer)\s*:\s*(?:you|your|ignore|disregard|from\s+now\s+on|always|"
+            r"never|do\s+not|don't|new\s+(?:instructions|rules)|override|the\s+(?:assistant|model|agent))\b"
+        ),
+    ),
+    (
+        "exfiltration",
+        "network-send-secret",
+        ("$", "`"),
+        re.compile(
+            rf"{_NETWORK_TOOL}[^\n]*(?:{_SECRET_VAR}|\$\(\s*(?:env|printenv|cat)\b|`\s*(?:env|printenv|cat)\b)"
+        ),
+    ),
+    (
+        "exfiltration",
+        "network-upload-file",
+        ("@", "-t ", "--upload-file", "--post-file"),
+        re.compile(
+            r"\b(?:curl|wget)\b[^\n]*(?:\s(?:-d|--data(?:-binary|-raw|-urlencode)?)\s*[\"']?@"
+            r"|\s-F\s*[\"']?[\w-]+=@|\s--form\s+[\"']?[\w-]+=@|\s(?:-T|--upload-file)\s|\s--post-file[=\s])"
+        ),
+    ),
+    (
+        "exfiltration",
+        "pipe-to-network",
+        ("|",),
+        re.compile(
+            r"\b(?:env|printenv|set|cat|tar|zip|base64)\b[^\n|]*\|\s*(?:base64\s*(?:-\w+\s*)*\|\s*)?"
+            r"(?:curl|wget|nc|ncat|netcat|socat)\b"
+        ),
+    ),
+    (
+        "exfiltration",
+        "read-secret-file",
+        (
+            ".env",
+            ".ssh",
+            "id_",
+            ".aws",
+            ".netrc",
+            ".pgpass",
+            ".git-credentials",
+            ".docker",
+            ".kube",
+            ".npmrc",
+            ".pypirc",
+            "shadow",
+        ),
+        re.compile(rf"\b(?:cat|base64|xxd|scp)\s+[^\n;|&]*?{_SECRET_FILE}"),
+    ),
+    (
+        "exfiltration",
+        "send-secrets",
+        ("send", "post", "upload", "forward", "exfiltrate", "leak", "email", "transmit"),
+        re.compile(
+            r"\b(?:send|post|upload|forward|exfiltrate|leak|email|transmit)\s+(?:(?:the|all|your|any|its)\s+)*"
+            r"(?:contents?\s+of\s+(?:the\s+)?)?(?:api[\s_-]?keys?|secrets?|credentials?|(?:access|auth|api|bearer)\s+"
+            r"tokens?|passwords?|private\s+keys?|ssh\s+keys?|env(?:ironment)?\s+variables|\.env|conversation\s+history"
+            r"|chat\s+history"
+            r"|system\s+prompt)\b",
+            re.I,
+        ),
+    ),
+    (
+        "persistence",
+        "ssh-authorized-keys",
+        ("authorized_keys", "ssh-copy-id"),
+        re.compile(
+            r"(?:>>?\s*|\btee\s+(?:-a\s+)?)\S*authorized_keys|\bssh-copy-id\b"
+            r"|\b(?:add|append|put|write|insert)\b[^\n]{0,60}\bauthorized_keys\b",
+            re.I,
+        ),
+    ),
+    (
+        "persistence",
+        "shell-rc-write",
+        (".bash", ".profile", ".zsh", ".zlogin", "/etc/profile", "/etc/environment", "config.fish"),
+        re.compile(rf"{_WRITE_TO}\S*{_SHELL_RC}"),
+    ),
+    (
+        "persistence",
+        "cron",
+        ("cron", "@reboot"),
+        re.compile(
+            r"\|\s*crontab\b|\bcrontab\s+(?:-u\s+\S+\s+)?(?:-e\b|-(?:\s|$)|[~/.][\w./~-]*)|/etc/cron\.|/var/spool/cron"
+            r"|@reboot\b"
+        ),
+    ),
+    (
+        "persistence",
+        "systemd-unit",
+        ("systemctl", "systemd"),
+        re.compile(
+            r"\bsystemctl\s+(?:--user\s+)?enable\b|(?:>>?\s*|\btee\s+|\b(?:cp|mv|ln\s+-s)\s+\S+\s+)"
+            r"\S*(?:/systemd/system/|/systemd/user/|\.config/systemd/)"
+        ),
+    ),
+    (
+        "persistence",
+        "autostart",
+        ("rc.local", "ld.so.preload", "autostart", "ld_preload"),
+        re.compile(r"/etc/rc\.local\b|/etc/ld\.so\.preload\b|\.config/autostart/|\bLD_PRELOAD="),
+    ),
+]
+
+# Characters that render as nothing or reorder what is shown: text the user cannot see, the model reads.
+_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u180e\u00ad"
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+_INVISIBLE = re.compile(f"[{_ZERO_WIDTH}]|[{_BIDI}]|[\U000e0000-\U000e007f]")
+_EXCERPT = 30
+"""Characters of context on each side of a match."""
+_SECRET_NEEDLES: dict[str, tuple[str, ...]] = {
+    "private-key": ("private key",),
+    "openai-or-anthropic-key": ("sk-",),
+    "github-token": ("gh", "github_pat_"),
+    "aws-access-key": ("akia", "asia"),
+    "slack-token": ("xox",),
+    "google-api-key": ("aiza",),
+    "jwt": ("eyj",),
+    "bearer-token": ("bearer",),
+}
+"""Needles of redaction's SECRET_SHAPES; a shape without an entry here is always tried."""
+_redact = Redactor()  # an excerpt of a rule's match must not repeat a secret next to it
+
+
+def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
+    """What in `text` looks like a planted instruction, a secret or hidden characters.
+
+    One finding per rule that matched (its first match). `families` limits the scan; default: all.
+    Raises ValueError naming an unknown family.
+    """
+    chosen = set(FAMILIES if families is None else families)
+    unknown = chosen - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown threat famil(ies) {sorted(unknown)}; known: {', '.join(FAMILIES)}")
+    found: list[Finding] = []
+    if "invisible-unicode" in chosen:
+        found += _invisible(text)
+    normal = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
+    folded = " ".join(normal.lower().split())
+    for family, rule, needles, pattern in _RULES:
+        if family not in chosen or not any(needle in folded for needle in needles):
+            continue
+        if match := pattern.search(normal):
+            found.append(Finding(family, rule, _redact(_excerpt(normal, match.start(), match.end()))))
+    if "secret" in chosen:
+        for kind, pattern in SECRET_SHAPES.items():
+            hints = _SECRET_NEEDLES.get(kind)
+            if hints is not None and not any(hint in folded for hint in hints):
+                continue
+            if match := pattern.search(normal):
+                secret = match.group()
+                found.append(Finding("secret", kind, secret[:6] + f"... ({len(secret)} characters)"))
+    return found
+
+
+def _invisible(text: str) -> list[Finding]:
+    found: dict[str, Finding] = {}
+    for match in _INVISIBLE.finditer(text):
+        char = match.group()
+        if char == "\u200d" and _joins_emoji(text, match.start()):
+            continue  # the joiner inside an emoji sequence (a family, a flag) is what it is for
+        rule = "tag-characters" if ord(char) >= 0xE0000 else "bidi-control" if char in _BIDI else "zero-width"
+        if rule not in found:
+            start = max(0, match.start() - _EXCERPT)
+            shown = "".join(
+                f"<U+{ord(c):04X}>" if _INVISIBLE.match(c) else c
+                for c in text[start : match.end() + _EXCERPT]
+            )
+            found[rule] = Finding("invisible-unicode", rule, _redact(shown))
+    return list(found.values())
+
+
+def _joins_emoji(text: str, at: int) -> bool:
+    def emoji(c: str) -> bool:
+        return unicodedata.category(c) in ("So", "Sk") or c == "\ufe0f"
+
+    return 0 < at < len(text) - 1 and emoji(text[at - 1]) and emoji(text[at + 1])
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    left = max(0, start - _EXCERPT)
+    right = min(len(text), end + _EXCERPT)
+    return (
+        ("..." if left else "") + text[left:right].replace("\n", " ") + ("..." if right < len(text) else "")
+    )
