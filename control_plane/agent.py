@@ -30,6 +30,7 @@ from .events import (
     UserMessage,
 )
 from .learning import Background, TurnRecord, review, review_reasons
+from .memory import Memory
 from .prompt import system_prompt
 from .redaction import SECRET_NAME, Redactor, clip
 from .router import ModelError, ModelNotConfigured, ModelReply, Router, ToolCall
@@ -70,6 +71,7 @@ class Agent:
         self.event_log = EventLog(settings.home)
         self.background = Background()
         """Where learning reviews run, after the reply and apart from the user's turns."""
+        self.memory = Memory(settings.home, settings.memory)
 
     def new_conversation(
         self,
@@ -88,10 +90,18 @@ class Agent:
             source=source,
             parent_id=parent_id,
         )
-        prompt = {"role": "system", "content": system or system_prompt(self.settings)}
+        prompt = {"role": "system", "content": self.system_prompt(system)}
         self.store.add_message(record.id, prompt)
         tools = self.registry.select(toolsets) if toolsets is not None else self.tools
-        return Conversation(self, record.id, [prompt], tools=tools, learns=toolsets is None)
+        conversation = Conversation(self, record.id, [prompt], tools=tools, learns=toolsets is None)
+        conversation.notices += self.memory.problems()
+        return conversation
+
+    def system_prompt(self, base: str | None = None) -> str:
+        """The system prompt with the memory block as it is now. A session builds it once and keeps the
+        string byte-identical for every model call (prefix caching); memory written during the session
+        shows up in the next one, or after a compression rebuilds it."""
+        return f"{base or system_prompt(self.settings)}\n\n{self.memory.snapshot()}"
 
     def resume(self, session_id: str) -> Conversation:
         """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
@@ -125,6 +135,8 @@ class Conversation:
         self.learns = learns and "memory" in agent.registry.toolsets
         """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._turns_without_memory = 0
+        self.notices: list[str] = []
+        """Told to the user when the next run starts (memory entries withheld by the threat scan)."""
         self._steers: list[str] = []
         self._lock = threading.Lock()
         self._running = False
@@ -232,6 +244,9 @@ class Conversation:
 
     async def _turn(self, text: str, emit: Emit, emit_threadsafe: Emit) -> TurnEnd:
         agent = self.agent
+        for notice in self.notices:
+            emit(Notice(message=notice))
+        self.notices = []
         self._append({"role": "user", "content": text})
         emit(UserMessage(content=text))
         limit = agent.settings.limits.max_iterations
@@ -327,6 +342,7 @@ class Conversation:
             cancelled=self._cancelled,
             profile=agent.settings.profile,
             store=agent.store,
+            memory=agent.memory,
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
         )

@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
-    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
+    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory"]
     """Which tool groups the model sees: terminal, files, browser, memory."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()

@@ -22,6 +22,7 @@ def settings_for(root: Path, url: str, backend: str = "docker", **overrides: Any
     get_backend(backend)  # skips, with the reason, when this backend cannot run here
     model = {"name": "openai/scripted", "api_base": url, "api_key": "test-key-123456", "retries": 0}
     model.update(overrides.pop("model", {}))
+    overrides.setdefault("learning", {"enabled": False})  # reviews are tested in test_learning.py
     return load_settings(root=root, model=model, backend=backend, **overrides)
 
 
