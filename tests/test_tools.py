@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from conftest import get_backend
-from control_plane.router import ToolCall
 
 from backends import Sandbox, SandboxSpec
 from control_plane.agent import _groups, _repair
 from control_plane.redaction import Redactor, clip
+from control_plane.router import ToolCall
 from control_plane.settings import Limits
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 
