@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .compression import Compressor
 from .events import (
     AssistantMessage,
     Error,
@@ -98,6 +99,10 @@ class Conversation:
         self._cancelled = threading.Event()
         self._last_write: Future[Any] | None = None
         self._turn_state: dict[str, Any] = {}
+        self.compressor = Compressor(agent.settings.compression, agent.router)
+        # HOOK (lead: memory snapshot): when the history is compressed, the system prompt is replaced by
+        # what this returns (the prefix cache is lost then anyway); None keeps the current one.
+        self.rebuild_system: Callable[[], str] | None = None
 
     @property
     def running(self) -> bool:
@@ -179,6 +184,8 @@ class Conversation:
         emit(UserMessage(content=text))
         limit = agent.settings.limits.max_iterations
         for iteration in range(1, limit + 1):
+            if not await self._compress(emit):
+                return TurnEnd(reason="interrupted", iterations=iteration)
             reply = await self._model_step(emit)
             if reply is None:
                 return TurnEnd(reason="interrupted", iterations=iteration)
@@ -218,18 +225,31 @@ class Conversation:
         )
         return TurnEnd(reason="budget", iterations=limit)
 
+    async def _compress(self, emit: Emit) -> bool:
+        """Compress the history sent to the model if it nears the window (the database keeps all of it).
+        False when an interrupt came first."""
+        model = self.agent.settings.model.name
+        if model is None:
+            return True  # the model step says how to configure one
+        work = asyncio.ensure_future(
+            self.compressor.maybe_compress(self.history, model, tools=self.agent.schemas or None, emit=emit)
+        )
+        if not await self._unless_interrupted(work):
+            return False
+        compression = work.result()
+        if compression is not None:
+            self.history = compression.messages
+            if self.rebuild_system is not None:
+                self.history[0] = {"role": "system", "content": self.rebuild_system()}
+            emit(Notice(message=compression.notice))
+        return True
+
     async def _model_step(self, emit: Emit) -> ModelReply | Error | None:
         """One model call, cancelled by an interrupt (None) or failed (an Error event)."""
-        assert self._interrupt_async is not None
         call = asyncio.ensure_future(
             self.agent.router.complete(self.history, self.agent.schemas or None, emit=emit)
         )
-        stop = asyncio.ensure_future(self._interrupt_async.wait())
-        await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not call.done():
-            call.cancel()
-            await asyncio.gather(call, return_exceptions=True)
+        if not await self._unless_interrupted(call):
             return None
         try:
             return call.result()
@@ -237,6 +257,18 @@ class Conversation:
             return Error(message=str(exc), kind="config")
         except ModelError as exc:
             return Error(message=str(exc), kind="model")
+
+    async def _unless_interrupted(self, work: asyncio.Future[Any]) -> bool:
+        """Wait for `work`; False, with `work` cancelled, when an interrupt comes first."""
+        assert self._interrupt_async is not None
+        stop = asyncio.ensure_future(self._interrupt_async.wait())
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if work.done():
+            return True
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return False
 
     # -- tools -----------------------------------------------------------------------------
 
