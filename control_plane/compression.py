@@ -100,7 +100,8 @@ class Compressor:
         """Prompt tokens of `messages` and `tools` by litellm's counter for `model`.
 
         Counted one message at a time and cached by message: a long history costs the tokenizer only its
-        new messages (a 300-message, 600 KB history takes about 200 ms to count from scratch)."""
+        new messages (a 301-message, 134k-token history: ~100 ms from scratch, ~1 ms per new step; see
+        `python -m bench.compression`)."""
         if model != self._counted_for:  # counts are per tokenizer
             self._counts, self._counted_for = {}, model
         total = _litellm().token_counter(model=model, messages=[], tools=tools)  # schemas, reply primer
