@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .compression import Compressor
 from .event_log import EventLog
 from .events import (
     AssistantMessage,
@@ -95,6 +96,7 @@ class Agent:
         tools = self.registry.select(toolsets) if toolsets is not None else self.tools
         conversation = Conversation(self, record.id, [prompt], tools=tools, learns=toolsets is None)
         conversation.notices += self.memory.problems()
+        conversation.rebuild_system = lambda: self.system_prompt(system)
         return conversation
 
     def system_prompt(self, base: str | None = None) -> str:
@@ -107,7 +109,9 @@ class Agent:
         """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
         if self.store.get_session(session_id, self.settings.profile) is None:
             raise KeyError(session_id)
-        return Conversation(self, session_id, _repair(self.store.history(session_id)))
+        conversation = Conversation(self, session_id, _repair(self.store.history(session_id)))
+        conversation.rebuild_system = self.system_prompt
+        return conversation
 
     def close(self) -> None:
         """Finish background reviews, release the sandboxes, flush the database writes."""
@@ -146,6 +150,10 @@ class Conversation:
         self._last_write: Future[Any] | None = None
         self._turn_state: dict[str, Any] = {}
         self._turn_record = TurnRecord(user_text="")
+        self.compressor = Compressor(agent.settings.compression, agent.router)
+        self.rebuild_system: Callable[[], str] | None = None
+        """After a compression the system prompt is rebuilt with this (fresh memory: the prefix cache is
+        lost then anyway); None keeps the current one."""
 
     @property
     def running(self) -> bool:
@@ -251,6 +259,8 @@ class Conversation:
         emit(UserMessage(content=text))
         limit = agent.settings.limits.max_iterations
         for iteration in range(1, limit + 1):
+            if not await self._compress(emit):
+                return TurnEnd(reason="interrupted", iterations=iteration)
             reply = await self._model_step(emit)
             if reply is None:
                 return TurnEnd(reason="interrupted", iterations=iteration)
@@ -290,18 +300,31 @@ class Conversation:
         )
         return TurnEnd(reason="budget", iterations=limit)
 
+    async def _compress(self, emit: Emit) -> bool:
+        """Compress the history sent to the model if it nears the window (the database keeps all of it).
+        False when an interrupt came first."""
+        model = self.agent.settings.model.name
+        if model is None:
+            return True  # the model step says how to configure one
+        work = asyncio.ensure_future(
+            self.compressor.maybe_compress(self.history, model, tools=self.schemas or None, emit=emit)
+        )
+        if not await self._unless_interrupted(work):
+            return False
+        compression = work.result()
+        if compression is not None:
+            self.history = compression.messages
+            if self.rebuild_system is not None:
+                self.history[0] = {"role": "system", "content": self.rebuild_system()}
+            emit(Notice(message=compression.notice))
+        return True
+
     async def _model_step(self, emit: Emit) -> ModelReply | Error | None:
         """One model call, cancelled by an interrupt (None) or failed (an Error event)."""
-        assert self._interrupt_async is not None
         call = asyncio.ensure_future(
             self.agent.router.complete(self.history, self.schemas or None, emit=emit)
         )
-        stop = asyncio.ensure_future(self._interrupt_async.wait())
-        await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not call.done():
-            call.cancel()
-            await asyncio.gather(call, return_exceptions=True)
+        if not await self._unless_interrupted(call):
             return None
         try:
             return call.result()
@@ -309,6 +332,18 @@ class Conversation:
             return Error(message=str(exc), kind="config")
         except ModelError as exc:
             return Error(message=str(exc), kind="model")
+
+    async def _unless_interrupted(self, work: asyncio.Future[Any]) -> bool:
+        """Wait for `work`; False, with `work` cancelled, when an interrupt comes first."""
+        assert self._interrupt_async is not None
+        stop = asyncio.ensure_future(self._interrupt_async.wait())
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if work.done():
+            return True
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return False
 
     # -- tools -----------------------------------------------------------------------------
 

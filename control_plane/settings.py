@@ -118,6 +118,32 @@ class MemorySettings(BaseModel):
     """Above this share of a limit, a write also tells the user the file is nearly full."""
 
 
+class CompressionSettings(BaseModel):
+    """When and how a long conversation's middle is condensed (control_plane/compression.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(0.75, gt=0, le=1)
+    """Share of the model's context window at which the history is compressed before a model call."""
+    keep_first: int = Field(1, ge=0)
+    """Exchanges kept at the start (a user message and the assistant step answering it)."""
+    tail_share: float = Field(0.2, gt=0, lt=1)
+    """Share of the window kept verbatim at the end (the latest step is kept whatever its size)."""
+    context_window: int | None = Field(None, ge=1000)
+    """Tokens the model takes in; default: litellm's model info for the model, else 32,000."""
+    summary_model: ModelEndpoint | None = None
+    """Model that writes the summary (a plain string is a model name); default: the session's chain."""
+    summary_timeout: float = Field(60.0, gt=0)
+    """Seconds the summary call may take, retries included, before the fallback summary is used."""
+    summary_max_tokens: int = Field(2000, ge=100)
+    """Most tokens the summary may have (at most a quarter of the window)."""
+
+    @field_validator("summary_model", mode="before")
+    @classmethod
+    def _name_is_endpoint(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -152,6 +178,8 @@ class Settings(BaseSettings):
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
     """HERMETIC_MEMORY__MEMORY_CHARS=..., HERMETIC_MEMORY__USER_CHARS=..., HERMETIC_MEMORY__WARN_AT=0.8"""
+    compression: CompressionSettings = CompressionSettings()
+    """HERMETIC_COMPRESSION__THRESHOLD=0.8, HERMETIC_COMPRESSION__CONTEXT_WINDOW=32000, ..."""
     api: APISettings = APISettings()
 
     @field_validator("profile")
