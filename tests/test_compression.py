@@ -17,7 +17,6 @@ from control_plane.agent import Agent
 from control_plane.compression import DEFAULT_WINDOW, SHORTENED_MARK, SUMMARY_MARK, Compressor, _units
 from control_plane.events import Event
 from control_plane.fake_llm import FakeLLM
-from control_plane.prompt import system_prompt
 from control_plane.router import Router, _litellm
 from control_plane.settings import CompressionSettings, ModelSettings, Settings
 from control_plane.tools import TOOLS
@@ -232,7 +231,9 @@ def loop_settings(root: Path, url: str) -> Settings:
     """A window that the conversation outgrows after two steps: the trigger level is the system prompt
     and the tool schemas plus 1,000 tokens, whatever their size."""
     settings = settings_for(root, url, backend="local", toolsets=["terminal"])
-    system = [{"role": "system", "content": system_prompt(settings)}]
+    probe = Agent(settings)  # the prompt a session really starts with (memory block included)
+    system = [{"role": "system", "content": probe.system_prompt()}]
+    probe.close()
     schemas = [tool.schema() for tool in TOOLS.select(settings.toolsets).values()]
     base = compressor().count(system, MODEL, schemas)
     return settings.model_copy(
