@@ -123,7 +123,7 @@ class Settings(BaseSettings):
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files"]
-    """Which tool groups the model sees: terminal, files, browser."""
+    """Which tool groups the model sees: terminal, files, browser, recall."""
     limits: Limits = Limits()
     api: APISettings = APISettings()
 

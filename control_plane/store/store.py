@@ -15,13 +15,16 @@ from sqlmodel import Session, col, select
 
 from .engine import WRITE, open_engine
 from .errors import StoreError
+from .indexing import BATCH, backlog, catch_up
 from .query import terms
-from .records import ChatMessage, MessageRecord, SearchHit, SessionRecord, ToolCallRecord
+from .records import ChatMessage, MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
 from .search import Filters, search_postgres, search_sqlite
 
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
+EXCHANGE_ROLES = ("user", "assistant")
+"""The roles of a session's first and last exchanges: what was asked and answered, without tool traffic."""
 
 
 def new_session_id() -> str:
@@ -164,6 +167,8 @@ class Store:
             ids = conn.execute(
                 insert(MessageRecord).returning(col(MessageRecord.id), sort_by_parameter_order=True), rows
             )
+            if self.dialect == "sqlite" and backlog(conn) >= BATCH:
+                catch_up(conn)
             return cast(list[int], ids.scalars().all())
 
     def messages(
@@ -234,20 +239,84 @@ class Store:
         limit: int = 20,
         exclude_session: str | None = None,
         role: str | None = None,
+        per_session: bool = False,
     ) -> list[SearchHit]:
-        """The profile's messages containing every term of `query`, best first. Any text is safe here."""
+        """The profile's messages containing every term of `query`, best first; with per_session, only each
+        session's best message. Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
         words = terms(query)
         if not words or limit <= 0:
             return []
-        where = Filters(profile, exclude_session, role, limit)
+        where = Filters(profile, exclude_session, role, limit, per_session)
+        if self.dialect == "sqlite":
+            self._index_backlog()
         with self._engine.connect() as conn:
             if self.dialect == "sqlite":
                 return search_sqlite(conn, words, where)
             return search_postgres(conn, words, where)
 
+    def recall(
+        self,
+        profile: str,
+        query: str,
+        *,
+        limit: int = 5,
+        exclude_session: str | None = None,
+        window: int = 1,
+        edges: int = 2,
+    ) -> list[SessionRecall]:
+        """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
+        either side of it, and the session's first and last `edges` exchange messages."""
+        hits = self.search(profile, query, limit=limit, exclude_session=exclude_session, per_session=True)
+        found: list[SessionRecall] = []
+        with self._read() as db:
+            for hit in hits:
+                session = db.get(SessionRecord, hit.session_id)
+                if session is None:  # deleted since the search
+                    continue
+                first, last = _edges(db, hit.session_id, edges)
+                found.append(
+                    SessionRecall(
+                        **hit.model_dump(),
+                        session_created_at=session.created_at,
+                        message_count=session.message_count,
+                        window=_around(db, hit.session_id, hit.message_id, window, window),
+                        first=first,
+                        last=last,
+                    )
+                )
+        return found
+
+    def context(
+        self, message_id: int, profile: str, *, before: int = 2, after: int = 2
+    ) -> list[MessageRecord]:
+        """The message with up to `before` and `after` of its session's other messages (system prompts
+        left out) either side, in order; [] when the profile has no such message."""
+        query = (
+            select(MessageRecord.session_id)
+            .join(SessionRecord)
+            .where(MessageRecord.id == message_id, SessionRecord.profile == profile)
+        )
+        with self._read() as db:
+            session_id = db.exec(query).first()
+            return [] if session_id is None else _around(db, session_id, message_id, before, after)
+
+    def session_edges(self, session_id: str, n: int = 2) -> tuple[list[MessageRecord], list[MessageRecord]]:
+        """The session's first `n` and last `n` user and assistant messages with text; the last never
+        repeat the first."""
+        with self._read() as db:
+            return _edges(db, session_id, n)
+
     # transactions
+
+    def _index_backlog(self) -> None:
+        """Bring SQLite's search indexes up to the latest message (a read when nothing waits)."""
+        with self._engine.connect() as conn:
+            waiting = backlog(conn)
+        if waiting > 0:
+            with self._write("index new messages for search") as conn:
+                catch_up(conn)
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
@@ -281,3 +350,31 @@ def _message_row(message: Any, index: int) -> dict[str, Any]:
         "tool_call_id": checked.tool_call_id,
         "name": checked.name,
     }
+
+
+def _around(db: Session, session_id: str, message_id: int, before: int, after: int) -> list[MessageRecord]:
+    """The message and its session's neighbours (system prompts left out), in order."""
+    base = select(MessageRecord).where(MessageRecord.session_id == session_id, MessageRecord.role != "system")
+    earlier = db.exec(
+        base.where(col(MessageRecord.id) < message_id)
+        .order_by(col(MessageRecord.id).desc())
+        .limit(max(before, 0))
+    )
+    later = db.exec(
+        base.where(col(MessageRecord.id) >= message_id)
+        .order_by(col(MessageRecord.id))
+        .limit(max(after, 0) + 1)
+    )
+    return [*reversed(list(earlier)), *later]
+
+
+def _edges(db: Session, session_id: str, n: int) -> tuple[list[MessageRecord], list[MessageRecord]]:
+    base = select(MessageRecord).where(
+        MessageRecord.session_id == session_id,
+        col(MessageRecord.role).in_(EXCHANGE_ROLES),
+        col(MessageRecord.content).is_not(None),
+    )
+    first = list(db.exec(base.order_by(col(MessageRecord.id)).limit(max(n, 0))))
+    newest = db.exec(base.order_by(col(MessageRecord.id).desc()).limit(max(n, 0)))
+    seen = {m.id for m in first}
+    return first, [m for m in reversed(list(newest)) if m.id not in seen]

@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, files, terminal
+from . import browser, files, session_search, terminal
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "browser",
     "files",
     "invoke",
+    "session_search",
     "terminal",
     "tool",
 ]
