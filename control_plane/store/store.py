@@ -19,12 +19,11 @@ from .indexing import BATCH, backlog, catch_up
 from .query import terms
 from .records import ChatMessage, MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
 from .search import Filters, search_postgres, search_sqlite
+from .surroundings import Spot, surroundings
 
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
-EXCHANGE_ROLES = ("user", "assistant")
-"""The roles of a session's first and last exchanges: what was asked and answered, without tool traffic."""
 
 
 def new_session_id() -> str:
@@ -269,24 +268,25 @@ class Store:
         """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
         either side of it, and the session's first and last `edges` exchange messages."""
         hits = self.search(profile, query, limit=limit, exclude_session=exclude_session, per_session=True)
-        found: list[SessionRecall] = []
-        with self._read() as db:
-            for hit in hits:
-                session = db.get(SessionRecord, hit.session_id)
-                if session is None:  # deleted since the search
-                    continue
-                first, last = _edges(db, hit.session_id, edges)
-                found.append(
-                    SessionRecall(
-                        **hit.model_dump(),
-                        session_created_at=session.created_at,
-                        message_count=session.message_count,
-                        window=_around(db, hit.session_id, hit.message_id, window, window),
-                        first=first,
-                        last=last,
-                    )
-                )
-        return found
+        if not hits:
+            return []
+        spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
+        sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
+        with self._engine.connect() as conn:
+            around = surroundings(conn, spots, edges)
+            known = {s.id: s for s in conn.execute(sessions)}
+        return [
+            SessionRecall(
+                **hit.model_dump(),
+                session_created_at=known[hit.session_id].created_at,
+                message_count=known[hit.session_id].message_count,
+                window=found.window,
+                first=found.first,
+                last=found.last,
+            )
+            for hit, found in zip(hits, around, strict=True)
+            if hit.session_id in known  # not deleted since the search
+        ]
 
     def context(
         self, message_id: int, profile: str, *, before: int = 2, after: int = 2
@@ -298,15 +298,18 @@ class Store:
             .join(SessionRecord)
             .where(MessageRecord.id == message_id, SessionRecord.profile == profile)
         )
-        with self._read() as db:
-            session_id = db.exec(query).first()
-            return [] if session_id is None else _around(db, session_id, message_id, before, after)
+        with self._engine.connect() as conn:
+            session_id = conn.execute(query).scalar()
+            if session_id is None:
+                return []
+            return surroundings(conn, [Spot(session_id, message_id, before, after)], 0)[0].window
 
     def session_edges(self, session_id: str, n: int = 2) -> tuple[list[MessageRecord], list[MessageRecord]]:
         """The session's first `n` and last `n` user and assistant messages with text; the last never
         repeat the first."""
-        with self._read() as db:
-            return _edges(db, session_id, n)
+        with self._engine.connect() as conn:
+            found = surroundings(conn, [Spot(session_id)], n)[0]
+        return found.first, found.last
 
     # transactions
 
@@ -350,31 +353,3 @@ def _message_row(message: Any, index: int) -> dict[str, Any]:
         "tool_call_id": checked.tool_call_id,
         "name": checked.name,
     }
-
-
-def _around(db: Session, session_id: str, message_id: int, before: int, after: int) -> list[MessageRecord]:
-    """The message and its session's neighbours (system prompts left out), in order."""
-    base = select(MessageRecord).where(MessageRecord.session_id == session_id, MessageRecord.role != "system")
-    earlier = db.exec(
-        base.where(col(MessageRecord.id) < message_id)
-        .order_by(col(MessageRecord.id).desc())
-        .limit(max(before, 0))
-    )
-    later = db.exec(
-        base.where(col(MessageRecord.id) >= message_id)
-        .order_by(col(MessageRecord.id))
-        .limit(max(after, 0) + 1)
-    )
-    return [*reversed(list(earlier)), *later]
-
-
-def _edges(db: Session, session_id: str, n: int) -> tuple[list[MessageRecord], list[MessageRecord]]:
-    base = select(MessageRecord).where(
-        MessageRecord.session_id == session_id,
-        col(MessageRecord.role).in_(EXCHANGE_ROLES),
-        col(MessageRecord.content).is_not(None),
-    )
-    first = list(db.exec(base.order_by(col(MessageRecord.id)).limit(max(n, 0))))
-    newest = db.exec(base.order_by(col(MessageRecord.id).desc()).limit(max(n, 0)))
-    seen = {m.id for m in first}
-    return first, [m for m in reversed(list(newest)) if m.id not in seen]
