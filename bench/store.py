@@ -1,4 +1,6 @@
-"""The sessions database: insert rate while building 100,000 messages in 2,000 sessions, then search times.
+"""The sessions database: insert rate while building 100,000 messages in 2,000 sessions (search indexing
+included: add_messages catches the indexes up every few thousand messages), then search and session_search
+times.
 
 The text is generated: pseudo-words drawn from a Zipf distribution (a few common words, a long tail), so a
 two-word query of mid-frequency words matches from a few to a few thousand messages, as in real history.
@@ -6,6 +8,7 @@ two-word query of mid-frequency words matches from a few to a few thousand messa
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 import time
@@ -15,7 +18,9 @@ from itertools import accumulate, cycle
 from pathlib import Path
 from typing import Any
 
+from control_plane.settings import Limits
 from control_plane.store import Store
+from control_plane.tools import TOOLS, ToolContext, invoke
 
 from .stats import sample
 
@@ -76,6 +81,12 @@ def figures(store: Store, label: str, n: int, messages: int, sessions: int) -> d
     def next_of(make: Callable[[], str]) -> Callable[[], object]:
         return lambda: store.search(PROFILE, make())
 
+    recall = TOOLS.get("session_search")
+    ctx = ToolContext(one.id, "bench", Limits(), get_sandbox=_no_sandbox, profile=PROFILE, store=store)
+
+    def session_search() -> object:
+        return invoke(recall, "session_search", json.dumps({"query": corpus.two_words()}), ctx)
+
     return {
         f"{label}: add_messages, {per_session} messages in one transaction": calls,
         f"{label}: add_message (one transaction each)": sample(
@@ -83,7 +94,12 @@ def figures(store: Store, label: str, n: int, messages: int, sessions: int) -> d
         ),
         f"{label}: search, two words, {messages:,} messages": sample(next_of(corpus.two_words), n),
         f"{label}: search, substring fallback": sample(next_of(corpus.fragment), max(n // 5, 3)),
+        f"{label}: session_search tool, two words (3 sessions, window and edges)": sample(session_search, n),
     }
+
+
+def _no_sandbox() -> Any:
+    raise RuntimeError("session_search needs no sandbox")
 
 
 @contextmanager

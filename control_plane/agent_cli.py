@@ -27,7 +27,7 @@ BackendOption = Annotated[
     typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
 ]
 ToolsetsOption = Annotated[
-    str | None, typer.Option("--toolsets", help="Comma-separated: terminal, files, browser")
+    str | None, typer.Option("--toolsets", help="Comma-separated: terminal, files, browser, recall")
 ]
 
 
@@ -203,16 +203,31 @@ def sessions_show(session_id: str) -> None:
 
 
 @sessions_app.command("search")
-def sessions_search(query: str, limit: Annotated[int, typer.Option(help="Most hits")] = 10) -> None:
-    """Full-text search over every message of this profile's sessions."""
+def sessions_search(
+    query: str,
+    limit: Annotated[int, typer.Option(help="Most sessions")] = 10,
+    window: Annotated[int, typer.Option(help="Messages shown either side of each match")] = 0,
+) -> None:
+    """The sessions of this profile best matching the query (as the session_search tool sees them)."""
     settings, store = _store()
-    hits = store.search(settings.profile, query, limit=limit)
-    if not hits:
+    found = store.recall(settings.profile, query, limit=limit, window=window, edges=1)
+    if not found:
         err.print("no matches")
         raise typer.Exit(1)
-    for hit in hits:
-        snippet = escape(hit.snippet).replace(">>>", "[bold yellow]").replace("<<<", "[/]")
-        console.print(f"[cyan]{hit.session_id}[/] [dim]{_when(hit.created_at)} {hit.role}[/]  {snippet}")
+    for session in found:
+        snippet = escape(session.snippet).replace(">>>", "[bold yellow]").replace("<<<", "[/]")
+        console.print(
+            f"[cyan]{session.session_id}[/] [dim]{_when(session.session_created_at)}[/] "
+            f"[bold]{escape(session.session_title or '')}[/]"
+        )
+        console.print(f"  [dim]#{session.message_id} {session.role}:[/] {snippet}")
+        if session.first:
+            opening = " ".join((session.first[0].content or "").split())[:160]
+            console.print(f"  [dim]began: {escape(opening)}[/]")
+        for message in session.window:
+            if message.id != session.message_id:
+                text = " ".join((message.content or "").split())[:160]
+                console.print(f"  [dim]#{message.id} {message.role}: {escape(text)}[/]")
 
 
 # -- serve and tokens --------------------------------------------------------------------------

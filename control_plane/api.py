@@ -20,7 +20,7 @@ from .agent import Agent, Conversation
 from .api_tokens import TokenStore
 from .events import Event
 from .settings import Settings, load_settings
-from .store import MessageRecord, SearchHit, SessionRecord
+from .store import MessageRecord, SessionRecall, SessionRecord
 
 KEPT_EVENTS = 2000
 """Events a live session keeps for clients that connect late or reconnect (Last-Event-ID)."""
@@ -188,9 +188,13 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     @app.get("/sessions/search")
     def search_sessions(
-        profile: Auth, q: Annotated[str, Query(min_length=1)], limit: Annotated[int, Query(ge=1, le=100)] = 20
-    ) -> list[SearchHit]:
-        return profile.agent.store.search(profile.settings.profile, q, limit=limit)
+        profile: Auth,
+        q: Annotated[str, Query(min_length=1)],
+        limit: Annotated[int, Query(ge=1, le=100, description="Most sessions")] = 20,
+        window: Annotated[int, Query(ge=0, le=10, description="Messages either side of each match")] = 1,
+    ) -> list[SessionRecall]:
+        """The sessions best matching `q`, one entry each (as the session_search tool sees them)."""
+        return profile.agent.store.recall(profile.settings.profile, q, limit=limit, window=window)
 
     @app.get("/sessions/{session_id}")
     def get_session(profile: Auth, session_id: str) -> SessionDetail:

@@ -172,8 +172,8 @@ class Settings(BaseSettings):
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
-    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory"]
-    """Which tool groups the model sees: terminal, files, browser, memory."""
+    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall"]
+    """Which tool groups the model sees: terminal, files, browser, memory, recall."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()

@@ -118,6 +118,9 @@ def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -
             "/sessions/search", params={"q": "from-the-sandbox"}, headers=auth(tokens["alpha"])
         ).json()
         assert hits and hits[0]["session_id"] == session
+        assert hits[0]["first"][0]["role"] == "user" and hits[0]["message_id"] in [
+            m["id"] for m in hits[0]["window"]
+        ]
         assert client.post(f"/sessions/{session}/close", headers=auth(tokens["alpha"])).json() == {
             "closed": True
         }

@@ -1,7 +1,15 @@
 """The sessions database: `Store(url)` over SQLite (WAL, FTS5) or PostgreSQL (full-text search)."""
 
 from .errors import StoreError
-from .records import MessageRecord, SearchHit, SessionRecord, ToolCallRecord
+from .records import MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
 from .store import Store
 
-__all__ = ["MessageRecord", "SearchHit", "SessionRecord", "Store", "StoreError", "ToolCallRecord"]
+__all__ = [
+    "MessageRecord",
+    "SearchHit",
+    "SessionRecall",
+    "SessionRecord",
+    "Store",
+    "StoreError",
+    "ToolCallRecord",
+]

@@ -6,43 +6,30 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select, text
+from sqlalchemy import Engine, create_engine, event, insert, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import SQLModel, col
 
 from .errors import StoreError
+from .indexing import FTS_TABLES, INDEXED_THROUGH, UNINDEX_TRIGGER, migrate_v1
 from .records import StoreMeta
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: a trigger indexed each message as it was inserted. 2: SQLite indexes in bulk (indexing.py)."""
 WRITE = "hermetic_write"
 """Execution option on a connection whose transaction will write: SQLite begins it IMMEDIATE."""
 BUSY_TIMEOUT_MS = 30_000
 
-# Two external-content FTS5 indexes over messages.content: words (unicode61) and substrings/CJK (trigram).
-# System prompts are not indexed. Messages are never updated, so insert and delete triggers suffice;
-# the delete must repeat the indexed values exactly, hence the same condition on both.
-# The trigram index holds no positions or sizes (detail=none, columnsize=0): it only narrows candidates, which
-# LIKE then checks, and it costs a third less to write than a full one.
-_FTS_TABLES = {
-    "messages_fts": "tokenize='unicode61 remove_diacritics 2'",
-    "messages_trigram": "tokenize='trigram', detail=none, columnsize=0",
-}
-_INDEXED = "{row}.role <> 'system' AND {row}.content IS NOT NULL"
-_ADD = "INSERT INTO {t}(rowid, content) VALUES (new.id, new.content);"
-_REMOVE = "INSERT INTO {t}({t}, rowid, content) VALUES ('delete', old.id, old.content);"
 SQLITE_SEARCH_DDL = [
     *(
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {t} USING fts5(content, content='messages', "
         f"content_rowid='id', {options})"
-        for t, options in _FTS_TABLES.items()
+        for t, options in FTS_TABLES.items()
     ),
-    f"CREATE TRIGGER IF NOT EXISTS messages_index AFTER INSERT ON messages "
-    f"WHEN {_INDEXED.format(row='new')} BEGIN {' '.join(_ADD.format(t=t) for t in _FTS_TABLES)} END",
-    f"CREATE TRIGGER IF NOT EXISTS messages_unindex AFTER DELETE ON messages "
-    f"WHEN {_INDEXED.format(row='old')} BEGIN {' '.join(_REMOVE.format(t=t) for t in _FTS_TABLES)} END",
+    UNINDEX_TRIGGER,
 ]
 # The search query repeats this expression and predicate exactly, so the planner uses the index.
 POSTGRES_SEARCH_DDL = [
@@ -128,14 +115,26 @@ def _create_schema(engine: Engine) -> None:
             conn, tables=[SQLModel.metadata.tables[name] for name in _TABLES], checkfirst=True
         )
         found = conn.scalar(select(col(StoreMeta.value)).where(col(StoreMeta.key) == "schema_version"))
+        sqlite = engine.dialect.name == "sqlite"
         if found is None:
             conn.execute(insert(StoreMeta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+            if sqlite:
+                conn.execute(insert(StoreMeta).values(key=INDEXED_THROUGH, value="0"))
         elif int(found) > SCHEMA_VERSION:
             raise StoreError(
                 f"the database has schema version {found}, newer than this Hermetic's ({SCHEMA_VERSION}): "
                 "upgrade Hermetic"
             )
-        for ddl in SQLITE_SEARCH_DDL if engine.dialect.name == "sqlite" else POSTGRES_SEARCH_DDL:
+        elif int(found) < SCHEMA_VERSION:
+            if sqlite:
+                migrate_v1(conn)
+            conn.execute(
+                update(StoreMeta)
+                .where(col(StoreMeta.key) == "schema_version")
+                .values(value=str(SCHEMA_VERSION))
+            )
+            log.info("sessions database migrated from schema %s to %s", found, SCHEMA_VERSION)
+        for ddl in SQLITE_SEARCH_DDL if sqlite else POSTGRES_SEARCH_DDL:
             conn.execute(text(ddl))
     if engine.dialect.name == "postgresql":
         _try_pg_trgm(engine)

@@ -109,6 +109,17 @@ class SearchHit(BaseModel):
     session_title: str | None
 
 
+class SessionRecall(SearchHit):
+    """One past session found by `Store.recall`: its best hit, the messages around that hit, and the
+    session's first and last exchanges (user and assistant messages with text; none repeated)."""
+
+    session_created_at: float
+    message_count: int
+    window: list[MessageRecord]
+    first: list[MessageRecord]
+    last: list[MessageRecord]
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str

@@ -23,9 +23,13 @@ TRIGRAM = 3
 
 
 class Filters:
-    """The WHERE clauses every search shares: profile, and optionally not one session, only one role."""
+    """The WHERE clauses every search shares: profile, and optionally not one session, only one role; and
+    whether to keep only each session's best hit."""
 
-    def __init__(self, profile: str, exclude_session: str | None, role: str | None, limit: int) -> None:
+    def __init__(
+        self, profile: str, exclude_session: str | None, role: str | None, limit: int, per_session: bool
+    ) -> None:
+        self.per_session = per_session
         self.params: dict[str, Any] = {"profile": profile, "limit": limit}
         self.sql = "s.profile = :profile AND m.role <> 'system'"
         if exclude_session is not None:
@@ -48,16 +52,16 @@ def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[Se
 def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
     """Hits ranked by bm25 from the word index."""
     # Rank and cut first, then build snippets for the few rows kept.
+    candidates = f"""
+        SELECT messages_fts.rowid AS id, m.session_id, -bm25(messages_fts) AS score
+        FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+        JOIN sessions s ON s.id = m.session_id
+        WHERE messages_fts MATCH :match AND {where.sql}
+    """
     sql = f"""
         SELECT m.id AS message_id, m.session_id, m.role, m.created_at, s.title AS session_title, top.score,
                snippet(messages_fts, 0, '>>>', '<<<', '...', {SNIPPET_TOKENS}) AS snippet
-        FROM (
-            SELECT messages_fts.rowid AS id, -bm25(messages_fts) AS score
-            FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-            JOIN sessions s ON s.id = m.session_id
-            WHERE messages_fts MATCH :match AND {where.sql}
-            ORDER BY bm25(messages_fts) LIMIT :limit
-        ) AS top
+        FROM ({_best(candidates, where)}) AS top
         JOIN messages_fts ON messages_fts.rowid = top.id JOIN messages m ON m.id = top.id
         JOIN sessions s ON s.id = m.session_id
         WHERE messages_fts MATCH :match
@@ -74,13 +78,15 @@ def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> lis
     if not grams:
         return _substring(conn, "LIKE", words, where)
     like_sql, params = _likes("LIKE", words)
-    sql = f"""
-        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
+    sql = _latest(
+        f"""
         FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
         JOIN sessions s ON s.id = m.session_id
         WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
-        ORDER BY messages_trigram.rowid DESC LIMIT :limit
-    """
+        """,
+        where,
+        newest="messages_trigram.rowid",
+    )
     rows = conn.execute(text(sql), {**where.params, **params, "match": fts5_match(grams)}).mappings()
     return [_marked(row, words) for row in rows]
 
@@ -89,17 +95,17 @@ def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[
     if has_cjk(" ".join(words)):
         return _substring(conn, "ILIKE", words, where)
     # The expression and predicate match the messages_tsv index exactly. Headlines only for the rows kept.
+    candidates = f"""
+        SELECT m.id, m.session_id, ts_rank(to_tsvector('simple', m.content), q.q) AS score
+        FROM messages m JOIN sessions s ON s.id = m.session_id,
+             websearch_to_tsquery('simple', :query) AS q(q)
+        WHERE to_tsvector('simple', m.content) @@ q.q AND {where.sql}
+    """
     sql = f"""
-        SELECT top.id AS message_id, top.session_id, top.role, top.created_at, top.session_title, top.score,
-               ts_headline('simple', top.content, top.q, :headline) AS snippet
-        FROM (
-            SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content, q.q,
-                   ts_rank(to_tsvector('simple', m.content), q.q) AS score
-            FROM messages m JOIN sessions s ON s.id = m.session_id,
-                 websearch_to_tsquery('simple', :query) AS q(q)
-            WHERE to_tsvector('simple', m.content) @@ q.q AND {where.sql}
-            ORDER BY score DESC, m.id DESC LIMIT :limit
-        ) AS top
+        SELECT m.id AS message_id, m.session_id, m.role, m.created_at, s.title AS session_title, top.score,
+               ts_headline('simple', m.content, websearch_to_tsquery('simple', :query), :headline) AS snippet
+        FROM ({_best(candidates, where)}) AS top
+        JOIN messages m ON m.id = top.id JOIN sessions s ON s.id = m.session_id
         ORDER BY top.score DESC, top.id DESC
     """
     params = {**where.params, "query": websearch(words), "headline": PG_HEADLINE}
@@ -112,14 +118,40 @@ def search_postgres(conn: Connection, words: list[str], where: Filters) -> list[
 def _substring(conn: Connection, op: str, words: list[str], where: Filters) -> list[SearchHit]:
     """Messages containing every term anywhere, latest first (score 0). pg_trgm indexes ILIKE."""
     like_sql, params = _likes(op, words)
-    sql = f"""
-        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
-        FROM messages m JOIN sessions s ON s.id = m.session_id
-        WHERE {where.sql}{like_sql}
-        ORDER BY m.id DESC LIMIT :limit
-    """
+    sql = _latest(
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {where.sql}{like_sql}", where
+    )
     rows = conn.execute(text(sql), {**where.params, **params}).mappings()
     return [_marked(row, words) for row in rows]
+
+
+def _best(candidates: str, where: Filters) -> str:
+    """The ids and scores of the `limit` best `candidates` (rows of id, session_id, score), ties to the
+    latest; with per_session, only each session's best row competes."""
+    if where.per_session:
+        candidates = f"""
+            SELECT id, score FROM (
+                SELECT c.id, c.score,
+                       row_number() OVER (PARTITION BY c.session_id ORDER BY c.score DESC, c.id DESC) AS nth
+                FROM ({candidates}) AS c
+            ) AS ranked WHERE nth = 1
+        """
+    return f"SELECT b.id, b.score FROM ({candidates}) AS b ORDER BY b.score DESC, b.id DESC LIMIT :limit"
+
+
+def _latest(source: str, where: Filters, newest: str = "m.id") -> str:
+    """The `limit` latest messages of `source` (FROM ... WHERE ... over messages m and sessions s), with the
+    columns _marked needs; with per_session, each session's latest only. `newest` orders them: an index's
+    rowid lets SQLite stop early instead of sorting every candidate."""
+    if where.per_session:
+        top = f"SELECT max(m.id) AS id {source} GROUP BY m.session_id ORDER BY max(m.id) DESC LIMIT :limit"
+    else:
+        top = f"SELECT m.id {source} ORDER BY {newest} DESC LIMIT :limit"
+    return f"""
+        SELECT m.id, m.session_id, m.role, m.created_at, s.title AS session_title, m.content
+        FROM ({top}) AS top JOIN messages m ON m.id = top.id JOIN sessions s ON s.id = m.session_id
+        ORDER BY m.id DESC
+    """
 
 
 def _marked(row: Any, words: list[str]) -> SearchHit:

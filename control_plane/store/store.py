@@ -15,9 +15,11 @@ from sqlmodel import Session, col, select
 
 from .engine import WRITE, open_engine
 from .errors import StoreError
+from .indexing import BATCH, backlog, catch_up
 from .query import terms
-from .records import ChatMessage, MessageRecord, SearchHit, SessionRecord, ToolCallRecord
+from .records import ChatMessage, MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
 from .search import Filters, search_postgres, search_sqlite
+from .surroundings import Spot, surroundings
 
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
@@ -164,6 +166,8 @@ class Store:
             ids = conn.execute(
                 insert(MessageRecord).returning(col(MessageRecord.id), sort_by_parameter_order=True), rows
             )
+            if self.dialect == "sqlite" and backlog(conn) >= BATCH:
+                catch_up(conn)
             return cast(list[int], ids.scalars().all())
 
     def messages(
@@ -234,20 +238,88 @@ class Store:
         limit: int = 20,
         exclude_session: str | None = None,
         role: str | None = None,
+        per_session: bool = False,
     ) -> list[SearchHit]:
-        """The profile's messages containing every term of `query`, best first. Any text is safe here."""
+        """The profile's messages containing every term of `query`, best first; with per_session, only each
+        session's best message. Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
         words = terms(query)
         if not words or limit <= 0:
             return []
-        where = Filters(profile, exclude_session, role, limit)
+        where = Filters(profile, exclude_session, role, limit, per_session)
+        if self.dialect == "sqlite":
+            self._index_backlog()
         with self._engine.connect() as conn:
             if self.dialect == "sqlite":
                 return search_sqlite(conn, words, where)
             return search_postgres(conn, words, where)
 
+    def recall(
+        self,
+        profile: str,
+        query: str,
+        *,
+        limit: int = 5,
+        exclude_session: str | None = None,
+        window: int = 1,
+        edges: int = 2,
+    ) -> list[SessionRecall]:
+        """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
+        either side of it, and the session's first and last `edges` exchange messages."""
+        hits = self.search(profile, query, limit=limit, exclude_session=exclude_session, per_session=True)
+        if not hits:
+            return []
+        spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
+        sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
+        with self._engine.connect() as conn:
+            around = surroundings(conn, spots, edges)
+            known = {s.id: s for s in conn.execute(sessions)}
+        return [
+            SessionRecall(
+                **hit.model_dump(),
+                session_created_at=known[hit.session_id].created_at,
+                message_count=known[hit.session_id].message_count,
+                window=found.window,
+                first=found.first,
+                last=found.last,
+            )
+            for hit, found in zip(hits, around, strict=True)
+            if hit.session_id in known  # not deleted since the search
+        ]
+
+    def context(
+        self, message_id: int, profile: str, *, before: int = 2, after: int = 2
+    ) -> list[MessageRecord]:
+        """The message with up to `before` and `after` of its session's other messages (system prompts
+        left out) either side, in order; [] when the profile has no such message."""
+        query = (
+            select(MessageRecord.session_id)
+            .join(SessionRecord)
+            .where(MessageRecord.id == message_id, SessionRecord.profile == profile)
+        )
+        with self._engine.connect() as conn:
+            session_id = conn.execute(query).scalar()
+            if session_id is None:
+                return []
+            return surroundings(conn, [Spot(session_id, message_id, before, after)], 0)[0].window
+
+    def session_edges(self, session_id: str, n: int = 2) -> tuple[list[MessageRecord], list[MessageRecord]]:
+        """The session's first `n` and last `n` user and assistant messages with text; the last never
+        repeat the first."""
+        with self._engine.connect() as conn:
+            found = surroundings(conn, [Spot(session_id)], n)[0]
+        return found.first, found.last
+
     # transactions
+
+    def _index_backlog(self) -> None:
+        """Bring SQLite's search indexes up to the latest message (a read when nothing waits)."""
+        with self._engine.connect() as conn:
+            waiting = backlog(conn)
+        if waiting > 0:
+            with self._write("index new messages for search") as conn:
+                catch_up(conn)
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Connection]:
