@@ -63,13 +63,17 @@ def demo(
             model={"name": "openai/hermetic-replay", "api_base": server.url, "api_key": "replay"},
             **overrides,
         )
+        for name in ("MEMORY.md", "USER.md"):  # each demo starts from an empty memory
+            (settings.home / name).unlink(missing_ok=True)
         agent = Agent(settings)
         conversation = agent.new_conversation(title="demo: primes below 50", source="demo")
         try:
             end = asyncio.run(drive(conversation, recorded["task"], show))
-        finally:
             conversation.close()
-            agent.close()
+            console.print("[dim]the learning loop reviews the turn in the background…[/]")
+        finally:
+            agent.close()  # lets the review finish
+    learned = agent.memory.read("memory").message
     runs = [e for e in ends if e.name == "terminal"]
     if end.reason != "done" or [e.ok for e in runs] != [False, True]:
         console.print(
@@ -82,4 +86,5 @@ def demo(
         f"[green]✓[/] replay finished on the [bold]{backend_name}[/] backend: the first run failed "
         f"(exit {runs[0].exit_code}), the fix worked, {len(ends)} tool calls in session {conversation.id}"
     )
+    console.print(f"[bold]What the agent learned[/] (the background review wrote MEMORY.md):\n{learned}")
     console.print(NEXT.format(session=conversation.id))

@@ -74,10 +74,8 @@ class EventPrinter:
                 self._newline()
                 mark = "[green]✓[/]" if ok else "[red]✗[/]"
                 detail = f" exit {code}" if code not in (None, 0) else ""
-                first = (
-                    "" if ok else f" [red]{escape(result.strip().splitlines()[0][:160])}[/]" if result else ""
-                )
-                self.console.print(f"  {mark} [dim]{ms:,.0f} ms{detail}[/]{first}")
+                gist = "" if ok else f" [red]{escape(_gist(result))}[/]"
+                self.console.print(f"  {mark} [dim]{ms:,.0f} ms{detail}[/]{gist}")
             case Usage(prompt_tokens=pt, completion_tokens=ct, cost=cost):
                 self.tokens += pt + ct
                 self.cost += cost or 0.0
@@ -97,3 +95,9 @@ class EventPrinter:
                 self.console.print(
                     f"[dim]── {reason} after {iterations} step(s), {self.tokens:,} tokens{spent}[/]"
                 )
+
+
+def _gist(result: str) -> str:
+    """The line of a failed tool's result that says most: its last one that is not our status line."""
+    lines = [line for line in result.splitlines() if line.strip() and not line.startswith("[exit code")]
+    return lines[-1][:160] if lines else ""

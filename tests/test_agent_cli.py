@@ -117,3 +117,6 @@ def test_demo_replays_a_session_that_really_runs(tmp_path: Path, backend: str) -
     assert "REPLAY" in done.stdout and f"replay finished on the {backend} backend" in done.stdout
     assert "TypeError: sequence item 0: expected str instance, int found" in done.stdout  # the real error
     assert "primes below 50: 2, 3, 5, 7" in done.stdout
+    # the learning loop: the error-then-fix turn was reviewed and the lesson saved
+    assert "learning: reviewing" in done.stdout and "join numbers with" in done.stdout
+    assert "join numbers with" in (tmp_path / "profiles" / "demo" / "MEMORY.md").read_text()
