@@ -136,7 +136,7 @@ class Conversation:
         self.history = history
         self.tools = agent.tools if tools is None else tools
         self.schemas = [tool.schema() for tool in self.tools.values()]
-        self.learns = learns and "memory" in agent.registry.toolsets
+        self.learns = learns and "memory" in agent.settings.toolsets
         """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._turns_without_memory = 0
         self.notices: list[str] = []
