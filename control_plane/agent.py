@@ -37,6 +37,7 @@ from .redaction import SECRET_NAME, Redactor, clip
 from .router import ModelError, ModelNotConfigured, ModelReply, Router, ToolCall
 from .sandbox_manager import SandboxManager
 from .settings import Settings
+from .skills.library import SkillLibrary
 from .store import Store
 from .tools import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke
 
@@ -73,6 +74,7 @@ class Agent:
         self.background = Background()
         """Where learning reviews run, after the reply and apart from the user's turns."""
         self.memory = Memory(settings.home, settings.memory)
+        self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
 
     def new_conversation(
         self,
@@ -103,7 +105,9 @@ class Agent:
         """The system prompt with the memory block as it is now. A session builds it once and keeps the
         string byte-identical for every model call (prefix caching); memory written during the session
         shows up in the next one, or after a compression rebuilds it."""
-        return f"{base or system_prompt(self.settings)}\n\n{self.memory.snapshot()}"
+        prompt = f"{base or system_prompt(self.settings)}\n\n{self.memory.snapshot()}"
+        listing = self.skills.skills_prompt("") if "skills" in self.settings.toolsets else ""
+        return f"{prompt}\n\n{listing}" if listing else prompt
 
     def resume(self, session_id: str) -> Conversation:
         """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
@@ -119,6 +123,7 @@ class Agent:
         self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
         self.event_log.close()
+        self.skills.close()
 
 
 class Conversation:
@@ -378,6 +383,7 @@ class Conversation:
             profile=agent.settings.profile,
             store=agent.store,
             memory=agent.memory,
+            skills=agent.skills,
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
         )

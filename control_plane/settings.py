@@ -144,6 +144,34 @@ class CompressionSettings(BaseModel):
         return {"name": value} if isinstance(value, str) else value
 
 
+class SkillsSettings(BaseModel):
+    """The skill library (control_plane/skills) and the gate's policy for the skills the agent writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_unverified: bool = False
+    """A skill without checks (scripts/verify.sh or tests/) may merge, marked unverified everywhere."""
+    allow_network: bool = False
+    """A skill's metadata may request network hosts for its checks at all."""
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    """Hosts accepted in such a request."""
+    timeout: float = Field(120.0, gt=0)
+    """Seconds a skill's checks may run."""
+    image: str = "hermetic-sandbox:slim"
+    """The image the checks run in (the gate records its id with each verdict)."""
+    stale_days: float = Field(30.0, gt=0)
+    """A skill unused this long is marked stale (pinned skills never are)."""
+    archive_days: float = Field(90.0, gt=0)
+    """A skill unused this long is archived: out of the listing, kept on disk, restorable."""
+    prompt_tokens: int = Field(1500, ge=100)
+    """Budget of the skills listing in the system prompt; over it, the most relevant skills are listed."""
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -173,13 +201,15 @@ class Settings(BaseSettings):
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall"]
-    """Which tool groups the model sees: terminal, files, browser, memory, recall."""
+    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
     """HERMETIC_MEMORY__MEMORY_CHARS=..., HERMETIC_MEMORY__USER_CHARS=..., HERMETIC_MEMORY__WARN_AT=0.8"""
     compression: CompressionSettings = CompressionSettings()
     """HERMETIC_COMPRESSION__THRESHOLD=0.8, HERMETIC_COMPRESSION__CONTEXT_WINDOW=32000, ..."""
+    skills: SkillsSettings = SkillsSettings()
+    """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
 
     @field_validator("profile")

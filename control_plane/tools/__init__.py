@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, files, memory, session_search, terminal
+from . import browser, files, memory, session_search, skills, terminal
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "invoke",
     "memory",
     "session_search",
+    "skills",
     "terminal",
     "tool",
 ]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ..memory import Memory
     from ..settings import Limits
+    from ..skills.library import SkillLibrary
     from ..store import Store
 
 Args = TypeVar("Args", bound=BaseModel)
@@ -52,6 +53,8 @@ class ToolContext:
     """Scratch state shared by the calls of one user turn; the loop starts each turn with a new one."""
     memory: Memory | None = None
     """The profile's curated memory (the memory tool)."""
+    skills: SkillLibrary | None = None
+    """The profile's skill library (the skills tools)."""
 
     @property
     def sandbox(self) -> Sandbox:

@@ -1,0 +1,471 @@
+"""The skill library in the profile home (`settings.home / "skills"`).
+
+    library/NAME/       the current version, what the agent lists and loads
+    versions/NAME/N/    every merged version, kept for history, diff and rollback
+    quarantine/NAME/    the candidate being written; it joins the library only when the gate passes it
+    archive/NAME/       archived (deleted or long unused) skills, restorable
+    skills.db           versions, verdicts, usage counts, curation state, search index (store.py)
+
+Nothing here is ever deleted: a delete or an archive moves the skill to archive/.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .format import SKILL_FILE, Skill, SkillFormatError, parse_skill
+from .model import GatePolicy, Verdict
+from .store import SkillStore
+
+if TYPE_CHECKING:
+    from backends import Backend
+
+    from ..settings import SkillsSettings
+
+VerifyFn = Callable[[Path, GatePolicy, "Backend"], Verdict]
+DAY = 86_400.0
+PRIOR_RATE = 0.5
+PRIOR_WEIGHT = 5.0
+"""Bayesian smoothing of the success rate: every skill starts as if it had PRIOR_WEIGHT runs at
+PRIOR_RATE, so one lucky run does not outrank a long good record."""
+
+
+class SkillError(ValueError):
+    """A request the library refuses (unknown skill, bad path, name taken); the message says why."""
+
+
+@dataclass
+class SkillInfo:
+    name: str
+    description: str
+    version: int
+    status: str
+    """pass, unverified (merged without checks), or fail (no longer passes re-verification)."""
+    state: str
+    """active, stale or archived."""
+    pinned: bool
+    uses: int
+    successes: int
+    failures: int
+    last_used: float
+
+    @property
+    def success_rate(self) -> float:
+        """The Bayesian-smoothed share of successful runs among the runs that loaded the skill."""
+        return (self.successes + PRIOR_RATE * PRIOR_WEIGHT) / (self.successes + self.failures + PRIOR_WEIGHT)
+
+    @property
+    def marks(self) -> str:
+        """Flags shown wherever the skill is listed."""
+        flags = [self.status] if self.status != "pass" else []
+        flags += [self.state] if self.state != "active" else []
+        flags += ["pinned"] if self.pinned else []
+        return f" [{', '.join(flags)}]" if flags else ""
+
+
+@dataclass
+class Submission:
+    verdict: Verdict
+    version: int | None
+    """The new version when the candidate was merged, else None (it stays in quarantine)."""
+
+
+def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
+    """The gate's verify, imported on first use (the gate is a separate module owned by the gate work)."""
+    from .gate import verify
+
+    return verify(candidate, policy, backend)
+
+
+class SkillLibrary:
+    def __init__(
+        self,
+        root: Path,
+        settings: SkillsSettings,
+        backend: Callable[[], Backend],
+        verify: VerifyFn = gate_verify,
+    ) -> None:
+        self.root = root
+        self.settings = settings
+        self._backend = backend
+        self._verify = verify
+        for area in ("library", "versions", "quarantine", "archive"):
+            (root / area).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = SkillStore(root / "skills.db")
+
+    @property
+    def policy(self) -> GatePolicy:
+        s = self.settings
+        return GatePolicy(
+            allow_unverified=s.allow_unverified,
+            allow_network=s.allow_network,
+            allowed_hosts=list(s.allowed_hosts),
+            timeout=s.timeout,
+            image=s.image,
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    def info(self, name: str) -> SkillInfo:
+        rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
+        if not rows:
+            raise SkillError(f"there is no skill named {name!r}; skills_list shows the skills")
+        return _info(rows[0])
+
+    def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
+        rows = self.store.execute("SELECT * FROM skills ORDER BY name")
+        return [_info(row) for row in rows if archived or row["state"] != "archived"]
+
+    def path(self, name: str) -> Path:
+        """The directory of a skill's current version (library/, or archive/ once archived)."""
+        info = self.info(name)
+        return self.root / ("archive" if info.state == "archived" else "library") / name
+
+    def view(self, name: str, file: str | None = None, session_id: str | None = None) -> str:
+        """SKILL.md (with the list of its other files), or one of its files; marks the skill loaded."""
+        directory = self.path(name)
+        if file is None:
+            files = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+            text = (directory / SKILL_FILE).read_text(encoding="utf-8")
+            others = [f for f in files if f != SKILL_FILE]
+            if others:
+                text += (
+                    "\n\n[files of this skill, load with skill_view(name, file): " + ", ".join(others) + "]"
+                )
+        else:
+            target = _inside(directory, file)
+            if not target.is_file():
+                raise SkillError(f"skill {name!r} has no file {file!r}")
+            text = target.read_text(encoding="utf-8", errors="replace")
+        if session_id is not None:
+            self.mark_loaded(name, session_id)
+        return text
+
+    # -- writing: candidates in quarantine, merged only through the gate ----------------------
+
+    def candidate(self, name: str, *, new: bool = False) -> Path:
+        """The quarantine directory for changing `name`: an existing candidate, else a copy of the
+        current version. `new` starts an empty one and refuses a name the library already has."""
+        if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) or len(name) > 64:
+            raise SkillError(f"{name!r} is not a skill name: 1-64 characters of a-z, 0-9 and single hyphens")
+        exists = bool(self.store.execute("SELECT 1 FROM skills WHERE name = ?", (name,)))
+        directory = self.root / "quarantine" / name
+        if new:
+            if exists:
+                raise SkillError(f"a skill named {name!r} exists; change it with patch, edit or write_file")
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir()
+        elif not directory.exists():
+            if not exists:
+                raise SkillError(f"there is no skill named {name!r}; create it first")
+            shutil.copytree(self.path(name), directory, symlinks=True)
+        return directory
+
+    def write(self, name: str, file: str, content: str, *, new: bool = False) -> Path:
+        directory = self.candidate(name, new=new)
+        target = _inside(directory, file)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return directory
+
+    def patch(self, name: str, file: str, old: str, new: str) -> Path:
+        directory = self.candidate(name)
+        target = _inside(directory, file)
+        if not target.is_file():
+            raise SkillError(f"skill {name!r} has no file {file!r}")
+        text = target.read_text(encoding="utf-8")
+        count = text.count(old) if old else 0
+        if count != 1:
+            raise SkillError(
+                f"the text to replace occurs {count} times in {file}; give a piece that occurs exactly once"
+            )
+        target.write_text(text.replace(old, new), encoding="utf-8")
+        return directory
+
+    def remove_file(self, name: str, file: str) -> Path:
+        directory = self.candidate(name)
+        target = _inside(directory, file)
+        if file == SKILL_FILE or not target.is_file():
+            raise SkillError(f"{file!r} is not a removable file of skill {name!r}")
+        target.unlink()
+        return directory
+
+    def submit(self, name: str, *, proposer: str, session_id: str | None = None) -> Submission:
+        """Verify the candidate in quarantine; merge it as a new version when the gate passes it."""
+        candidate = self.root / "quarantine" / name
+        if not candidate.is_dir():
+            raise SkillError(f"there is no candidate for {name!r} in quarantine")
+        verdict = self._verify(candidate, self.policy, self._backend())
+        verdict_id = self.store.add_verdict(verdict, proposer, session_id)
+        if verdict.status == "fail":
+            return Submission(verdict, None)
+        version = self._merge(name, candidate, verdict, verdict_id, note=f"proposed by {proposer}")
+        shutil.rmtree(candidate)
+        return Submission(verdict, version)
+
+    def _merge(self, name: str, source: Path, verdict: Verdict, verdict_id: int | None, note: str) -> int:
+        skill = parse_skill(source)
+        rows = self.store.execute("SELECT MAX(version) AS v FROM versions WHERE name = ?", (name,))
+        version = (rows[0]["v"] or 0) + 1
+        shutil.copytree(source, self.root / "versions" / name / str(version), symlinks=True)
+        self._install(name, self.root / "versions" / name / str(version))
+        now = time.time()
+        self.store.transaction(
+            [
+                (
+                    "INSERT INTO versions (name, version, created, verdict_id, note) VALUES (?, ?, ?, ?, ?)",
+                    (name, version, now, verdict_id, note),
+                ),
+                (
+                    "INSERT INTO skills (name, description, version, status, created, last_used) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "description = excluded.description, "
+                    "version = excluded.version, status = excluded.status, state = 'active'",
+                    (name, skill.description, version, verdict.status, now, now),
+                ),
+                *_index(skill),
+            ]
+        )
+        return version
+
+    def _install(self, name: str, version_dir: Path) -> None:
+        """Make `version_dir` the current library/NAME (copied aside first, then swapped in)."""
+        target = self.root / "library" / name
+        staging = self.root / "library" / f".{name}.new"
+        if staging.exists():
+            shutil.rmtree(staging)
+        shutil.copytree(version_dir, staging, symlinks=True)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+        archived = self.root / "archive" / name
+        if archived.exists():
+            shutil.rmtree(archived)
+
+    def discard(self, name: str) -> None:
+        """Drop the candidate in quarantine (the library is untouched)."""
+        candidate = self.root / "quarantine" / name
+        if not candidate.is_dir():
+            raise SkillError(f"there is no candidate for {name!r} in quarantine")
+        shutil.rmtree(candidate)
+
+    # -- history ------------------------------------------------------------------------
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        """Every merged version (oldest first) with the verdict that let it in."""
+        self.info(name)
+        verdicts = {row["id"]: row for row in self.store.verdicts(name)}
+        rows = self.store.execute("SELECT * FROM versions WHERE name = ? ORDER BY version", (name,))
+        return [{**dict(row), "verdict": verdicts.get(row["verdict_id"])} for row in rows]
+
+    def verdicts(self, name: str) -> list[dict[str, Any]]:
+        """Every verdict on this skill, failed ones included (who proposed, session, checks, image...)."""
+        return self.store.verdicts(name)
+
+    def diff(self, name: str, old: int, new: int | None = None) -> str:
+        """A unified diff of every file between two versions (new: the current one)."""
+        current = self.info(name).version
+        new = current if new is None else new
+        a, b = (self._version_dir(name, v) for v in (old, new))
+        files = sorted({str(p.relative_to(d)) for d in (a, b) for p in d.rglob("*") if p.is_file()})
+        out: list[str] = []
+        for file in files:
+            out += difflib.unified_diff(
+                _lines(a / file), _lines(b / file), f"{name}@{old}/{file}", f"{name}@{new}/{file}"
+            )
+        return "".join(out)
+
+    def rollback(self, name: str, version: int) -> int:
+        """Make an earlier version current again, recorded as a new version (history stays linear)."""
+        source = self._version_dir(name, version)
+        rows = self.store.execute(
+            "SELECT v.verdict_id, d.status FROM versions v LEFT JOIN verdicts d ON d.id = v.verdict_id "
+            "WHERE v.name = ? AND v.version = ?",
+            (name, version),
+        )
+        verdict = Verdict(skill=name, status=rows[0]["status"] or "unverified")
+        return self._merge(
+            name, source, verdict, rows[0]["verdict_id"], note=f"rollback to version {version}"
+        )
+
+    def _version_dir(self, name: str, version: int) -> Path:
+        directory = self.root / "versions" / name / str(version)
+        if not directory.is_dir():
+            raise SkillError(f"skill {name!r} has no version {version}")
+        return directory
+
+    # -- re-verification ----------------------------------------------------------------
+
+    def reverify(self, name: str, *, proposer: str = "reverify") -> Verdict:
+        """Run the gate again on the current version (e.g. after an image upgrade) and record whether it
+        still passes; a skill that fails stays in the library, marked fail wherever it is listed."""
+        verdict = self._verify(self.path(name), self.policy, self._backend())
+        self.store.add_verdict(verdict, proposer, None)
+        self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
+        return verdict
+
+    def reverify_all(self) -> list[Verdict]:
+        return [self.reverify(info.name) for info in self.list_skills()]
+
+    # -- usage and curation -------------------------------------------------------------
+
+    def mark_loaded(self, name: str, session_id: str) -> None:
+        """A run loaded this skill: count the use (once per session) and wake it if stale."""
+        rows = self.store.execute(
+            "INSERT OR IGNORE INTO loads (session_id, name) VALUES (?, ?) RETURNING name", (session_id, name)
+        )
+        if rows:
+            self.store.execute(
+                "UPDATE skills SET uses = uses + 1, last_used = ?, "
+                "state = CASE state WHEN 'stale' THEN 'active' ELSE state END WHERE name = ?",
+                (time.time(), name),
+            )
+
+    def record_outcome(self, session_id: str, success: bool) -> list[str]:
+        """The run of this session ended: count a success or failure for each skill it loaded."""
+        loaded = [
+            row["name"]
+            for row in self.store.execute(
+                "DELETE FROM loads WHERE session_id = ? RETURNING name", (session_id,)
+            )
+        ]
+        column = "successes" if success else "failures"
+        for name in loaded:
+            self.store.execute(f"UPDATE skills SET {column} = {column} + 1 WHERE name = ?", (name,))
+        return loaded
+
+    def curate(self, now: float | None = None) -> list[str]:
+        """Mark skills unused for stale_days stale and archive those unused for archive_days; pinned skills
+        are never touched. Returns what changed, one line each."""
+        now = time.time() if now is None else now
+        changes = []
+        for info in self.list_skills():
+            idle = (now - info.last_used) / DAY
+            if info.pinned:
+                continue
+            if idle >= self.settings.archive_days:
+                self.archive(info.name)
+                changes.append(f"{info.name}: archived (unused for {idle:.0f} days)")
+            elif idle >= self.settings.stale_days and info.state == "active":
+                self.store.execute("UPDATE skills SET state = 'stale' WHERE name = ?", (info.name,))
+                changes.append(f"{info.name}: stale (unused for {idle:.0f} days)")
+        return changes
+
+    def archive(self, name: str) -> None:
+        """Move the skill out of the library into archive/ (never deleted; `restore` brings it back)."""
+        info = self.info(name)
+        if info.state == "archived":
+            raise SkillError(f"skill {name!r} is already archived")
+        shutil.move(self.root / "library" / name, self.root / "archive" / name)
+        self.store.execute("UPDATE skills SET state = 'archived' WHERE name = ?", (name,))
+
+    def restore(self, name: str) -> None:
+        if self.info(name).state != "archived":
+            raise SkillError(f"skill {name!r} is not archived")
+        shutil.move(self.root / "archive" / name, self.root / "library" / name)
+        self.store.execute(
+            "UPDATE skills SET state = 'active', last_used = ? WHERE name = ?", (time.time(), name)
+        )
+
+    def pin(self, name: str, pinned: bool = True) -> None:
+        self.info(name)
+        self.store.execute("UPDATE skills SET pinned = ? WHERE name = ?", (int(pinned), name))
+
+    # -- progressive disclosure ---------------------------------------------------------
+
+    def ranked(self, task: str) -> list[SkillInfo]:
+        """Active skills, most useful for `task` first: BM25 relevance over name, description and body
+        times the smoothed success rate; skills the task does not match follow, by success rate."""
+        skills = {info.name: info for info in self.list_skills()}
+        terms = re.findall(r"[a-z0-9]+", task.lower())
+        relevance: dict[str, float] = {}
+        if terms:
+            query = " OR ".join(f'"{term}"' for term in terms)
+            rows = self.store.execute(
+                "SELECT name, -bm25(skills_fts, 10.0, 4.0, 1.0) AS score FROM skills_fts "
+                "WHERE skills_fts MATCH ?",
+                (query,),
+            )
+            relevance = {row["name"]: row["score"] for row in rows}
+
+        def key(info: SkillInfo) -> tuple[float, float, str]:
+            return (-relevance.get(info.name, 0.0) * info.success_rate, -info.success_rate, info.name)
+
+        return sorted(skills.values(), key=key)
+
+    def skills_prompt(self, task: str, budget_tokens: int | None = None) -> str:
+        """The system prompt's skills section: name and description of each skill, within the token
+        budget (about 4 characters a token); over budget, the most relevant to `task` are listed."""
+        budget = (budget_tokens or self.settings.prompt_tokens) * 4
+        skills = self.list_skills()
+        if not skills:
+            return ""
+        head = (
+            "Skills (procedures proven in a sandbox; load one with skill_view(name) before using it, "
+            "write new ones with skill_manage):"
+        )
+        lines = [f"- {info.name}{info.marks}: {info.description}" for info in skills]
+        if len(head) + sum(len(line) + 1 for line in lines) <= budget:
+            return "\n".join([head, *lines])
+        chosen, used = [], len(head) + 100  # room for the closing line
+        for info in self.ranked(task):
+            line = f"- {info.name}{info.marks}: {info.description}"
+            if used + len(line) + 1 > budget:
+                continue
+            chosen.append(line)
+            used += len(line) + 1
+        rest = len(skills) - len(chosen)
+        return "\n".join([head, *chosen, f"({rest} more skills not listed here: skills_list shows them all)"])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _info(row: Any) -> SkillInfo:
+    return SkillInfo(
+        name=row["name"],
+        description=row["description"],
+        version=row["version"],
+        status=row["status"],
+        state=row["state"],
+        pinned=bool(row["pinned"]),
+        uses=row["uses"],
+        successes=row["successes"],
+        failures=row["failures"],
+        last_used=row["last_used"],
+    )
+
+
+def _index(skill: Skill) -> list[tuple[str, tuple[Any, ...]]]:
+    return [
+        ("DELETE FROM skills_fts WHERE name = ?", (skill.name,)),
+        (
+            "INSERT INTO skills_fts (name, description, body) VALUES (?, ?, ?)",
+            (skill.name, skill.description, skill.body),
+        ),
+    ]
+
+
+def _inside(directory: Path, file: str) -> Path:
+    """`file` as a path inside `directory`; refuses absolute paths and any escape."""
+    relative = Path(file)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise SkillError(f"{file!r} must be a relative path inside the skill (like scripts/verify.sh)")
+    return directory / relative
+
+
+def _lines(path: Path) -> list[str]:
+    return (
+        path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if path.exists() else []
+    )
+
+
+__all__ = ["SkillError", "SkillFormatError", "SkillInfo", "SkillLibrary", "Submission", "gate_verify"]
