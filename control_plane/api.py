@@ -165,6 +165,9 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
     app.state.hub = hub
     app.state.tokens = tokens
+    from .skills.api import router as skills_router  # here: it imports this module's auth dependency
+
+    app.include_router(skills_router)
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -38,7 +38,11 @@ PRIOR_RATE, so one lucky run does not outrank a long good record."""
 
 
 class SkillError(ValueError):
-    """A request the library refuses (unknown skill, bad path, name taken); the message says why."""
+    """A request the library refuses (bad path, name taken, ...); the message says why."""
+
+
+class UnknownSkill(SkillError):
+    """No skill (or no such version or file of it) by that name."""
 
 
 @dataclass
@@ -116,7 +120,7 @@ class SkillLibrary:
     def info(self, name: str) -> SkillInfo:
         rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
         if not rows:
-            raise SkillError(f"there is no skill named {name!r}; skills_list shows the skills")
+            raise UnknownSkill(f"there is no skill named {name!r}; skills_list shows the skills")
         return _info(rows[0])
 
     def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
@@ -142,7 +146,7 @@ class SkillLibrary:
         else:
             target = _inside(directory, file)
             if not target.is_file():
-                raise SkillError(f"skill {name!r} has no file {file!r}")
+                raise UnknownSkill(f"skill {name!r} has no file {file!r}")
             text = target.read_text(encoding="utf-8", errors="replace")
         if session_id is not None:
             self.mark_loaded(name, session_id)
@@ -165,7 +169,7 @@ class SkillLibrary:
             directory.mkdir()
         elif not directory.exists():
             if not exists:
-                raise SkillError(f"there is no skill named {name!r}; create it first")
+                raise UnknownSkill(f"there is no skill named {name!r}; create it first")
             shutil.copytree(self.path(name), directory, symlinks=True)
         return directory
 
@@ -180,7 +184,7 @@ class SkillLibrary:
         directory = self.candidate(name)
         target = _inside(directory, file)
         if not target.is_file():
-            raise SkillError(f"skill {name!r} has no file {file!r}")
+            raise UnknownSkill(f"skill {name!r} has no file {file!r}")
         text = target.read_text(encoding="utf-8")
         count = text.count(old) if old else 0
         if count != 1:
@@ -299,7 +303,7 @@ class SkillLibrary:
     def _version_dir(self, name: str, version: int) -> Path:
         directory = self.root / "versions" / name / str(version)
         if not directory.is_dir():
-            raise SkillError(f"skill {name!r} has no version {version}")
+            raise UnknownSkill(f"skill {name!r} has no version {version}")
         return directory
 
     # -- re-verification ----------------------------------------------------------------
@@ -468,4 +472,12 @@ def _lines(path: Path) -> list[str]:
     )
 
 
-__all__ = ["SkillError", "SkillFormatError", "SkillInfo", "SkillLibrary", "Submission", "gate_verify"]
+__all__ = [
+    "SkillError",
+    "SkillFormatError",
+    "SkillInfo",
+    "SkillLibrary",
+    "Submission",
+    "UnknownSkill",
+    "gate_verify",
+]

@@ -1,0 +1,91 @@
+"""The skill library over HTTP: the same operations as `hermetic skills`, for the caller's profile.
+
+Mounted by control_plane/api.py (`app.include_router(router)`, imported inside create_app because this
+module uses its auth dependency)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel
+
+from ..api import Auth
+from .library import SkillError, SkillLibrary, UnknownSkill
+from .model import Verdict
+
+router = APIRouter(prefix="/skills", tags=["skills"])
+
+
+class Rollback(BaseModel):
+    version: int
+
+
+class Pin(BaseModel):
+    pinned: bool = True
+
+
+def _run(profile: Auth, action: Any) -> Any:
+    """Call `action(library)`; refusals become 404 (unknown) or 400 with the library's message."""
+    library: SkillLibrary = profile.agent.skills
+    try:
+        return action(library)
+    except UnknownSkill as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    except SkillError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+
+
+@router.get("")
+def list_skills(profile: Auth, archived: bool = False) -> list[dict[str, Any]]:
+    return _run(profile, lambda lib: [asdict(info) for info in lib.list_skills(archived=archived)])
+
+
+@router.post("/verify-all")
+def verify_all(profile: Auth) -> list[dict[str, Any]]:
+    """Re-verify every skill (e.g. after an image upgrade); failing ones are marked fail."""
+    return _run(profile, lambda lib: [asdict(v) for v in lib.reverify_all()])
+
+
+@router.get("/{name}")
+def show(profile: Auth, name: str, file: str | None = None) -> dict[str, Any]:
+    return _run(profile, lambda lib: {**asdict(lib.info(name)), "content": lib.view(name, file)})
+
+
+@router.get("/{name}/history")
+def history(profile: Auth, name: str) -> dict[str, Any]:
+    return _run(profile, lambda lib: {"versions": lib.history(name), "verdicts": lib.verdicts(name)})
+
+
+@router.get("/{name}/diff")
+def diff(profile: Auth, name: str, old: int, new: int | None = None) -> dict[str, str]:
+    return _run(profile, lambda lib: {"diff": lib.diff(name, old, new)})
+
+
+@router.post("/{name}/verify")
+def verify(profile: Auth, name: str) -> Verdict:
+    return _run(profile, lambda lib: lib.reverify(name, proposer="api"))  # type: ignore[no-any-return]
+
+
+@router.post("/{name}/rollback")
+def rollback(profile: Auth, name: str, body: Rollback) -> dict[str, int]:
+    return _run(profile, lambda lib: {"version": lib.rollback(name, body.version)})
+
+
+@router.post("/{name}/archive")
+def archive(profile: Auth, name: str) -> dict[str, str]:
+    _run(profile, lambda lib: lib.archive(name))
+    return {"state": "archived"}
+
+
+@router.post("/{name}/restore")
+def restore(profile: Auth, name: str) -> dict[str, str]:
+    _run(profile, lambda lib: lib.restore(name))
+    return {"state": "active"}
+
+
+@router.post("/{name}/pin")
+def pin(profile: Auth, name: str, body: Pin) -> dict[str, bool]:
+    _run(profile, lambda lib: lib.pin(name, body.pinned))
+    return {"pinned": body.pinned}

@@ -1,0 +1,155 @@
+"""`hermetic skills ...`: the profile's skill library from the terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..sandbox_manager import choose_backend
+from ..settings import load_settings
+from .library import SkillError, SkillLibrary
+from .model import Verdict
+
+app = typer.Typer(help="The skill library: list, inspect, verify, version, curate.", no_args_is_help=True)
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+Name = Annotated[str, typer.Argument(help="The skill's name")]
+
+
+@contextlib.contextmanager
+def library() -> Iterator[SkillLibrary]:
+    """The current profile's library; a refused request prints its reason and exits 1."""
+    settings = load_settings()
+    skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: choose_backend(settings)[0])
+    try:
+        yield skills
+    except SkillError as exc:
+        errors.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc
+    finally:
+        skills.close()
+
+
+@app.command("list")
+def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
+    """Every skill with its version, verdict, state and usage."""
+    with library() as skills:
+        table = Table("name", "version", "status", "state", "uses", "ok/failed", "description")
+        for s in skills.list_skills(archived=archived):
+            state = s.state + (", pinned" if s.pinned else "")
+            ok = f"{s.successes}/{s.failures}"
+            table.add_row(s.name, str(s.version), s.status, state, str(s.uses), ok, s.description[:60])
+        console.print(table)
+
+
+@app.command()
+def show(name: Name, file: Annotated[str | None, typer.Argument(help="A file of the skill")] = None) -> None:
+    """A skill's SKILL.md (and its file list), or one of its files."""
+    with library() as skills:
+        console.print(skills.view(name, file), markup=False)
+
+
+@app.command()
+def verify(
+    name: Annotated[str | None, typer.Argument(help="The skill's name")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Re-verify the whole library")] = False,
+) -> None:
+    """Run the gate again on a skill's current version (or all of them); failing skills are marked."""
+    if (name is None) == (not all_):
+        errors.print("[red]give a skill name or --all[/]")
+        raise typer.Exit(2)
+    with library() as skills:
+        verdicts = skills.reverify_all() if all_ else [skills.reverify(name or "")]
+        for verdict in verdicts:
+            _print_verdict(verdict)
+        if any(v.status == "fail" for v in verdicts):
+            raise typer.Exit(1)
+
+
+@app.command()
+def history(name: Name) -> None:
+    """Every merged version with the verdict that let it in, then every verdict (failed ones too)."""
+    with library() as skills:
+        table = Table("version", "merged", "status", "note", "image", "ms")
+        for row in skills.history(name):
+            verdict = row["verdict"] or {}
+            table.add_row(
+                str(row["version"]),
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created"])),
+                verdict.get("status", "-"),
+                row["note"],
+                str(verdict.get("image") or "-"),
+                f"{verdict.get('duration_ms', 0):.0f}",
+            )
+        console.print(table)
+        verdicts = Table("verdict", "status", "by", "session", "reasons")
+        for v in skills.verdicts(name):
+            verdicts.add_row(
+                str(v["id"]), v["status"], v["proposer"], v["session_id"] or "-", "; ".join(v["reasons"])
+            )
+        console.print(verdicts)
+
+
+@app.command()
+def diff(
+    name: Name,
+    old: Annotated[int, typer.Argument(help="The older version")],
+    new: Annotated[int | None, typer.Argument(help="The newer version (default: current)")] = None,
+) -> None:
+    """A unified diff of every file between two versions."""
+    with library() as skills:
+        console.print(skills.diff(name, old, new) or "(no differences)", markup=False)
+
+
+@app.command()
+def rollback(name: Name, version: Annotated[int, typer.Argument(help="The version to bring back")]) -> None:
+    """Make an earlier version current again (recorded as a new version)."""
+    with library() as skills:
+        console.print(f"{name}: version {skills.rollback(name, version)} is version {version} again")
+
+
+@app.command()
+def archive(name: Name) -> None:
+    """Move a skill out of the library (kept on disk; `restore` brings it back)."""
+    with library() as skills:
+        skills.archive(name)
+        console.print(f"{name}: archived")
+
+
+@app.command()
+def restore(name: Name) -> None:
+    """Bring an archived skill back into the library."""
+    with library() as skills:
+        skills.restore(name)
+        console.print(f"{name}: restored")
+
+
+@app.command()
+def pin(name: Name, unpin: Annotated[bool, typer.Option(help="Remove the pin")] = False) -> None:
+    """Pin a skill: curation never marks it stale or archives it."""
+    with library() as skills:
+        skills.pin(name, not unpin)
+        console.print(f"{name}: {'unpinned' if unpin else 'pinned'}")
+
+
+@app.command()
+def curate() -> None:
+    """Mark long-unused skills stale and archive the longest unused (pinned ones are left alone)."""
+    with library() as skills:
+        for change in skills.curate() or ["nothing to do"]:
+            console.print(change)
+
+
+def _print_verdict(verdict: Verdict) -> None:
+    colour = {"pass": "green", "unverified": "yellow", "fail": "red"}[verdict.status]
+    console.print(
+        f"[{colour}]{verdict.skill}: {verdict.status}[/] ({verdict.duration_ms:.0f} ms, {verdict.image})"
+    )
+    for reason in verdict.reasons:
+        console.print(f"  - {reason}", markup=False)
