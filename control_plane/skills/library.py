@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -296,9 +297,10 @@ class SkillLibrary:
             (name, version),
         )
         verdict = Verdict(skill=name, status=rows[0]["status"] or "unverified")
-        return self._merge(
-            name, source, verdict, rows[0]["verdict_id"], note=f"rollback to version {version}"
-        )
+        note = f"rollback to version {version}"
+        with tempfile.TemporaryDirectory(dir=self.root) as staging:  # a copy named like the skill
+            copy = shutil.copytree(source, Path(staging) / name, symlinks=True)
+            return self._merge(name, copy, verdict, rows[0]["verdict_id"], note=note)
 
     def _version_dir(self, name: str, version: int) -> Path:
         directory = self.root / "versions" / name / str(version)
