@@ -1,29 +1,32 @@
 # control_plane/skills/model.py
 from __future__ import annotations
+
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
+
 
 @dataclass
 class Check:
-    name: str                      # "format", "files", "threats", "verify.sh", "tests"
+    name: str  # "format", "files", "threats", "verify.sh", "tests"
     ok: bool
-    output: str = ""               # what the agent sees (clipped by the gate)
+    output: str = ""  # what the agent sees (clipped by the gate)
+
 
 @dataclass
 class Verdict:
     skill: str
-    status: Literal["pass", "fail", "unverified"]   # unverified: no checks and the policy allowed merging
-    reasons: list[str] = field(default_factory=list) # one line per failed rule, readable by the model
+    status: Literal["pass", "fail", "unverified"]  # unverified: no checks and the policy allowed merging
+    reasons: list[str] = field(default_factory=list)  # one line per failed rule, readable by the model
     checks: list[Check] = field(default_factory=list)
     duration_ms: float = 0.0
-    image: str | None = None       # the pinned image (with its id) the checks ran in
+    image: str | None = None  # the pinned image (with its id) the checks ran in
     network: str = "none"
+
 
 @dataclass
 class GatePolicy:
-    allow_unverified: bool = False         # a skill with no checks may merge (marked unverified everywhere)
-    allow_network: bool = False            # may a skill's metadata request an allowlist at all
+    allow_unverified: bool = False  # a skill with no checks may merge (marked unverified everywhere)
+    allow_network: bool = False  # may a skill's metadata request an allowlist at all
     allowed_hosts: list[str] = field(default_factory=list)  # hosts the operator accepts in such a request
-    timeout: float = 120.0                 # seconds for the skill's checks
-    image: str = "hermetic-sandbox:slim"   # pinned: the gate resolves it to an image id and records it
+    timeout: float = 120.0  # seconds for the skill's checks
+    image: str = "hermetic-sandbox:slim"  # pinned: the gate resolves it to an image id and records it
