@@ -3,6 +3,10 @@
 `scan(text)` returns what it found, by family; a caller picks the families that matter for its text.
 The rules aim at instructions planted for a model, not at ordinary notes: "the repo uses ~/.bashrc
 conventions" passes, "echo '...' >> ~/.bashrc" does not.
+
+SCRIPT_FAMILIES (reverse shells, downloads piped into a shell, destructive commands) are for text that
+will be executed, like a skill's scripts: a memory note saying "install with curl ... | sh" is ordinary
+prose, so they are opt-in and not part of the default scan.
 """
 
 from __future__ import annotations
@@ -15,7 +19,17 @@ from typing import Literal
 
 from .redaction import SECRET_SHAPES, Redactor
 
-Family = Literal["injection", "role-hijack", "exfiltration", "persistence", "secret", "invisible-unicode"]
+Family = Literal[
+    "injection",
+    "role-hijack",
+    "exfiltration",
+    "persistence",
+    "secret",
+    "invisible-unicode",
+    "reverse-shell",
+    "download-exec",
+    "destructive",
+]
 FAMILIES: tuple[Family, ...] = (
     "injection",
     "role-hijack",
@@ -24,6 +38,9 @@ FAMILIES: tuple[Family, ...] = (
     "secret",
     "invisible-unicode",
 )
+"""The default scan: what a planted instruction in prose looks like."""
+SCRIPT_FAMILIES: tuple[Family, ...] = ("reverse-shell", "download-exec", "destructive")
+"""Opt-in: commands that are harmful when run, even where a note may mention them."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,11 @@ _SHELL_RC = (
 )
 _SECRET_VAR = r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z_]*\}?"
 _NETWORK_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|socat|Invoke-WebRequest|iwr)\b"
+_SHELL = r"(?:/usr/bin/|/bin/)?(?:ba|z|da|k)?sh\b"
+_INTERPRETER = rf"(?:sudo\s+(?:-\S+\s+)*)?(?:{_SHELL}|python[\d.]*\b|perl\b|ruby\b|node\b|iex\b)"
+_SYSTEM_DIR = r"(?:bin|boot|dev|etc|home|lib|lib64|opt|root|sbin|srv|usr|var)"
+# rm's target that takes a system down: /, /*, ~, $HOME, a top-level system directory
+_RM_TARGET = rf"[\"']?(?:/\*?|~/?\*?|\$\{{?HOME\}}?/?\*?|/{_SYSTEM_DIR}/?\*?)[\"']?(?=\s|$|[;&|)])"
 
 # (family, rule, needles, pattern). The pattern is matched against the NFKC-normalised text, so full-width
 # letters do not hide; it is tried only when one of the needles (lower case, single spaces) occurs, which
@@ -235,6 +257,93 @@ _RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
         ("rc.local", "ld.so.preload", "autostart", "ld_preload"),
         re.compile(r"/etc/rc\.local\b|/etc/ld\.so\.preload\b|\.config/autostart/|\bLD_PRELOAD="),
     ),
+    (
+        "reverse-shell",
+        "dev-tcp",
+        ("/dev/tcp/", "/dev/udp/"),
+        re.compile(r"/dev/(?:tcp|udp)/[\w.$-]+/\$?\w+"),
+    ),
+    (
+        "reverse-shell",
+        "netcat-exec",
+        ("nc ", "ncat", "netcat"),
+        re.compile(r"\b(?:nc|ncat|netcat)\b[^\n]*\s(?:-e|-c|--exec|--sh-exec|--lua-exec)[\s=]"),
+    ),
+    (
+        "reverse-shell",
+        "socat-exec",
+        ("socat",),
+        re.compile(r"\bsocat\b[^\n]*\b(?:exec|system):", re.I),
+    ),
+    (
+        "reverse-shell",
+        "fifo-relay",
+        ("mkfifo", "mknod"),
+        re.compile(r"\b(?:mkfifo|mknod)\b[^\n]*\b(?:nc|ncat|netcat|telnet|openssl\s+s_client)\b"),
+    ),
+    (
+        "reverse-shell",
+        "socket-shell",
+        ("dup2", "pty.spawn"),
+        # the classic python one-liner: the socket's descriptors become the shell's stdio
+        re.compile(r"\bdup2\(\s*\w+\.fileno\(\)|\bpty\.spawn\(\s*[\"'](?:/bin/)?(?:ba|z)?sh[\"']"),
+    ),
+    (
+        "download-exec",
+        "pipe-to-shell",
+        ("|",),
+        re.compile(
+            rf"\b(?:curl|wget|fetch|iwr|Invoke-WebRequest|Invoke-RestMethod|irm)\b[^\n|]*\|\s*{_INTERPRETER}",
+            re.I,
+        ),
+    ),
+    (
+        "download-exec",
+        "shell-of-download",
+        ("curl", "wget"),
+        re.compile(
+            r"(?:\b(?:ba|z|da)?sh|\bsource|\beval|\bpython[\d.]*|(?:^|[;&|]\s*)\.)\s+(?:-c\s+)?[\"']?"
+            r"(?:<\(|\$\(|`)\s*(?:curl|wget)\b",
+            re.M,
+        ),
+    ),
+    (
+        "destructive",
+        "rm-root",
+        ("rm ",),
+        re.compile(
+            rf"\brm\s+(?=[^\n;&|]*(?:(?<![\w-])-[a-zA-Z]*[rR]|--recursive|--no-preserve-root))"
+            rf"(?:-{{1,2}}[\w-]+\s+)*(?:--no-preserve-root|{_RM_TARGET})"
+        ),
+    ),
+    (
+        "destructive",
+        "format-disk",
+        ("mkfs", "mke2fs", "mkswap", "wipefs"),
+        re.compile(r"\b(?:mkfs(?:\.\w+)?|mke2fs|mkswap|wipefs)\b[^\n]*?/dev/"),
+    ),
+    (
+        "destructive",
+        "write-to-device",
+        ("/dev/",),
+        re.compile(
+            r"\bdd\b[^\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/|shm/)"
+            r"|>\s*/dev/(?:sd[a-z]|nvme\d|hd[a-z]|vd[a-z]|xvd[a-z]|mmcblk\d|disk\d|mapper/)"
+            r"|\bshred\b[^\n]*\s/dev/(?:sd|nvme|hd|vd|xvd|mmcblk|disk)"
+        ),
+    ),
+    (
+        "destructive",
+        "fork-bomb",
+        (":()", "(){", "() {"),
+        re.compile(r"(\w+|:)\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1"),
+    ),
+    (
+        "destructive",
+        "chmod-root",
+        ("chmod", "chown"),
+        re.compile(rf"\bch(?:mod|own)\s+(?:-\S+\s+)*-\w*R\w*\s+(?:-\S+\s+)*\S+\s+{_RM_TARGET}"),
+    ),
 ]
 
 # Characters that render as nothing or reorder what is shown: text the user cannot see, the model reads.
@@ -260,13 +369,14 @@ _redact = Redactor()  # an excerpt of a rule's match must not repeat a secret ne
 def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
     """What in `text` looks like a planted instruction, a secret or hidden characters.
 
-    One finding per rule that matched (its first match). `families` limits the scan; default: all.
-    Raises ValueError naming an unknown family.
+    One finding per rule that matched (its first match). `families` limits the scan; default: FAMILIES
+    (SCRIPT_FAMILIES only when asked for). Raises ValueError naming an unknown family.
     """
     chosen = set(FAMILIES if families is None else families)
-    unknown = chosen - set(FAMILIES)
+    unknown = chosen - set(FAMILIES + SCRIPT_FAMILIES)
     if unknown:
-        raise ValueError(f"unknown threat famil(ies) {sorted(unknown)}; known: {', '.join(FAMILIES)}")
+        known = ", ".join(FAMILIES + SCRIPT_FAMILIES)
+        raise ValueError(f"unknown threat famil(ies) {sorted(unknown)}; known: {known}")
     found: list[Finding] = []
     if "invisible-unicode" in chosen:
         found += _invisible(text)

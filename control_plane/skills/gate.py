@@ -1,0 +1,166 @@
+"""The verification gate: a candidate skill joins the library only if it passes here.
+
+`verify(candidate, policy, backend)` runs the static checks (static.py) on the host; only when they pass
+does it copy the candidate into a fresh sandbox from the pinned image, run the skill's own checks with
+the policy's timeout and throw the sandbox away.
+
+The convention for a skill's checks (the skill-writing guidance tells the model the same):
+- `scripts/verify.sh`: run as `bash scripts/verify.sh` in the skill's directory; exit 0 means pass.
+- `tests/`: run as `python3 -m pytest -q tests` where the image has pytest, else
+  `python3 -m unittest discover -s tests`, in the skill's directory.
+A skill may have both; both must pass. A skill with neither merges only as "unverified", and only when
+the policy allows it. Network is none unless the skill's metadata `hermetic.network` lists hosts
+("pypi.org,files.pythonhosted.org") and the policy allows network and every one of those hosts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from backends import Backend, Sandbox, SandboxError, SandboxSpec
+from backends.docker import DockerBackend
+
+from .format import Skill
+from .model import Check, GatePolicy, Verdict
+from .static import static_checks
+
+SKILL_LABEL = "org.hermetic.skill"
+"""Label on the verification sandbox: the skill's name."""
+NETWORK_KEY = "hermetic.network"
+OUTPUT_LIMIT = 8_000
+"""Characters of each check's output kept (head and tail) for the verdict."""
+TTL_MARGIN = 60
+"""Seconds beyond the timeout after which the sandbox is destroyed even if this process died."""
+TESTS_COMMAND = (
+    "if python3 -c 'import pytest' 2>/dev/null; then python3 -m pytest -q tests; "
+    "else python3 -m unittest discover -s tests; fi"
+)
+NO_CHECKS = (
+    "no checks: add scripts/verify.sh (exit 0 when the skill works) or a tests/ directory; "
+    "a skill without checks merges only as unverified, and this policy does not allow that"
+)
+
+
+class _Refused(Exception):
+    """The skill asks for what the policy does not grant; the message is the reason."""
+
+
+def declared_checks(candidate: Path) -> list[tuple[str, str]]:
+    """(check name, shell command) for each check the skill declares, by the convention above."""
+    checks = []
+    if (candidate / "scripts" / "verify.sh").is_file():
+        checks.append(("verify.sh", "bash scripts/verify.sh"))
+    if (candidate / "tests").is_dir():
+        checks.append(("tests", TESTS_COMMAND))
+    return checks
+
+
+def requested_hosts(skill: Skill) -> list[str]:
+    """The hosts the skill's metadata asks to reach during verification (empty: none)."""
+    return [host.strip() for host in skill.metadata.get(NETWORK_KEY, "").split(",") if host.strip()]
+
+
+def network_for(skill: Skill, policy: GatePolicy) -> list[str]:
+    """The allowlist the verification sandbox gets; raises _Refused when the policy refuses the request."""
+    hosts = requested_hosts(skill)
+    if not hosts:
+        return []
+    if not policy.allow_network:
+        raise _Refused(
+            f"network: the skill requests {', '.join(hosts)} ({NETWORK_KEY}) but the operator's policy "
+            "allows no network during verification; make the checks work offline"
+        )
+    refused = [host for host in hosts if host not in policy.allowed_hosts]
+    if refused:
+        raise _Refused(
+            f"network: the policy does not allow {', '.join(refused)}; "
+            f"allowed hosts: {', '.join(policy.allowed_hosts) or 'none'}"
+        )
+    return hosts
+
+
+def pin_image(backend: Backend, image: str) -> tuple[str, str]:
+    """(what the sandbox runs, what the verdict records). Docker runs the image by its id, so a tag moved
+    while the checks run cannot change what they ran in; other backends record the name as given."""
+    if isinstance(backend, DockerBackend):
+        backend.ensure_image(image)
+        image_id: str = backend.client.images.get(image).id
+        return image_id, f"{image}@{image_id}"
+    return image, image
+
+
+def verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
+    """Statically check, then execute the candidate skill's checks in a throwaway sandbox."""
+    start = time.perf_counter()
+    verdict = Verdict(skill=candidate.name, status="fail")
+    try:
+        _verify(candidate, policy, backend, verdict)
+    finally:
+        verdict.duration_ms = round((time.perf_counter() - start) * 1000, 1)
+    return verdict
+
+
+def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verdict) -> None:
+    verdict.checks, verdict.reasons, skill = static_checks(candidate)
+    if verdict.reasons or skill is None:
+        return
+    commands = declared_checks(candidate)
+    if not commands:
+        if policy.allow_unverified:
+            verdict.status = "unverified"
+        else:
+            verdict.reasons.append(NO_CHECKS)
+        return
+    try:
+        hosts = network_for(skill, policy)
+    except _Refused as refused:
+        verdict.checks.append(Check("network", False, str(refused)))
+        verdict.reasons.append(str(refused))
+        return
+    if hosts:
+        verdict.network = "allowlist:" + ",".join(hosts)
+    try:
+        image, verdict.image = pin_image(backend, policy.image)
+        spec = SandboxSpec(
+            image=image,
+            memory="512m",
+            pids=256,
+            network="allowlist" if hosts else "none",
+            allow=hosts,
+            labels={SKILL_LABEL: skill.name},
+            ttl=int(policy.timeout) + TTL_MARGIN,
+            output_limit=OUTPUT_LIMIT,
+        )
+        with backend.create(spec) as sandbox:
+            sandbox.upload(candidate, spec.workdir)
+            _run_checks(sandbox, f"{spec.workdir}/{candidate.name}", commands, policy.timeout, verdict)
+    except SandboxError as exc:
+        verdict.reasons.append(f"sandbox: the checks could not run: {exc}")
+        return
+    if not verdict.reasons:
+        verdict.status = "pass"
+
+
+def _run_checks(
+    sandbox: Sandbox, workdir: str, commands: list[tuple[str, str]], timeout: float, verdict: Verdict
+) -> None:
+    deadline = time.monotonic() + timeout
+    for name, command in commands:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            verdict.checks.append(Check(name, False, "not run: the time for the checks was used up"))
+            verdict.reasons.append(f"{name}: not run, the checks' timeout of {timeout:g} s was used up")
+            continue
+        result = sandbox.run(f"cd {shlex.quote(workdir)} && {command}", session=name, timeout=remaining)
+        output = result.get("output", "")
+        if result.get("timed_out"):
+            verdict.checks.append(Check(name, False, output))
+            verdict.reasons.append(f"{name}: timed out (the checks may take {timeout:g} s in all)")
+        elif result.get("exit_code") != 0:
+            verdict.checks.append(Check(name, False, output))
+            last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
+            verdict.reasons.append(f"{name}: exit code {result.get('exit_code')}; last line: {last[:200]}")
+        else:
+            verdict.checks.append(Check(name, True, output))
