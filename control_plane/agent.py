@@ -229,6 +229,8 @@ class Conversation:
                 log.exception("session %s: run failed", self.id)
                 emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
                 end = TurnEnd(reason="error")
+            if end.reason in ("done", "error"):  # an interrupt or the budget says nothing about skills
+                self._write(self.agent.skills.record_outcome, self.id, end.reason == "done")
             await self._flush(emit_event)
         finally:
             with self._lock:

@@ -1,7 +1,7 @@
 """The learning loop: after a turn that taught something, a background review may save it.
 
 A review is a forked agent that sees the finished turn's transcript and may call only the memory
-(and later skill) tools. It runs after the reply was delivered, as its own session whose parent is
+and skill tools. It runs after the reply was delivered, as its own session whose parent is
 the reviewed one, so every write it makes is logged against the session it came from.
 """
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hermetic.learning")
 
-REVIEW_TOOLSETS = ["memory"]
+REVIEW_TOOLSETS = ["memory", "skills"]
 TRANSCRIPT_CHARS = 24_000
 CORRECTION = re.compile(
     r"^\s*(no\b|nope\b|wrong\b|that'?s (not|wrong)|not what i|actually\b|stop\b|don'?t\b|instead\b|"
@@ -39,6 +39,8 @@ Decide what is worth remembering across sessions and save it with the memory too
 way (an error and its fix, a command that works, a convention of this project).
 - user (target "user"): who the user is and how they like to work, when they showed it (a correction \
 is the strongest signal).
+- a skill (skill_manage): when the work showed a repeatable procedure worth reusing, write it as a \
+skill with its own check (scripts/verify.sh); it joins the library only if the check passes.
 Keep entries short and specific; update or remove an entry instead of adding a near-duplicate; when \
 memory is full, consolidate. Save nothing that is a one-off detail of this task, and never secrets. \
 If nothing is worth keeping, answer "nothing to save" without calling a tool.

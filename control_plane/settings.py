@@ -200,7 +200,7 @@ class Settings(BaseSettings):
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
-    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall"]
+    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall", "skills"]
     """Which tool groups the model sees: terminal, files, browser, memory, recall, skills."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()

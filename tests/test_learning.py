@@ -123,7 +123,12 @@ def test_a_busy_turn_is_reviewed_in_the_background(tmp_path: Path, fake_llm: Any
     review_request = fake_llm.requests[3]
     assert review_request["messages"][0]["content"].startswith(REVIEW_PROMPT)
     assert "[assistant calls terminal]" in review_request["messages"][1]["content"]
-    assert [t["function"]["name"] for t in review_request["tools"]] == ["memory"]
+    assert {t["function"]["name"] for t in review_request["tools"]} == {
+        "memory",
+        "skills_list",
+        "skill_view",
+        "skill_manage",
+    }
     reviews = [s for s in agent.store.list_sessions("default") if s.source == "review"]
     assert len(reviews) == 1 and reviews[0].parent_id == conversation.id  # logged against its origin
     assert [c.tool for c in agent.store.tool_calls(reviews[0].id)] == ["memory"]

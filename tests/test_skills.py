@@ -1,64 +1,39 @@
 """The skill library: the agent writes skills through the tools, versions, rollback, retrieval, curation,
 the CLI and API, and the skills shipped in the repository.
-
-GATE STAND-IN: until the gate (control_plane/skills/gate.py) is merged into this branch, the tests verify
-with `standin_verify` below, which parses SKILL.md and runs scripts/verify.sh on the host. When merging,
-replace `standin_verify` with `gate_verify` (the library's default) and the backend with the docker one;
-the assertions hold for both (checked against the gate branch's gate.py: 14 passed).
+Every verification goes through the real gate (control_plane/skills/gate.py) in throwaway sandboxes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import get_backend
 from fastapi.testclient import TestClient
 from skills_ref.validator import validate
 from typer.testing import CliRunner
 
+from backends import Backend
 from control_plane.agent import Agent
 from control_plane.api import create_app
 from control_plane.api_tokens import TokenStore
 from control_plane.cli import app as cli_app
 from control_plane.events import Event
 from control_plane.settings import Settings, SkillsSettings, load_settings
-from control_plane.skills.format import SkillFormatError, parse_skill
+from control_plane.skills.format import parse_skill
+from control_plane.skills.gate import verify as gate_verify
 from control_plane.skills.library import DAY, SkillLibrary, UnknownSkill
-from control_plane.skills.model import Check, GatePolicy, Verdict
+from control_plane.skills.model import GatePolicy, Verdict
 
 REPO_SKILLS = Path(__file__).parent.parent / "skills"
 
 
-def standin_verify(candidate: Path, policy: GatePolicy, backend: Any) -> Verdict:
-    """GATE STAND-IN (see the module docstring): format, then scripts/verify.sh in a copy on the host."""
-    started = time.perf_counter()
-    try:
-        parse_skill(candidate)
-    except SkillFormatError as exc:
-        return Verdict(
-            candidate.name, "fail", reasons=exc.problems, checks=[Check("format", False, str(exc))]
-        )
-    checks = [Check("format", True)]
-    if not (candidate / "scripts" / "verify.sh").is_file():
-        status = "unverified" if policy.allow_unverified else "fail"
-        reasons = [] if policy.allow_unverified else ["no checks: add scripts/verify.sh or tests/"]
-        return Verdict(candidate.name, status, reasons=reasons, checks=checks)  # type: ignore[arg-type]
-    with tempfile.TemporaryDirectory() as work:
-        copy = shutil.copytree(candidate, Path(work) / candidate.name)
-        run = subprocess.run(
-            ["bash", "scripts/verify.sh"], cwd=copy, capture_output=True, text=True, timeout=policy.timeout
-        )
-    checks.append(Check("verify.sh", run.returncode == 0, run.stdout + run.stderr))
-    reasons = [] if run.returncode == 0 else [f"verify.sh: exit code {run.returncode}"]
-    duration = (time.perf_counter() - started) * 1000
-    status = "pass" if run.returncode == 0 else "fail"
-    return Verdict(candidate.name, status, reasons, checks, duration, image="standin-host")  # type: ignore[arg-type]
+def docker() -> Backend:
+    """The gate's sandboxes: real Docker (skips, with the reason, where dockerd is absent)."""
+    return get_backend("docker")
 
 
 def skill_md(name: str, description: str, body: str = "Run scripts/verify.sh.") -> str:
@@ -70,9 +45,7 @@ FAILING = "#!/usr/bin/env bash\necho 'expected 42, got 41' >&2\nexit 1\n"
 
 
 def library_at(root: Path, **settings: Any) -> SkillLibrary:
-    return SkillLibrary(
-        root / "skills", SkillsSettings(**settings), backend=lambda: None, verify=standin_verify
-    )
+    return SkillLibrary(root / "skills", SkillsSettings(**settings), backend=docker)
 
 
 def add(library: SkillLibrary, name: str, description: str, body: str = "steps", check: str = PASSING) -> int:
@@ -94,12 +67,7 @@ def agent_for(root: Path, url: str) -> Agent:
         toolsets=["skills"],
         learning={"enabled": False},
     )
-    agent = Agent(settings)
-    agent.skills.close()
-    agent.skills = SkillLibrary(
-        settings.home / "skills", settings.skills, lambda: None, verify=standin_verify
-    )
-    return agent
+    return Agent(settings)
 
 
 def call(tool: str, **arguments: Any) -> dict[str, Any]:
@@ -140,8 +108,12 @@ def test_agent_writes_a_skill_whose_check_passes(tmp_path: Path, fake_llm: Any) 
     [verdict] = agent.skills.verdicts("answer-check")
     assert (verdict["status"], verdict["proposer"], verdict["session_id"]) == ("pass", "agent", session)
     assert verdict["checks"][-1]["name"] == "verify.sh" and verdict["image"]
-    # the next session's system prompt lists it
+    # the next session's system prompt lists it; a run that loads it counts as a use and a success
     assert "- answer-check: Check that the answer is 42." in agent.system_prompt()
+    fake_llm.load([{"tool_calls": [call("skill_view", name="answer-check")]}, {"text": "checked"}])
+    run(agent, "check the answer")
+    info = agent.skills.info("answer-check")
+    assert (info.uses, info.successes, info.failures) == (1, 1, 0)
     agent.close()
 
 
@@ -234,7 +206,7 @@ def test_reverification_marks_a_skill_that_no_longer_passes(tmp_path: Path) -> N
     add(library, "other", "Another skill.")
     # what changed under the skill: the verification environment (an upgraded image, simulated)
     library._verify = lambda candidate, policy, backend: (
-        standin_verify(candidate, policy, backend)
+        gate_verify(candidate, policy, backend)
         if candidate.name == "other"
         else Verdict(candidate.name, "fail", ["verify.sh: exit code 127"])
     )
@@ -346,7 +318,6 @@ def test_api(tmp_path: Path) -> None:
     with TestClient(app) as client:
         client.headers["Authorization"] = f"Bearer {token}"
         agent = app.state.hub.profile("default").agent
-        agent.skills._verify = standin_verify
         add(agent.skills, "deploy-app", "Deploy the app.", body="Run make deploy.")
         agent.skills.patch("deploy-app", "SKILL.md", "make deploy", "make release")
         agent.skills.submit("deploy-app", proposer="test")
@@ -372,5 +343,5 @@ def test_api(tmp_path: Path) -> None:
 def test_repository_skills_are_valid_and_pass_their_checks(skill: str) -> None:
     assert validate(REPO_SKILLS / skill) == []
     assert parse_skill(REPO_SKILLS / skill).name == skill
-    verdict = standin_verify(REPO_SKILLS / skill, GatePolicy(), None)
+    verdict = gate_verify(REPO_SKILLS / skill, GatePolicy(), docker())
     assert verdict.status == "pass", verdict.checks
