@@ -7,6 +7,7 @@ litellm); every tool call really runs in a sandbox, in the separate `demo` profi
 from __future__ import annotations
 
 import asyncio
+import shutil
 from importlib import resources
 from typing import Annotated
 
@@ -63,13 +64,17 @@ def demo(
             model={"name": "openai/hermetic-replay", "api_base": server.url, "api_key": "replay"},
             **overrides,
         )
-        for name in ("MEMORY.md", "USER.md"):  # each demo starts from an empty memory
+        for name in ("MEMORY.md", "USER.md"):  # each demo starts from an empty memory and library
             (settings.home / name).unlink(missing_ok=True)
+        shutil.rmtree(settings.home / "skills", ignore_errors=True)
         agent = Agent(settings)
         conversation = agent.new_conversation(title="demo: primes below 50", source="demo")
         try:
             end = asyncio.run(drive(conversation, recorded["task"], show))
             conversation.close()
+            skills = [
+                f"  {s.name} v{s.version} [{s.status}]: {s.description}" for s in agent.skills.list_skills()
+            ]
             console.print("[dim]the learning loop reviews the turn in the background…[/]")
         finally:
             agent.close()  # lets the review finish
@@ -87,4 +92,8 @@ def demo(
         f"(exit {runs[0].exit_code}), the fix worked, {len(ends)} tool calls in session {conversation.id}"
     )
     console.print(f"[bold]What the agent learned[/] (the background review wrote MEMORY.md):\n{learned}")
+    console.print(
+        "[bold]Its skills[/] (verified by the gate in a throwaway sandbox; "
+        "hermetic --profile demo skills list):\n" + ("\n".join(skills) or "  none")
+    )
     console.print(NEXT.format(session=conversation.id))
