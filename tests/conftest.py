@@ -5,13 +5,15 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
-from postgres import postgres  # noqa: F401  (the session fixture, for every test module)
+from postgres import LocalPostgres, postgres  # noqa: F401  (the session fixture, for every test module)
 from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
+from control_plane.store import Store
 
 BACKENDS = ["local", "docker", "ssh", "modal-standin"]
 _backends: dict[str, Backend | str] = {}
@@ -116,3 +118,19 @@ def sandbox(backend: Backend) -> Iterator[Sandbox]:
 def session() -> str:
     """A fresh shell session name, so tests sharing a sandbox do not share shell state."""
     return "t-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A fresh sessions database, on SQLite and on the throwaway PostgreSQL."""
+    if request.param == "sqlite":
+        with Store(f"sqlite:///{tmp_path}/db/hermetic.db") as opened:
+            yield opened
+        return
+    server: LocalPostgres = request.getfixturevalue("postgres")
+    name = server.create_database()
+    try:
+        with Store(server.url(name)) as opened:
+            yield opened
+    finally:
+        server.drop_database(name)

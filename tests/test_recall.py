@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres import LocalPostgres
 from test_store import HOSTILE
 
 from control_plane.agent import Agent
@@ -20,21 +18,6 @@ from control_plane.store import Store, indexing
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 
 P = "default"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        with Store(f"sqlite:///{tmp_path}/db/hermetic.db") as opened:
-            yield opened
-        return
-    server: LocalPostgres = request.getfixturevalue("postgres")
-    name = server.create_database()
-    try:
-        with Store(server.url(name)) as opened:
-            yield opened
-    finally:
-        server.drop_database(name)
 
 
 def chat(*pairs: tuple[str, str]) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,6 @@ from postgres import LocalPostgres
 from control_plane.store import MessageRecord, SearchHit, SessionRecord, Store, StoreError
 
 P = "default"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        with Store(f"sqlite:///{tmp_path}/db/hermetic.db") as opened:
-            yield opened
-        return
-    server: LocalPostgres = request.getfixturevalue("postgres")
-    name = server.create_database()
-    try:
-        with Store(server.url(name)) as opened:
-            yield opened
-    finally:
-        server.drop_database(name)
 
 
 def conversation() -> list[dict[str, Any]]:
