@@ -6,10 +6,25 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+
+@dataclass
+class Figure:
+    """Samples (seconds) with what a bare distribution cannot say, e.g. "412 cmd/s, 0 failed"."""
+
+    samples: list[float]
+    note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+    """Numbers behind the note, written to the JSON (throughput, failures, ...)."""
+
+
+Results = dict[str, "list[float] | Figure"]
+"""Figure name ("subject: what") -> samples in seconds, or a Figure when it carries a note."""
 
 
 def sample(fn: Callable[[], object], n: int, warmup: int = 3) -> list[float]:
@@ -33,6 +48,10 @@ def cpu_noise() -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def as_figure(value: list[float] | Figure) -> Figure:
+    return value if isinstance(value, Figure) else Figure(value)
+
+
 def summarize(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {
@@ -44,17 +63,25 @@ def summarize(samples: list[float]) -> dict[str, float]:
     }
 
 
-def report(title: str, results: dict[str, list[float]], out_dir: Path, extra: dict[str, object]) -> Path:
+def report(title: str, results: Results, out_dir: Path, extra: dict[str, object]) -> Path:
     table = Table(title=title)
-    for column in ("figure", "median ms", "p90 ms", "min ms", "max ms", "n"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
-    for name, samples in results.items():
-        s = summarize(samples)
+    for column in ("figure", "median ms", "p90 ms", "min ms", "max ms", "n", "note"):
+        table.add_column(column, justify="left" if column in ("figure", "note") else "right")
+    for name, value in results.items():
+        figure = as_figure(value)
+        if not figure.samples:
+            table.add_row(name, "-", "-", "-", "-", "0", figure.note)
+            continue
+        s = summarize(figure.samples)
         table.add_row(
-            name, *(f"{s[k]:.3f}" for k in ("median_ms", "p90_ms", "min_ms", "max_ms")), str(s["n"])
+            name,
+            *(f"{s[k]:.3f}" for k in ("median_ms", "p90_ms", "min_ms", "max_ms")),
+            str(s["n"]),
+            figure.note,
         )
     Console().print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"extra": extra, "samples": results}, indent=1))
+    figures = {name: asdict(as_figure(value)) for name, value in results.items()}
+    path.write_text(json.dumps({"extra": extra, "figures": figures}, indent=1))
     return path
