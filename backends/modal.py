@@ -6,9 +6,10 @@ import contextlib
 import ipaddress
 import logging
 import os
+import queue
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -299,7 +300,10 @@ class ModalStreamTransport(Transport):
     def __init__(self, process: ContainerProcess, label: str) -> None:
         self._label = label
         self._stdin = process.stdin
-        self._stdout: Iterator[bytes] = iter(process.stdout)
+        self._chunks: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(
+            target=self._pump_stdout, args=(process.stdout,), name=f"stdout-{label}", daemon=True
+        ).start()
         # drain() sends the buffer and clears it afterwards: a write from another thread while a drain is in
         # flight would be cleared unsent. So each write+drain pair holds this lock.
         self._write_lock = threading.Lock()
@@ -321,17 +325,21 @@ class ModalStreamTransport(Transport):
             except Exception as exc:  # Modal's errors: the channel treats OSError as "stream gone"
                 raise OSError(f"writing to Modal stdin failed: {exc}") from exc
 
-    def recv(self) -> bytes:
-        while True:
-            try:
-                chunk = next(self._stdout)
-            except StopIteration:
-                return b""
-            except Exception as exc:
-                log.warning("%s: Modal stdout stream failed: %s", self._label, exc)
-                return b""
-            if chunk:
-                return bytes(chunk)
+    def recv(self, timeout: float | None) -> bytes | None:
+        try:
+            return self._chunks.get(timeout=timeout) if timeout != 0 else self._chunks.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _pump_stdout(self, stdout: Iterable[bytes]) -> None:
+        """Modal's stdout is a blocking iterator with no timeout: a thread moves it to a queue."""
+        try:
+            for chunk in stdout:
+                if chunk:
+                    self._chunks.put(bytes(chunk))
+        except Exception as exc:
+            log.warning("%s: Modal stdout stream failed: %s", self._label, exc)
+        self._chunks.put(b"")
 
     def close(self) -> None:
         with self._write_lock:

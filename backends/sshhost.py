@@ -23,7 +23,7 @@ from paramiko.ssh_exception import (
 import sandboxes
 
 from .bundle import READ_FRAME
-from .channel import Transport, log_stderr_lines
+from .channel import Transport, log_stderr_lines, readable_poller, wait_readable
 from .errors import BackendUnavailable, SandboxError
 from .local import RUNTIME_DIR
 
@@ -307,6 +307,7 @@ class SSHChannelTransport(Transport):
 
     def __init__(self, chan: paramiko.Channel, label: str) -> None:
         self._chan = chan
+        self._poller = readable_poller(chan.fileno())
         self._send_lock = threading.Lock()  # sendall goes out in window-sized pieces: keep lines whole
         threading.Thread(
             target=log_stderr_lines, args=(chan.makefile_stderr("rb"), label), daemon=True
@@ -319,9 +320,13 @@ class SSHChannelTransport(Transport):
             except SSHException as exc:
                 raise OSError(str(exc)) from exc
 
-    def recv(self) -> bytes:
+    def recv(self, timeout: float | None) -> bytes | None:
         try:
-            return bytes(self._chan.recv(262144))
+            # Not chan.settimeout: it would apply to a concurrent sendall too. The channel's fileno()
+            # is a pipe paramiko marks readable when data or the end arrives.
+            if not wait_readable(self._poller, timeout):
+                return None
+            return bytes(self._chan.recv(65536))
         except (OSError, EOFError, SSHException):
             return b""
 

@@ -56,6 +56,7 @@ class Server:
         self._in = chan_in
         self._out = chan_out
         self._write_lock = threading.Lock()
+        self._reading = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="req")
         self._ready = False
         self.started = time.time()
@@ -106,19 +107,52 @@ class Server:
                 view = view[os.write(self._out, view) :]
 
     def serve(self) -> None:
-        with os.fdopen(self._in, "rb", buffering=65536) as stream:
-            for line in stream:
-                if line.strip():
-                    self._dispatch(line)
+        self._stream = os.fdopen(self._in, "rb", buffering=65536)
+        self._pool.submit(self._read_requests)
+        threading.Event().wait()  # the process ends in _stop (os._exit): at EOF or sys.shutdown
+
+    def _read_requests(self) -> None:
+        """Read and dispatch requests on this thread until one needs a thread of its own; then a pool
+        thread takes over the reading and this one runs the request, so a request never waits for a
+        thread handoff (the largest cost of a round trip in CPython)."""
+        try:
+            with self._reading:  # one reader at a time, even if a failed submit left a stray one queued
+                message = self._read_until_handoff()
+            if message is not None:
+                self._handle(message)
+                return
+        except Exception:  # in a pool thread nobody would see it, and nothing would read any more
+            log.exception("reading requests failed")
         log.info("channel closed; stopping")
         self._stop()
 
-    def _dispatch(self, line: bytes) -> None:
+    def _read_until_handoff(self) -> dict[str, Any] | None:
+        """The first request that needs a thread of its own, after starting the next reader; None at
+        the end of the stream."""
+        for line in self._stream:
+            message = self._parse(line) if line.strip() else None
+            if message is None:
+                continue
+            if message["method"] in _INLINE:
+                self._handle(message)
+                continue
+            try:
+                self._pool.submit(self._read_requests)
+            except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
+                self.send(
+                    error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc))
+                )
+                continue
+            return message
+        return None
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        """The request on a line, or None after replying with what is wrong with it."""
         try:
             message = json.loads(line)
         except ValueError as exc:
             self.send(error_response(None, RpcError(PARSE_ERROR, "not JSON: %s" % exc)))
-            return
+            return None
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             self.send(
                 error_response(
@@ -126,17 +160,8 @@ class Server:
                     RpcError(INVALID_REQUEST, "a request needs a method"),
                 )
             )
-            return
-        method = message["method"]
-        if method in _INLINE:
-            self._handle(message)
-            return
-        try:
-            self._pool.submit(self._handle, message)
-        except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
-            self.send(
-                error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc))
-            )
+            return None
+        return message
 
     def _handle(self, message: dict[str, Any]) -> None:
         req_id = message.get("id")

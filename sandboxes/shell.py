@@ -89,7 +89,9 @@ class ShellSession:
         self._cmd_file = os.open(self._cmd_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._cmd_size = 0
         self._run: _Run | None = None
-        self._pumping = False
+        self._pumping = False  # a request is reading the output itself (see _pump)
+        # Wakes a pump when bash dies or the session closes (a pipe: os.eventfd needs Python 3.10).
+        self._wake, self._waker = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._exit_code = 0
         self._spawn(cwd)
 
@@ -127,6 +129,8 @@ class ShellSession:
             raise
         for fd in (cmd_r, out_w):
             os.close(fd)
+        for fd in (master, out_r):  # two threads may poll them; only one reads (see _read_loop)
+            os.set_blocking(fd, False)
         # The runtime keeps the slave open for the session's life: with no slave fd open anywhere
         # (a window while bash starts) the master would hang up and bash would get SIGHUP.
         self._slave = slave
@@ -150,38 +154,41 @@ class ShellSession:
         self._run = None
 
     def _read_loop(self, generation: tuple) -> None:
-        """Drain bash's output pipe and the PTY into one pending buffer."""
+        """Between runs, drain bash's output pipe and the PTY into the pending buffer. While a
+        request pumps a run it reads them itself, and this thread stands aside: a reply then needs
+        no thread handoff. Reads and closes happen under the lock, so the two never overlap."""
         poller = select.poll()
         for fd in generation:
             poller.register(fd, select.POLLIN)
         open_fds = set(generation)
         while open_fds:
-            for fd, _ in poller.poll():
-                try:
-                    data = os.read(fd, 65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    poller.unregister(fd)
-                    open_fds.discard(fd)
-                    os.close(fd)  # only this thread closes them: no read on a reused fd number
-                    continue
-                with self._cond:
+            ready = poller.poll()
+            with self._cond:
+                while self._pumping:
+                    self._cond.wait()
+                for fd, _ in ready:
+                    data = _read_some(fd)
+                    if data is None:  # a pump took it
+                        continue
+                    if not data:
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+                        os.close(fd)  # only this thread closes them: no read on a reused fd number
+                        continue
                     if self._generation is not generation:
                         continue
                     self._pending += data
                     if self._run is None and len(self._pending) > _IDLE_KEEP:
                         del self._pending[: len(self._pending) - _IDLE_KEEP]
-                    self._cond.notify_all()
-                    while len(self._pending) > _MAX_PENDING and self._generation is generation:
-                        self._cond.wait()
+                while len(self._pending) > _MAX_PENDING and self._generation is generation:
+                    self._cond.wait()
 
     def _watch(self, proc: subprocess.Popen, generation: tuple) -> None:
         proc.wait()
         with self._cond:
             if self._generation is generation:
                 self._alive = False
-                self._cond.notify_all()
+                _poke(self._waker)
 
     def _terminate(self) -> None:
         """Kill bash and everything still in its session; forget the PTY."""
@@ -191,7 +198,7 @@ class ShellSession:
         with self._cond:
             self._generation = None
             self._alive = False
-            self._cond.notify_all()
+            _poke(self._waker)
         os.close(self._cmd)
         os.close(self._slave)  # the reader thread then sees the PTY hang up and closes the master
 
@@ -364,24 +371,26 @@ class ShellSession:
         Streamed text goes out at most every 50 ms (or 32 KB), and whatever is left at the end."""
         run = self._run
         assert run is not None
-        self._pumping = True
+        poller = select.poll()
+        poller.register(self._wake, select.POLLIN)
+        with self._cond:
+            self._pumping = True
+            for fd in self._generation or ():
+                poller.register(fd, select.POLLIN)
         streamer = StreamBatcher(stream)
         seen = ""  # recent cleaned text, for `expect`
         last = time.monotonic()
         try:
             while True:
                 with self._cond:
-                    while not self._pending and self._alive:
-                        now = time.monotonic()
-                        wake = deadline if idle is None else min(deadline, last + idle)
-                        wake = min(wake, streamer.due)
-                        if now >= wake:
-                            break
-                        self._cond.wait(wake - now)
+                    waiting = not self._pending and self._alive
+                if waiting:
+                    wake = deadline if idle is None else min(deadline, last + idle)
+                    self._read_ready(poller, min(wake, streamer.due) - time.monotonic())
+                with self._cond:
                     data = bytes(self._pending)
                     self._pending.clear()
                     alive = self._alive
-                    self._cond.notify_all()
                 now = time.monotonic()
                 if not data:
                     streamer.flush_if_due(now)
@@ -417,7 +426,26 @@ class ShellSession:
                     return "idle"
         finally:
             streamer.flush_if_due(float("inf"))
-            self._pumping = False
+            with self._cond:
+                self._pumping = False
+                self._cond.notify_all()
+
+    def _read_ready(self, poller: select.poll, timeout: float) -> None:
+        """Wait up to `timeout` seconds for output (or a wake-up) and move what came into the
+        pending buffer."""
+        if timeout <= 0:
+            return
+        events = poller.poll(timeout * 1000)
+        with self._cond:
+            for fd, _ in events:
+                if fd == self._wake:
+                    _read_some(fd)
+                    continue
+                data = _read_some(fd)
+                if data == b"":  # ended: the reader thread closes it when the pump is over
+                    poller.unregister(fd)
+                elif data:
+                    self._pending += data
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -437,7 +465,10 @@ class ShellSession:
     def _write(fd: int, text: str) -> None:
         data = text.encode("utf-8", "surrogateescape")
         while data:
-            data = data[os.write(fd, data) :]
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:  # the PTY's input queue is full (its master is non-blocking)
+                select.select([], [fd], [])
 
     def _restore_tty(self) -> None:
         """Undo what an interactive program (a REPL, an editor) left in the terminal's modes."""
@@ -469,7 +500,24 @@ class ShellSession:
     def close(self) -> None:
         self._terminate()
         os.close(self._cmd_file)
+        os.close(self._wake)
+        os.close(self._waker)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _read_some(fd: int) -> bytes | None:
+    """What a non-blocking fd has: None when nothing (yet), b'' when it ended."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+    except OSError:  # EIO: the PTY hung up
+        return b""
+
+
+def _poke(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+        os.write(fd, b"!")
 
 
 def _take_terminal(slave: int) -> None:

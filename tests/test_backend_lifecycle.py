@@ -36,7 +36,7 @@ def _kill_substrate(sandbox: object) -> None:
     elif isinstance(sandbox, ModalSandbox):  # the runtime dies; the Modal sandbox (and workspace) lives on
         sandbox.modal.kill_exec(sandbox.modal.processes[-1])  # type: ignore[union-attr]
         # No local process to poll here, as on real Modal: the stream's end is the news. Wait for it.
-        sandbox._channel._reader.join(10)  # type: ignore[union-attr]
+        sandbox._channel.wait_closed(10)  # type: ignore[union-attr]
     else:
         raise AssertionError(f"no way to kill {sandbox!r}")
 

@@ -163,7 +163,7 @@ def test_ended_modal_sandbox_is_replaced_on_next_use_and_the_loss_is_told(
         sb.run("echo x > note.txt")
         _standin(sb).terminate()  # Modal ended it: its timeout passed, or someone terminated it
         assert sb._channel is not None
-        sb._channel._reader.join(10)  # the stream's end is how the control plane learns it
+        sb._channel.wait_closed(10)  # the stream's end is how the control plane learns it
         result = sb.run("cat note.txt 2>&1; echo done")
         notices = sb.pop_notices()
         assert sb.modal is FakeSandbox.created[-1] and sb.modal is not created[0]
