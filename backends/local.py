@@ -8,9 +8,10 @@ import resource
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,6 +24,18 @@ from .errors import BackendUnavailable, UnsupportedSpec
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.local")
+# bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap ends,
+# not the process: a sandbox started from a pool thread was SIGKILLed when that thread exited (the end
+# of asyncio.run's executor after a chat message, a ThreadPoolExecutor). So every sandbox is spawned
+# from this one thread, which lives as long as the process.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bwrap-spawner")
+
+
+def spawn(args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen from the spawner thread: for processes that die with their parent thread."""
+    proc: subprocess.Popen[bytes] = _SPAWNER.submit(lambda: subprocess.Popen(args, **popen)).result()
+    return proc
+
 
 RUNTIME_DIR = Path(sandboxes.__file__).resolve().parent
 SANDBOX_PYTHON = "/usr/bin/python3"
@@ -224,7 +237,7 @@ class LocalSandbox(Sandbox):
                 resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-        self._proc = subprocess.Popen(
+        self._proc = spawn(
             args,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -35,6 +35,8 @@ from typing import Any, ClassVar
 import modal
 from modal.exception import InvalidError, SandboxTerminatedError
 
+from backends.local import spawn
+
 CREATE_PARAMS = set(inspect.signature(modal.Sandbox.create).parameters) - {"args"}
 EXEC_PARAMS = set(inspect.signature(modal.Sandbox.exec).parameters) - {"self", "args"}
 DEPRECATED = {"cidr_allowlist", "environment_name", "pty_info", "_pty_info"}
@@ -217,7 +219,7 @@ class FakeSandbox:
         merged = {**IMAGE_ENV, **(self.create_kwargs.get("env") or {}), **env}
         merged = {k: str(v) for k, v in merged.items() if v is not None}
         merged["MODAL_SANDBOX_ID"] = self.object_id  # real Modal sets it too; kill_processes finds by it
-        popen = subprocess.Popen(
+        popen = spawn(  # bwrap --die-with-parent: from a thread that outlives the caller's
             [*self._view(workdir or self.workdir), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,17 @@ def test_vanished_sandbox_is_recreated_on_next_use_with_a_notice(backend: Backen
         notices = sb.pop_notices()
     assert len(notices) == 1 and "shell sessions" in notices[0] and "lost" in notices[0]
     assert result["output"] == "kept\nunset\n"  # workspace kept, shell state lost
+
+
+def test_a_sandbox_outlives_the_thread_that_created_it(backend: Backend) -> None:
+    """bwrap's --die-with-parent fires when the creating *thread* ends, not the process: a sandbox made
+    in a pool thread (asyncio.run's executor, a warm pool's refill) must not die with that thread."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        sb = pool.submit(backend.create, SandboxSpec()).result()
+        pool.submit(sb.run, "export KEPT=yes").result()
+    with sb:  # the pool's thread has ended
+        assert sb.run("echo ${KEPT:-lost}")["output"] == "yes\n"
+        assert sb.pop_notices() == []
 
 
 def test_closing_removes_everything(backend: Backend) -> None:
