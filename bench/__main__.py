@@ -1,48 +1,89 @@
-"""`python -m bench`: round trips, start times, store, memory and agent-step figures; raw samples to JSON."""
+"""`python -m bench`: every figure of issue 7 for our backends and the peers, measured in one run.
+
+Prints a table (median, p90, min, max), the targets checked on this run's medians, and the machine's
+noise (a fixed CPU loop at start and end); writes the raw samples to bench/results/DATE.json. Peers are
+installed into their own virtual environments under bench/.peers on first use (never into ours).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 from pathlib import Path
 
-from . import agent_step, browser, memory, roundtrip, store
-from .stats import cpu_noise, report
+from backends import SandboxSpec
+
+from . import agent_step, browser, concurrency, memory, roundtrip, skill_gate, store, targets
+from .stats import Results, cpu_noise, report
+
+SECTIONS = ("peers", "pool", "concurrency", "browser", "store", "memory", "agent", "skill-gate")
+
+
+def names(text: str) -> list[str]:
+    return [item for item in text.split(",") if item]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-n", "--iterations", type=int, default=500, help="samples per fast figure")
-    parser.add_argument("--backends", default="local,docker,ssh", help="comma-separated backends")
+    parser.add_argument("--backends", default="local,docker,ssh", help="our backends, comma-separated")
+    parser.add_argument(
+        "--peers", default="hermes-agent,swe-rex", help="peers, comma-separated ('' for none)"
+    )
+    parser.add_argument("--concurrency", default="20,50", help="sandbox counts for the concurrency figure")
+    parser.add_argument("--store", default="sqlite,postgresql", help="store dialects ('' for none)")
+    parser.add_argument("--store-messages", type=int, default=100_000, help="messages in the store")
+    parser.add_argument("--skip", default="", help=f"sections to leave out: {', '.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--no-browser", action="store_true", help="skip the browser figures")
-    parser.add_argument(
-        "--store", default="sqlite,postgresql", help="comma-separated store dialects ('' for none)"
-    )
-    parser.add_argument(
-        "--store-messages", type=int, default=100_000, help="messages in the store's database"
-    )
-    parser.add_argument(
-        "--agent", default="docker,local", help="backends for the agent step overhead ('' for none)"
-    )
     args = parser.parse_args()
+    skip = set(names(args.skip))
+    if unknown := skip - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    n, backends, counts = args.iterations, names(args.backends), [int(c) for c in names(args.concurrency)]
+    peers = [] if "peers" in skip else names(args.peers)
+
     noise_start = cpu_noise()
-    backends = [b for b in args.backends.split(",") if b]
-    results = roundtrip.collect(backends, args.iterations)
-    if not args.no_browser:
-        results.update(browser.collect(backends, args.iterations))
-    dialects = [d for d in args.store.split(",") if d]
-    results.update(store.collect(dialects, args.iterations, args.store_messages))
-    results.update(memory.collect(args.iterations))
-    agent_backends = [b for b in args.agent.split(",") if b]
-    results.update(agent_step.collect(agent_backends, min(args.iterations, 300)))
+    image = SandboxSpec().image
+    results: Results = {}
+    if peers:
+        from . import peers as peer_bench
+
+        image = peer_bench.image()  # ours + swe-rex: every contender runs the same image
+        results.update(peer_bench.collect(peers, n, counts, ["docker", "local"]))
+    results.update(roundtrip.collect(backends, n, image))
+    if "pool" not in skip:
+        from . import pool
+
+        results.update(
+            pool.collect([b for b in backends if b in ("docker", "local")], max(n // 10, 3), image)
+        )
+    if "concurrency" not in skip:
+        results.update(concurrency.collect(backends, counts, image))
+    if "browser" not in skip:
+        results.update(browser.collect(backends, n))
+    if "agent" not in skip:
+        results.update(agent_step.collect([b for b in ("docker", "local") if b in backends], min(n, 300)))
+    if "store" not in skip:
+        results.update(store.collect(names(args.store), n, args.store_messages))
+    if "memory" not in skip:
+        results.update(memory.collect(n))
+    if "skill-gate" not in skip and "docker" in backends:
+        results.update(skill_gate.collect(max(n // 50, 3)))
     noise_end = cpu_noise()
+
+    checked = targets.check(results)
     extra = {
         "machine": platform.platform(),
-        "cpus": __import__("os").cpu_count(),
+        "cpus": os.cpu_count(),
         "cpu_loop_ms": [noise_start, noise_end],
+        "image": image,
+        "targets": checked,
     }
-    path = report("Hermetic round trips", results, args.out, extra)
+    path = report("Hermetic and peers, one run", results, args.out, extra)
+    targets.show(checked)
     print(f"CPU noise loop: {noise_start:.1f} ms at start, {noise_end:.1f} ms at end; raw samples: {path}")
 
 

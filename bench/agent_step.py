@@ -65,7 +65,8 @@ def step_overheads(backend: str, steps: int) -> list[float]:
 
 def collect(backends: list[str], n: int) -> dict[str, list[float]]:
     return {
-        f"agent step overhead ({backend}, `true` tool)": step_overheads(backend, n) for backend in backends
+        f"hermetic {backend}: agent step overhead (scripted model, `true` tool)": step_overheads(backend, n)
+        for backend in backends
     }
 
 

@@ -51,9 +51,11 @@ def collect(backends: list[str], n: int) -> dict[str, list[float]]:
         if sandbox is None:
             continue
         with sandbox:
-            results[f"{name}: browser launch (driver + chromium + page)"] = launches(sandbox, max(n // 50, 3))
+            results[f"hermetic {name}: browser launch (driver + chromium + page)"] = launches(
+                sandbox, max(n // 50, 3)
+            )
             url = f"http://127.0.0.1:{PORT}/bench.html"
-            results[f"{name}: navigate + ARIA snapshot, local page"] = sample(
+            results[f"hermetic {name}: navigate + ARIA snapshot, local page"] = sample(
                 lambda sb=sandbox, url=url: sb.call("browser.navigate", {"url": url}), max(n // 10, 3)
             )
     return results

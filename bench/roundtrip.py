@@ -1,4 +1,5 @@
-"""Per-command round trip and create-to-first-command, for each backend and for the raw floors."""
+"""Per command: round trip of `true` and of 100 KB of output, create-to-first-command and a 1 MB file
+written and read back, for each of our backends; and the raw floors the same machine allows."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import subprocess
 from collections.abc import Callable
 
 import docker
+from docker.models.containers import Container
 
 from backends import Backend, BackendUnavailable, SandboxSpec, create_backend
 
+from .stats import Results, sample
+
 OUTPUT_100K = "head -c 100000 /dev/zero | tr '\\0' a"
+FILE_1MB = ("x" * 99 + "\n") * 10_000
 END = b"__hermetic_bench_end__"
+
+Figures = dict[str, Callable[[], object]]
 
 
 class PersistentBash:
@@ -26,7 +33,7 @@ class PersistentBash:
         self._in.write(command.encode() + b"; echo " + END + b"\n")
         buf = b""
         while not buf.endswith(END + b"\n"):
-            buf += os.read(self._out, 262144)
+            buf += os.read(self._out, 65536)
         return buf
 
     def close(self) -> None:
@@ -34,33 +41,30 @@ class PersistentBash:
         self.proc.wait()
 
 
-def hermetic_figures(name: str, n: int) -> dict[str, Callable[[], object]] | None:
-    try:
-        backend = create_backend(name)
-    except BackendUnavailable as exc:
-        print(f"skipping {name}: {exc}")
-        return None
-    return backend_figures(backend)
-
-
-def backend_figures(backend: Backend) -> dict[str, Callable[[], object]]:
-    name = backend.name
-    spec = SandboxSpec(output_limit=200_000, network="full" if name == "ssh" else "none")
+def backend_figures(backend: Backend, image: str) -> tuple[Figures, Callable[[], None]]:
+    """Our figures for one backend, and what closes the sandbox they share."""
+    label = f"hermetic {backend.name}"
+    spec = SandboxSpec(image=image, output_limit=200_000, network="full" if backend.name == "ssh" else "none")
     sandbox = backend.create(spec)
 
     def create_first() -> None:
         with backend.create(spec) as sb:
             sb.run("true")
 
+    def file_write_read() -> None:
+        sandbox.call("fs.write", {"path": "bench-1mb.txt", "content": FILE_1MB})
+        got = sandbox.call("fs.read", {"path": "bench-1mb.txt", "limit": 10_000, "numbered": False})
+        assert len(got["content"]) + 1 == len(FILE_1MB), "the file came back different"
+
     return {
-        f"{name}: `true` round trip": lambda: sandbox.run("true"),
-        f"{name}: 100 KB output": lambda: sandbox.run(OUTPUT_100K),
-        f"{name}: create to first command": create_first,
-        "_close": sandbox.close,
-    }
+        f"{label}: `true` round trip": lambda: sandbox.run("true"),
+        f"{label}: 100 KB output": lambda: sandbox.run(OUTPUT_100K),
+        f"{label}: create to first command": create_first,
+        f"{label}: 1 MB file write+read": file_write_read,
+    }, sandbox.close
 
 
-def ssh_figures() -> dict[str, Callable[[], object]] | None:
+def ssh_figures(image: str) -> tuple[Figures, Callable[[], None]] | None:
     """The ssh backend against a throwaway sshd on 127.0.0.1, and the OpenSSH client's floors."""
     from tests.sshd import SSHDUnavailable, start_sshd
 
@@ -69,8 +73,7 @@ def ssh_figures() -> dict[str, Callable[[], object]] | None:
     except SSHDUnavailable as exc:
         print(f"skipping ssh: {exc}")
         return None
-    figures = backend_figures(create_backend("ssh", server.config()))
-    close_sandbox = figures.pop("_close")
+    figures, close_sandbox = backend_figures(create_backend("ssh", server.config()), image)
     bash = PersistentBash(server.ssh_argv("bash"))
 
     def close() -> None:
@@ -84,21 +87,24 @@ def ssh_figures() -> dict[str, Callable[[], object]] | None:
             server.ssh_argv("true"), check=True
         ),
         "floor: persistent bash over one ssh session": lambda: bash.run("true"),
-        "_close": close,
-    }
+    }, close
 
 
-def docker_floors() -> dict[str, Callable[[], object]]:
+def docker_floors(image: str) -> tuple[Figures, Callable[[], None]]:
     client = docker.from_env()
-    image = SandboxSpec().image
-    container = client.containers.run(
-        image, ["sleep", "infinity"], detach=True, init=True, network_mode="none"
-    )
+
+    def start() -> Container:
+        return client.containers.run(
+            image, ["sleep", "infinity"], detach=True, init=True, network_mode="none"
+        )
+
+    container = start()
     cid = container.id
+    assert cid is not None
     bash = PersistentBash(["docker", "exec", "-i", cid, "bash"])
 
     def run_and_exec() -> None:
-        c = client.containers.run(image, ["sleep", "infinity"], detach=True, init=True, network_mode="none")
+        c = start()
         c.exec_run(["true"])
         c.remove(force=True)
 
@@ -110,36 +116,50 @@ def docker_floors() -> dict[str, Callable[[], object]]:
         "floor: fresh `docker exec` (CLI)": lambda: subprocess.run(
             ["docker", "exec", cid, "true"], check=True
         ),
-        "floor: fresh exec (SDK)": lambda: container.exec_run(["true"]),
-        "floor: persistent bash over one exec stream": lambda: bash.run("true"),
+        "floor: fresh exec (docker SDK)": lambda: container.exec_run(["true"]),
+        "floor: persistent bash over one docker exec stream": lambda: bash.run("true"),
+        "floor: persistent bash over one docker exec stream, 100 KB": lambda: bash.run(OUTPUT_100K),
         "floor: `docker run` + first exec": run_and_exec,
-        "_close": close,
-    }
+    }, close
 
 
-def collect(backends: list[str], n: int) -> dict[str, list[float]]:
-    from .stats import sample
+def iterations(label: str, n: int) -> int:
+    """Slow figures get fewer samples."""
+    if any(word in label for word in ("create", "docker run", "fresh", "1 MB")):
+        return max(n // 50, 3)
+    return max(n // 5, 3) if "100 KB" in label else n
 
-    results: dict[str, list[float]] = {}
+
+def collect(backends: list[str], n: int, image: str) -> Results:
+    results: Results = {}
     local_bash = PersistentBash(["bash"])
-    results["floor: persistent bash over a pipe"] = sample(lambda: local_bash.run("true"), n)
-    results["floor: persistent bash, 100 KB output"] = sample(
-        lambda: local_bash.run(OUTPUT_100K), max(n // 5, 3)
-    )
-    local_bash.close()
-    groups = [hermetic_figures(name, n) for name in backends if name != "ssh"]
-    if "ssh" in backends:
-        groups.append(ssh_figures())
+    groups: list[tuple[Figures, Callable[[], None]] | None] = [
+        (
+            {
+                "floor: persistent bash over a pipe": lambda: local_bash.run("true"),
+                "floor: persistent bash over a pipe, 100 KB": lambda: local_bash.run(OUTPUT_100K),
+                "floor: fresh `bash -c true`": lambda: subprocess.run(["bash", "-c", "true"], check=True),
+            },
+            local_bash.close,
+        )
+    ]
+    for name in backends:
+        if name == "ssh":
+            groups.append(ssh_figures(image))
+            continue
+        try:
+            groups.append(backend_figures(create_backend(name), image))
+        except BackendUnavailable as exc:
+            print(f"skipping {name}: {exc}")
     if "docker" in backends:
-        groups.append(docker_floors())
+        groups.append(docker_floors(image))
     for group in groups:
         if group is None:
             continue
-        close = group.pop("_close")
-        for label, fn in group.items():
-            slow = "create" in label or "docker run" in label or "fresh" in label
-            results[label] = sample(
-                fn, max(n // 50, 3) if slow else (max(n // 5, 3) if "100 KB" in label else n)
-            )
-        close()
+        figures, close = group
+        try:
+            for label, fn in figures.items():
+                results[label] = sample(fn, iterations(label, n))
+        finally:
+            close()
     return results

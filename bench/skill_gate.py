@@ -41,7 +41,7 @@ def collect(n: int) -> dict[str, list[float]]:
             if verdict.status != "pass":
                 raise SystemExit(f"the trivial skill did not pass: {verdict.reasons}")
 
-        return {"skill verify (docker, trivial skill)": sample(one, n, warmup=1)}
+        return {"hermetic docker: skill verification, trivial skill": sample(one, n, warmup=1)}
 
 
 if __name__ == "__main__":

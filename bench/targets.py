@@ -1,0 +1,109 @@
+"""Issue 7's targets, checked on the figures of one run: each a ratio of two medians (or one median
+against a bound). Printed after the table; a missing figure leaves its target unchecked."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from .stats import Results, as_figure
+
+
+@dataclass(frozen=True)
+class Target:
+    text: str
+    figure: str
+    versus: str | None  # None: `figure`'s median against `bound` ms
+    bound: float
+    faster: bool  # True: the ratio versus/figure must reach `bound`; False: figure/versus at most `bound`
+
+
+TARGETS = [
+    Target(
+        "docker round trip >= 50x faster than hermes-agent",
+        "hermetic docker: `true` round trip",
+        "hermes-agent docker: `true` round trip",
+        50,
+        True,
+    ),
+    Target(
+        "docker round trip >= 50x faster than SWE-ReX",
+        "hermetic docker: `true` round trip",
+        "swe-rex docker: `true` round trip",
+        50,
+        True,
+    ),
+    Target(
+        "docker round trip within 4x of persistent bash over one docker exec stream",
+        "hermetic docker: `true` round trip",
+        "floor: persistent bash over one docker exec stream",
+        4,
+        False,
+    ),
+    Target(
+        "local round trip within 5x of persistent bash over a pipe",
+        "hermetic local: `true` round trip",
+        "floor: persistent bash over a pipe",
+        5,
+        False,
+    ),
+    Target(
+        "docker create-to-first-command no slower than hermes-agent's",
+        "hermetic docker: create to first command",
+        "hermes-agent docker: create to first command",
+        1,
+        False,
+    ),
+    Target(
+        "warm-pool acquire to first command under 20 ms (docker)",
+        "hermetic docker: warm-pool acquire to first command",
+        None,
+        20,
+        False,
+    ),
+    Target(
+        "warm-pool acquire to first command under 20 ms (local)",
+        "hermetic local: warm-pool acquire to first command",
+        None,
+        20,
+        False,
+    ),
+]
+
+
+def median_ms(results: Results, name: str) -> float | None:
+    samples = as_figure(results[name]).samples if name in results else []
+    return statistics.median(samples) * 1000 if samples else None
+
+
+def check(results: Results) -> list[dict[str, object]]:
+    """Each target with its measured value ("12.3x" or "4.1 ms") and whether it was met (None: a
+    figure is missing from this run)."""
+    rows: list[dict[str, object]] = []
+    for target in TARGETS:
+        mine = median_ms(results, target.figure)
+        other = median_ms(results, target.versus) if target.versus else None
+        if mine is None or (target.versus and other is None):
+            rows.append({"target": target.text, "measured": "not measured", "met": None})
+            continue
+        if other is None:
+            measured, met = f"{mine:.2f} ms", mine < target.bound
+        elif target.faster:
+            measured, met = f"{other / mine:.0f}x faster", other / mine >= target.bound
+        else:
+            measured, met = f"{mine / other:.2f}x", mine / other <= target.bound
+        rows.append({"target": target.text, "measured": measured, "met": met})
+    return rows
+
+
+def show(rows: list[dict[str, object]]) -> None:
+    table = Table(title="Targets (medians of this run)")
+    for column in ("target", "measured", "met"):
+        table.add_column(column)
+    for row in rows:
+        met = "-" if row["met"] is None else "yes" if row["met"] else "MISSED"
+        table.add_row(str(row["target"]), str(row["measured"]), met)
+    Console().print(table)
