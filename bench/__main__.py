@@ -67,7 +67,8 @@ def main() -> None:
     if "agent" not in skip:
         results.update(agent_step.collect([b for b in ("docker", "local") if b in backends], min(n, 300)))
     if "store" not in skip:
-        results.update(store.collect(names(args.store), n, args.store_messages))
+        sessions = max(1, min(2_000, args.store_messages // 50))
+        results.update(store.collect(names(args.store), n, args.store_messages, sessions))
     if "memory" not in skip:
         results.update(memory.collect(n))
     if "skill-gate" not in skip and "docker" in backends:

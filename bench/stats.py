@@ -27,6 +27,11 @@ Results = dict[str, "list[float] | Figure"]
 """Figure name ("subject: what") -> samples in seconds, or a Figure when it carries a note."""
 
 
+def console() -> Console:
+    """Wide enough for figure names even when piped (rich would wrap at 80 columns)."""
+    return Console(width=max(Console().width, 150))
+
+
 def sample(fn: Callable[[], object], n: int, warmup: int = 3) -> list[float]:
     """Seconds per call of `fn`, `n` times after `warmup` untimed calls."""
     for _ in range(warmup):
@@ -79,7 +84,7 @@ def report(title: str, results: Results, out_dir: Path, extra: dict[str, object]
             str(s["n"]),
             figure.note,
         )
-    Console().print(table)
+    console().print(table)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     figures = {name: asdict(as_figure(value)) for name, value in results.items()}

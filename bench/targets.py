@@ -6,10 +6,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from rich.console import Console
 from rich.table import Table
 
-from .stats import Results, as_figure
+from .stats import Results, as_figure, console
 
 
 @dataclass(frozen=True)
@@ -106,4 +105,4 @@ def show(rows: list[dict[str, object]]) -> None:
     for row in rows:
         met = "-" if row["met"] is None else "yes" if row["met"] else "MISSED"
         table.add_row(str(row["target"]), str(row["measured"]), met)
-    Console().print(table)
+    console().print(table)
