@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import re
 import secrets
@@ -38,8 +39,8 @@ set +o history +H; unset HISTFILE MAILCHECK
 __hm_t=init
 __hm_p() {
   local s=$?
-  if [ -n "$__hm_y" ]; then __hm_y=; printf '\036%s:%s\036' "$__hm_t" "$s" >/dev/tty
-  else printf '\036%s:%s\036' "$__hm_t" "$s"; fi
+  if [ -n "$__hm_y" ]; then __hm_y=; printf '\036%s:%s:%s\036' "$__hm_t" "$s" "$PWD" >/dev/tty
+  else printf '\036%s:%s:%s\036' "$__hm_t" "$s" "$PWD"; fi
 }
 PROMPT_COMMAND=__hm_p
 readonly PROMPT_COMMAND
@@ -54,7 +55,7 @@ _SESSION_ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
     "PYTHONUNBUFFERED": "1",
 }
-_SENTINEL_TAIL = 40  # longest possible marker: \x1e + 16 hex + : + status + \x1e
+_SENTINEL_TAIL = 4200  # longest possible marker: \x1e token : status : $PWD (up to PATH_MAX) \x1e
 _MAX_PENDING = 4 << 20  # backpressure: the reader stops draining the PTY past this
 _IDLE_KEEP = 64 << 10  # output produced between runs that is kept for the next one
 # Escalation when a run times out or is interrupted: (signal for the command's group, grace).
@@ -93,6 +94,9 @@ class ShellSession:
         # Wakes a pump when bash dies or the session closes (a pipe: os.eventfd needs Python 3.10).
         self._wake, self._waker = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._exit_code = 0
+        self._pwd = ""  # bash's $PWD at the end of the last run, from its marker
+        # Run tokens: a per-session random prefix and a counter (one urandom call, not one per run).
+        self._token_prefix, self._token_count = secrets.token_hex(4), itertools.count()
         self._spawn(cwd)
 
     # -- process ---------------------------------------------------------------------------
@@ -202,6 +206,9 @@ class ShellSession:
         os.close(self._cmd)
         os.close(self._slave)  # the reader thread then sees the PTY hang up and closes the master
 
+    def _new_token(self) -> str:
+        return "%s%x" % (self._token_prefix, next(self._token_count))
+
     @property
     def cwd(self) -> str:
         try:
@@ -229,7 +236,7 @@ class ShellSession:
                     "shell session %r is still running a command; "
                     "use shell.send, shell.interrupt or another session" % self.name,
                 )
-            run = self._run = _Run(secrets.token_hex(8), interactive)
+            run = self._run = _Run(self._new_token(), interactive)
             earlier = bytes(self._pending)  # what background jobs wrote since the last run ended
             self._pending.clear()
         reset = False
@@ -333,7 +340,7 @@ class ShellSession:
                 self._exit_code = self.proc.wait()
                 result["session_ended"] = True
             result["exit_code"] = self._exit_code
-            result["cwd"] = self.cwd
+            result["cwd"] = self._pwd or self.cwd
             result["duration_ms"] = round((time.monotonic() - run.started) * 1000, 2)
             with self._cond:
                 self._run = None
@@ -352,7 +359,7 @@ class ShellSession:
                 except OSError:
                     break
                 time.sleep(0.01)
-        code, run.token = self._exit_code, secrets.token_hex(8)
+        code, run.token = self._exit_code, self._new_token()
         run.marker, run.carry = b"\x1e" + run.token.encode() + b":", b""
         self._write(self._cmd, "__hm_t=%s; :\n" % run.token)
         self._pump(time.monotonic() + 2.0, None, None, None, out)
@@ -400,7 +407,9 @@ class ShellSession:
                     start = buf.find(run.marker)
                     end = buf.find(b"\x1e", start + len(run.marker)) if start != -1 else -1
                     if end != -1:
-                        self._exit_code = int(buf[start + len(run.marker) : end])
+                        status, _, pwd = buf[start + len(run.marker) : end].partition(b":")
+                        self._exit_code = int(status)
+                        self._pwd = pwd.decode("utf-8", "surrogateescape")
                         streamer.add(out.feed(buf[:start]), now)
                         with self._cond:
                             self._pending[:0] = buf[end + 1 :]
