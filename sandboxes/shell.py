@@ -145,8 +145,15 @@ class ShellSession:
         self._tty_dirty = False
         generation = (master, out_r)
         self._generation: tuple | None = generation
+        self._epoll = select.epoll()
+        for fd in generation:
+            self._epoll.register(fd, select.EPOLLIN)
+        self._open_fds = set(generation)
         threading.Thread(
-            target=self._read_loop, args=(generation,), name="out-" + self.name, daemon=True
+            target=self._read_loop,
+            args=(generation, self._epoll, self._open_fds),
+            name="out-" + self.name,
+            daemon=True,
         ).start()
         threading.Thread(
             target=self._watch, args=(self.proc, generation), name="wait-" + self.name, daemon=True
@@ -157,35 +164,35 @@ class ShellSession:
             raise RpcError(RESOURCE_EXHAUSTED, "bash did not start in the shell session %r" % self.name)
         self._run = None
 
-    def _read_loop(self, generation: tuple) -> None:
+    def _read_loop(self, generation: tuple, epoll: select.epoll, open_fds: set) -> None:
         """Between runs, drain bash's output pipe and the PTY into the pending buffer. While a
-        request pumps a run it reads them itself, and this thread stands aside: a reply then needs
-        no thread handoff. Reads and closes happen under the lock, so the two never overlap."""
-        poller = select.poll()
-        for fd in generation:
-            poller.register(fd, select.POLLIN)
-        open_fds = set(generation)
-        while open_fds:
-            ready = poller.poll()
-            with self._cond:
-                while self._pumping:
-                    self._cond.wait()
-                for fd, _ in ready:
-                    data = _read_some(fd)
-                    if data is None:  # a pump took it
-                        continue
-                    if not data:
-                        poller.unregister(fd)
-                        open_fds.discard(fd)
-                        os.close(fd)  # only this thread closes them: no read on a reused fd number
-                        continue
-                    if self._generation is not generation:
-                        continue
-                    self._pending += data
-                    if self._run is None and len(self._pending) > _IDLE_KEEP:
-                        del self._pending[: len(self._pending) - _IDLE_KEEP]
-                while len(self._pending) > _MAX_PENDING and self._generation is generation:
-                    self._cond.wait()
+        request pumps a run it reads them itself: it switches them off in this thread's epoll
+        first (which does not wake it), so the reply needs no thread handoff and this thread does
+        not even wake up. Reads and closes happen under the lock, so the two never overlap."""
+        try:
+            while open_fds:
+                ready = epoll.poll()
+                with self._cond:
+                    if self._pumping and self._generation is generation:
+                        continue  # woken just before a pump switched the fds off
+                    for fd, _ in ready:
+                        data = _read_some(fd) if fd in open_fds else None
+                        if data is None:
+                            continue
+                        if not data:
+                            epoll.unregister(fd)
+                            open_fds.discard(fd)
+                            os.close(fd)  # only this thread closes them: no read on a reused fd number
+                            continue
+                        if self._generation is not generation:
+                            continue
+                        self._pending += data
+                        if self._run is None and len(self._pending) > _IDLE_KEEP:
+                            del self._pending[: len(self._pending) - _IDLE_KEEP]
+                    while len(self._pending) > _MAX_PENDING and self._generation is generation:
+                        self._cond.wait()
+        finally:
+            epoll.close()
 
     def _watch(self, proc: subprocess.Popen, generation: tuple) -> None:
         proc.wait()
@@ -382,7 +389,9 @@ class ShellSession:
         poller.register(self._wake, select.POLLIN)
         with self._cond:
             self._pumping = True
-            for fd in self._generation or ():
+            epoll, fds = self._epoll, list(self._open_fds) if self._generation else []
+            for fd in fds:
+                epoll.modify(fd, 0)  # the reader thread stands aside (see _read_loop)
                 poller.register(fd, select.POLLIN)
         streamer = StreamBatcher(stream)
         seen = ""  # recent cleaned text, for `expect`
@@ -437,6 +446,8 @@ class ShellSession:
             streamer.flush_if_due(float("inf"))
             with self._cond:
                 self._pumping = False
+                for fd in fds:
+                    epoll.modify(fd, select.EPOLLIN)
                 self._cond.notify_all()
 
     def _read_ready(self, poller: select.poll, timeout: float) -> None:
