@@ -8,6 +8,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Literal
@@ -25,6 +26,10 @@ from .spec import SandboxSpec
 log = logging.getLogger("hermetic.backends.local")
 
 RUNTIME_DIR = Path(sandboxes.__file__).resolve().parent
+# bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends, not the
+# process: every runtime is started from this one long-lived thread, so a sandbox created on a thread
+# that ends (the warm pool's, a worker's) lives on.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-spawner")
 SANDBOX_PYTHON = "/usr/bin/python3"
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_UID = 1000
@@ -224,7 +229,8 @@ class LocalSandbox(Sandbox):
                 resource.setrlimit(resource.RLIMIT_NPROC, (pids, pids))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-        self._proc = subprocess.Popen(
+        self._proc = _SPAWNER.submit(
+            subprocess.Popen,
             args,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -233,7 +239,7 @@ class LocalSandbox(Sandbox):
             cwd=self.workspace,
             start_new_session=True,
             preexec_fn=limit,
-        )
+        ).result()
         channel = Channel(PipeTransport(self._proc, self.id), f"local sandbox {self.id}")
         channel.handshake()
         return channel
