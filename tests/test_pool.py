@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
+from fastapi.testclient import TestClient
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxGone, SandboxSpec
 from backends.docker import DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
 from backends.pool import WarmPool
+from control_plane.api import create_app
 from control_plane.sandbox_manager import SandboxManager, base_spec
 from control_plane.settings import load_settings
 
@@ -250,3 +252,20 @@ def test_pool_settings_come_from_the_environment(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("HERMETIC_POOL__SIZE", "-1")
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         load_settings(root=tmp_path)
+
+
+def test_the_api_server_prefills_the_default_profiles_pool_at_startup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    get_backend("local")
+    monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path))
+    monkeypatch.setenv("HERMETIC_BACKEND", "local")
+    monkeypatch.setenv("HERMETIC_POOL__SIZE", "1")
+    app = create_app()
+    with TestClient(app):  # runs the lifespan: startup, then shutdown
+        manager = app.state.hub.profiles["default"].agent.sandboxes
+        spec = base_spec(manager.settings)
+        assert manager._pool is not None and manager._pool.wait_ready(spec, WAIT)
+        warm = warm_sandboxes(manager._pool, spec)
+    assert manager._pool.warm_count(spec) == 0
+    assert all(isinstance(sb, LocalSandbox) and not sb.dir.exists() for sb in warm)
