@@ -33,6 +33,8 @@ log = logging.getLogger("hermetic.backends.pool")
 
 TTL_SHARE_IN_POOL = 0.1
 """Share of its ttl a sandbox may spend warm in the pool before it is retired."""
+BACKOFF_MAX = 60.0
+"""Longest wait between attempts of a failing refill (they start at about half a second, doubling)."""
 JOIN_SECONDS = 60.0
 """How long close() waits for a refill in flight (one sandbox create) to finish and be removed."""
 
@@ -54,15 +56,12 @@ class _Slot:
 class WarmPool:
     """Keeps up to `size` warm sandboxes per spec of `backend`; see the module's docstring."""
 
-    def __init__(
-        self, backend: Backend, size: int, idle_seconds: float, *, backoff_max: float = 60.0
-    ) -> None:
+    def __init__(self, backend: Backend, size: int, idle_seconds: float) -> None:
         if size < 1 or idle_seconds <= 0:
             raise ValueError(f"a warm pool needs size >= 1 and idle_seconds > 0 (got {size}, {idle_seconds})")
         self.backend = backend
         self.size = size
         self.idle_seconds = idle_seconds
-        self.backoff_max = backoff_max
         self._slots: dict[str, _Slot] = {}
         self._cond = threading.Condition()
         self._closed = False
@@ -186,7 +185,7 @@ class WarmPool:
         """Warm one sandbox, retrying failures with backoff while the spec is in demand."""
         retrying = Retrying(
             retry=retry_if_exception_type(Exception),
-            wait=wait_exponential_jitter(multiplier=0.5, max=self.backoff_max),
+            wait=wait_exponential_jitter(multiplier=0.5, max=BACKOFF_MAX),
             stop=lambda state: not self._wanted(slot, time.monotonic()),
             sleep=lambda seconds: self._backoff(slot, seconds),
             before_sleep=self._log_failure,
