@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from .channel import Channel, NotifyFn
-from .errors import SandboxGone, UnsupportedSpec
+from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends")
@@ -86,6 +86,20 @@ class Sandbox(ABC):
 
     def _alive(self) -> bool:
         """A cheap local check that the substrate still runs (the stream's EOF may lag behind)."""
+        return True
+
+    def responsive(self, timeout: float = 2.0) -> bool:
+        """Whether the runtime answers a ping on the channel already open, without reconnecting or
+        recovering: the warm pool's check before it hands out a sandbox nobody has watched."""
+        with self._lock:
+            channel = self._channel
+            expired = self.expires_at is not None and time.time() >= self.expires_at
+            if self._closed or expired or channel is None or channel.closed or not self._alive():
+                return False
+        try:
+            channel.call("sys.ping", timeout=timeout)
+        except SandboxError:
+            return False
         return True
 
     def snapshot(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,6 +16,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
+from backends import SandboxError
+
 from . import __version__
 from .agent import Agent, Conversation
 from .api_tokens import TokenStore
@@ -22,6 +25,7 @@ from .events import Event
 from .settings import Settings, load_settings
 from .store import MessageRecord, SessionRecall, SessionRecord
 
+log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
 """Events a live session keeps for clients that connect late or reconnect (Last-Event-ID)."""
 
@@ -93,6 +97,13 @@ class Hub:
             self.profiles[name] = Profile(self.settings_for(name))
         return self.profiles[name]
 
+    def prefill(self, name: str) -> None:
+        """Open the profile and start its warm pool; a backend that cannot start now is only logged."""
+        try:
+            self.profile(name).agent.sandboxes.prefill()
+        except SandboxError as exc:
+            log.warning("profile %s: no warm pool at startup: %s", name, exc)
+
     def close(self) -> None:
         for profile in self.profiles.values():
             profile.close()
@@ -159,6 +170,8 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if base.pool.size:  # warm the default profile's pool before the first session asks
+            await asyncio.to_thread(hub.prefill, base.profile)
         yield
         await asyncio.to_thread(hub.close)
 

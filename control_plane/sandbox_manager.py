@@ -1,5 +1,6 @@
-"""Each session's sandbox: created from the configured backend on first use, kept for the session,
-released at its end (or left running when `keep_sandbox` is set; its ttl still applies)."""
+"""Each session's sandbox: taken from the warm pool (when `pool.size` > 0) or created from the configured
+backend on first use, kept for the session, released at its end (or left running when `keep_sandbox` is
+set; its ttl still applies)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from collections.abc import Callable
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxError, SandboxSpec, create_backend
+from backends.pool import WarmPool
 
 from .settings import Settings
 
@@ -29,13 +31,19 @@ def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend
         return create_backend("local"), f"docker unavailable ({exc}); using the local backend"
 
 
-def session_spec(settings: Settings, session_id: str) -> SandboxSpec:
-    """The configured spec, labelled with the session; the browser image when browser tools are on."""
+def base_spec(settings: Settings) -> SandboxSpec:
+    """The configured spec; the browser image when browser tools are on. What the pool warms: a warm
+    sandbox cannot carry its future session's label (docker fixes labels at create)."""
     spec = settings.sandbox
-    update: dict[str, object] = {"labels": {**spec.labels, "org.hermetic.session": session_id}}
     if "browser" in settings.toolsets and spec.image == SandboxSpec.model_fields["image"].default:
-        update["image"] = BROWSER_IMAGE
-    return spec.model_copy(update=update)
+        return spec.model_copy(update={"image": BROWSER_IMAGE})
+    return spec
+
+
+def session_spec(settings: Settings, session_id: str) -> SandboxSpec:
+    """The base spec labelled with the session (when there is no pool)."""
+    spec = base_spec(settings)
+    return spec.model_copy(update={"labels": {**spec.labels, "org.hermetic.session": session_id}})
 
 
 class SandboxManager:
@@ -43,6 +51,7 @@ class SandboxManager:
         self.settings = settings
         self._backend_factory = backend
         self._backend: Backend | None = None
+        self._pool: WarmPool | None = None
         self._sandboxes: dict[str, Sandbox] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -50,6 +59,7 @@ class SandboxManager:
 
     @property
     def backend(self) -> Backend:
+        """The backend, built on first use; the warm pool (when configured) starts filling then."""
         with self._lock:
             if self._backend is None:
                 if self._backend_factory is not None:
@@ -58,7 +68,15 @@ class SandboxManager:
                     self._backend, notice = choose_backend(self.settings)
                     if notice:
                         self.notices.append(notice)
+                pool = self.settings.pool
+                if pool.size:
+                    self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
+                    self._pool.prefill(base_spec(self.settings))
             return self._backend
+
+    def prefill(self) -> None:
+        """Build the backend now, so the warm pool (when configured) is ready before the first session."""
+        _ = self.backend
 
     def get(self, session_id: str) -> Sandbox:
         """The session's sandbox, created on first use (concurrent first uses create one)."""
@@ -71,8 +89,12 @@ class SandboxManager:
             with self._lock:
                 if session_id in self._sandboxes:
                     return self._sandboxes[session_id]
-            sandbox = self.backend.create(session_spec(self.settings, session_id))
-            log.info("session %s: sandbox %s on %s", session_id, sandbox.id, self.backend.name)
+            backend = self.backend
+            if self._pool is not None:
+                sandbox = self._pool.acquire(base_spec(self.settings))
+            else:
+                sandbox = backend.create(session_spec(self.settings, session_id))
+            log.info("session %s: sandbox %s on %s", session_id, sandbox.id, backend.name)
             with self._lock:
                 self._sandboxes[session_id] = sandbox
             return sandbox
@@ -110,5 +132,8 @@ class SandboxManager:
             log.warning("session %s: closing sandbox %s failed: %s", session_id, sandbox.id, exc)
 
     def close_all(self) -> None:
+        """Release every session's sandbox and destroy the warm ones (later sessions create their own)."""
         for session_id in list(self._sandboxes):
             self.release(session_id)
+        if self._pool is not None:
+            self._pool.close()

@@ -172,6 +172,17 @@ class SkillsSettings(BaseModel):
         return _comma_list(value)
 
 
+class PoolSettings(BaseModel):
+    """The warm pool (backends/pool.py): opened sandboxes waiting for new sessions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(0, ge=0)
+    """Warm sandboxes kept ready for new sessions (0: off, each session creates its own)."""
+    idle_seconds: float = Field(600.0, gt=0)
+    """A warm sandbox unused this long is closed; the pool refills only while sessions keep coming."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -200,6 +211,8 @@ class Settings(BaseSettings):
     """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
+    pool: PoolSettings = PoolSettings()
+    """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall", "skills"]
     """Which tool groups the model sees: terminal, files, browser, memory, recall, skills."""
     limits: Limits = Limits()
