@@ -46,8 +46,12 @@ def step_overheads(backend: str, steps: int) -> list[float]:
         tempfile.TemporaryDirectory() as root,
     ):
         model = {"name": "openai/bench", "api_base": server.url, "api_key": "bench", "retries": 0}
-        settings = load_settings(
-            root=root, model=model, backend=backend, limits={"max_iterations": steps + 10}
+        settings = load_settings(  # no background review: it would ask the script for one more reply
+            root=root,
+            model=model,
+            backend=backend,
+            limits={"max_iterations": steps + 10},
+            learning={"enabled": False},
         )
         agent = Agent(settings)
         router = TimedRouter(agent.router)

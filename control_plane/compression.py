@@ -79,6 +79,7 @@ class Compressor:
         self.router = router
         self._counts: dict[int, tuple[Message, int]] = {}
         self._counted_for = ""
+        self._tool_counts: dict[str, int] = {}
         self._windows: dict[str, int] = {}
 
     def context_window(self, model: str) -> int:
@@ -103,8 +104,11 @@ class Compressor:
         new messages (a 301-message, 134k-token history: ~100 ms from scratch, ~1 ms per new step; see
         `python -m bench.compression`)."""
         if model != self._counted_for:  # counts are per tokenizer
-            self._counts, self._counted_for = {}, model
-        total = _litellm().token_counter(model=model, messages=[], tools=tools)  # schemas, reply primer
+            self._counts, self._tool_counts, self._counted_for = {}, {}, model
+        schemas = json.dumps(tools, sort_keys=True)  # the same tools every step: counted once
+        if schemas not in self._tool_counts:  # schemas and the reply primer
+            self._tool_counts[schemas] = int(_litellm().token_counter(model=model, messages=[], tools=tools))
+        total = self._tool_counts[schemas]
         total += sum(self._tokens(message, model) for message in messages)
         current = {id(message) for message in messages}
         self._counts = {key: value for key, value in self._counts.items() if key in current}
