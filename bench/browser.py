@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from backends import BackendUnavailable, Sandbox, SandboxSpec, create_backend
 
@@ -54,8 +55,8 @@ def collect(backends: list[str], n: int) -> dict[str, list[float]]:
             results[f"hermetic {name}: browser launch (driver + chromium + page)"] = launches(
                 sandbox, max(n // 50, 3)
             )
-            url = f"http://127.0.0.1:{PORT}/bench.html"
+            navigate = {"url": f"http://127.0.0.1:{PORT}/bench.html"}
             results[f"hermetic {name}: navigate + ARIA snapshot, local page"] = sample(
-                lambda sb=sandbox, url=url: sb.call("browser.navigate", {"url": url}), max(n // 10, 3)
+                partial(sandbox.call, "browser.navigate", navigate), max(n // 10, 3)
             )
     return results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,7 +68,9 @@ def summarize(samples: list[float]) -> dict[str, float]:
     }
 
 
-def report(title: str, results: Results, out_dir: Path, extra: dict[str, object]) -> Path:
+def report(
+    title: str, results: Mapping[str, list[float] | Figure], out_dir: Path, extra: Mapping[str, object]
+) -> Path:
     table = Table(title=title)
     for column in ("figure", "median ms", "p90 ms", "min ms", "max ms", "n", "note"):
         table.add_column(column, justify="left" if column in ("figure", "note") else "right")
