@@ -26,6 +26,17 @@ def test_exit_code_and_final_cwd_are_returned(sandbox: Sandbox, session: str) ->
     assert result["cwd"] == "/tmp"
 
 
+def test_cwd_with_colons_spaces_and_unicode_comes_back_whole(sandbox: Sandbox, session: str) -> None:
+    """The run's end marker carries bash's $PWD after the exit status: a path with the separator in it
+    must survive, and a deleted directory must not break the run."""
+    odd = "/tmp/a:b c/\u00e9t\u00e9:0"
+    result = sandbox.run(f"mkdir -p '{odd}' && cd '{odd}' && (exit 3)", session=session)
+    assert (result["exit_code"], result["cwd"]) == (3, odd)
+    gone = sandbox.run("cd /tmp && mkdir -p gone && cd gone && rmdir /tmp/gone", session=session)
+    assert gone["exit_code"] == 0 and gone["cwd"] == "/tmp/gone"
+    assert sandbox.run("cd /tmp && echo ok", session=session)["output"] == "ok\n"
+
+
 def test_sessions_are_independent(sandbox: Sandbox, session: str) -> None:
     sandbox.run("cd /tmp; export ONLY_HERE=1", session=session)
     other = sandbox.run("pwd; echo ${ONLY_HERE:-unset}", session=session + "-b")
