@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import select
 import socket
 import struct
@@ -14,7 +15,7 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sandboxes import PROTOCOL_VERSION, code_hash
@@ -53,6 +54,36 @@ def readable_poller(fd: int) -> select.poll:
 def wait_readable(poller: select.poll, timeout: float | None) -> bool:
     """True when the polled fd has data or hit its end within `timeout` seconds (None: no limit)."""
     return bool(poller.poll(None if timeout is None else timeout * 1000))
+
+
+class PumpedStream:
+    """A blocking source of chunks moved by its own thread into a queue, so a reader can wait on it
+    with a timeout: for streams with no pollable fd of their own (Modal's stdout iterator; paramiko,
+    whose fileno() also turns readable on stderr data). The end, b'', stays there once reached."""
+
+    def __init__(self, chunks: Iterable[bytes], label: str) -> None:
+        self._label = label
+        self._chunks: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, args=(chunks,), name=f"stdout-{label}", daemon=True).start()
+
+    def get(self, timeout: float | None) -> bytes | None:
+        """Next chunk; b'' at the end; None when `timeout` seconds (0: none) passed without one."""
+        try:
+            chunk = self._chunks.get(timeout=timeout) if timeout != 0 else self._chunks.get_nowait()
+        except queue.Empty:
+            return None
+        if not chunk:
+            self._chunks.put(b"")
+        return chunk
+
+    def _pump(self, chunks: Iterable[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self._chunks.put(bytes(chunk))
+        except Exception as exc:  # the stream broke: for the channel that is its end
+            log.warning("%s: stdout stream failed: %s", self._label, exc)
+        self._chunks.put(b"")
 
 
 def log_stderr_lines(stream: Any, label: str) -> None:

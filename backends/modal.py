@@ -6,7 +6,6 @@ import contextlib
 import ipaddress
 import logging
 import os
-import queue
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -16,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
-from .channel import Channel, Transport, runtime_log
+from .channel import Channel, PumpedStream, Transport, runtime_log
 from .errors import BackendUnavailable, UnsupportedSpec
 from .local import RUNTIME_DIR
 from .spec import SandboxSpec
@@ -300,10 +299,7 @@ class ModalStreamTransport(Transport):
     def __init__(self, process: ContainerProcess, label: str) -> None:
         self._label = label
         self._stdin = process.stdin
-        self._chunks: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(
-            target=self._pump_stdout, args=(process.stdout,), name=f"stdout-{label}", daemon=True
-        ).start()
+        self._stdout = PumpedStream(process.stdout, label)  # a blocking iterator, no timeout
         # drain() sends the buffer and clears it afterwards: a write from another thread while a drain is in
         # flight would be cleared unsent. So each write+drain pair holds this lock.
         self._write_lock = threading.Lock()
@@ -326,20 +322,7 @@ class ModalStreamTransport(Transport):
                 raise OSError(f"writing to Modal stdin failed: {exc}") from exc
 
     def recv(self, timeout: float | None) -> bytes | None:
-        try:
-            return self._chunks.get(timeout=timeout) if timeout != 0 else self._chunks.get_nowait()
-        except queue.Empty:
-            return None
-
-    def _pump_stdout(self, stdout: Iterable[bytes]) -> None:
-        """Modal's stdout is a blocking iterator with no timeout: a thread moves it to a queue."""
-        try:
-            for chunk in stdout:
-                if chunk:
-                    self._chunks.put(bytes(chunk))
-        except Exception as exc:
-            log.warning("%s: Modal stdout stream failed: %s", self._label, exc)
-        self._chunks.put(b"")
+        return self._stdout.get(timeout)
 
     def close(self) -> None:
         with self._write_lock:

@@ -23,7 +23,7 @@ from paramiko.ssh_exception import (
 import sandboxes
 
 from .bundle import READ_FRAME
-from .channel import Transport, log_stderr_lines, readable_poller, wait_readable
+from .channel import PumpedStream, Transport, log_stderr_lines
 from .errors import BackendUnavailable, SandboxError
 from .local import RUNTIME_DIR
 
@@ -307,7 +307,9 @@ class SSHChannelTransport(Transport):
 
     def __init__(self, chan: paramiko.Channel, label: str) -> None:
         self._chan = chan
-        self._poller = readable_poller(chan.fileno())
+        # Not chan.settimeout for waiting (it would apply to a concurrent sendall too), nor its fileno()
+        # (readable on stderr data as well, and then recv blocks): a thread reads stdout into a queue.
+        self._stdout = PumpedStream(iter(lambda: chan.recv(65536), b""), label)
         self._send_lock = threading.Lock()  # sendall goes out in window-sized pieces: keep lines whole
         threading.Thread(
             target=log_stderr_lines, args=(chan.makefile_stderr("rb"), label), daemon=True
@@ -321,14 +323,7 @@ class SSHChannelTransport(Transport):
                 raise OSError(str(exc)) from exc
 
     def recv(self, timeout: float | None) -> bytes | None:
-        try:
-            # Not chan.settimeout: it would apply to a concurrent sendall too. The channel's fileno()
-            # is a pipe paramiko marks readable when data or the end arrives.
-            if not wait_readable(self._poller, timeout):
-                return None
-            return bytes(self._chan.recv(65536))
-        except (OSError, EOFError, SSHException):
-            return b""
+        return self._stdout.get(timeout)
 
     def close(self, wait: float = 5.0) -> None:
         """Send EOF so the runtime stops its shells and processes, wait for it a little, then close."""

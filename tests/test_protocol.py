@@ -99,6 +99,17 @@ def test_stray_output_from_commands_never_reaches_the_channel(sandbox: Sandbox, 
     assert sandbox.call("sys.ping") == {"pong": True}
 
 
+@pytest.mark.timeout(120)
+def test_chatter_on_the_runtimes_stderr_never_stalls_the_channel(sandbox: Sandbox, session: str) -> None:
+    """The runtime's stderr (its log) runs beside the protocol; a reader woken by stderr data must not
+    then block on an empty stdout (paramiko's fileno() turns readable on either)."""
+    sandbox.run(
+        "(for i in $(seq 3000); do echo chatter > /proc/$PPID/fd/2; done) >/dev/null 2>&1 &", session=session
+    )
+    for _ in range(300):
+        assert sandbox.call("sys.ping", timeout=30) == {"pong": True}
+
+
 def test_concurrent_large_requests_do_not_interleave(sandbox: Sandbox, session: str) -> None:
     blobs = {f"{session}/big{i}.txt": str(i) * 3_000_000 for i in range(4)}  # each line ~3 MB
     threads = [threading.Thread(target=sandbox.call, args=("fs.write", {"path": p, "content": c}))
