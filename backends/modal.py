@@ -297,7 +297,6 @@ class ModalStreamTransport(Transport):
     """A Modal exec's stdin (StreamWriter: write, then drain) and stdout (bytes chunks) as a Transport."""
 
     def __init__(self, process: ContainerProcess, label: str) -> None:
-        self._label = label
         self._stdin = process.stdin
         self._stdout = PumpedStream(process.stdout, label)  # a blocking iterator, no timeout
         # drain() sends the buffer and clears it afterwards: a write from another thread while a drain is in
