@@ -121,7 +121,7 @@ def fleet(
     throughput = len(latencies) / wall if wall > 0 else 0.0
     return figure(
         latencies,
-        f"{throughput:.0f} cmd/s, {failed} failed",
+        f"{throughput:,.0f} cmd/s, {failed} failed",
         {"throughput_cmd_s": throughput, "failed": failed, "sandboxes": sandboxes},
     )
 
