@@ -3,11 +3,11 @@
 Each session is an interactive bash whose controlling terminal is a PTY (job control, ^C,
 REPLs), but which reads its command lines from a pipe and writes to a pipe: a PTY round trip
 costs ~0.5 ms here, a pipe ~0.05 ms. A run writes the command to a file and sends one short
-line: set the run's random token, then source the file with stdin from /dev/null (or, for an
-interactive run, all three streams on the PTY). bash's PROMPT_COMMAND prints the token and
-`$?` when the command ends, so the end is found on the stream itself, even after an
-interrupt, with no polling.
-"""
+line: set the run's token, then source the file with stdin from /dev/null (or, for an
+interactive run, all three streams on the PTY). bash's PROMPT_COMMAND prints the token, `$?`
+and `$PWD` when the command ends, so the end (and the cwd) is found on the stream itself,
+even after an interrupt, with no polling. While a run is waited on, the waiting request reads
+the output itself; between runs a reader thread drains it (see _read_loop)."""
 
 from __future__ import annotations
 
