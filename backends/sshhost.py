@@ -9,7 +9,7 @@ import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import paramiko
 from paramiko.ssh_exception import (
@@ -27,13 +27,35 @@ from .channel import PumpedStream, Transport, log_stderr_lines
 from .errors import BackendUnavailable, SandboxError
 from .local import RUNTIME_DIR
 
-if TYPE_CHECKING:
-    from .ssh import SSHConfig
-
 log = logging.getLogger("hermetic.backends.ssh")
 
 MIN_PYTHON = (3, 9)
 KEEPALIVE = 30
+
+
+class HostSettings(Protocol):
+    """What the host functions read of the ssh backend's settings (backends.ssh.SSHConfig documents each)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def key_file(self) -> Path | None: ...
+    @property
+    def use_agent(self) -> bool: ...
+    @property
+    def known_hosts(self) -> Path | None: ...
+    @property
+    def accept_new_host_keys(self) -> bool: ...
+    @property
+    def cache_dir(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def connect_timeout(self) -> float: ...
 
 
 class HostUnreachable(BackendUnavailable):
@@ -144,7 +166,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-def connect(config: SSHConfig) -> paramiko.SSHClient:
+def connect(config: HostSettings) -> paramiko.SSHClient:
     """An authenticated connection. Raises HostUnreachable, AuthenticationFailed, UnknownHostKey."""
     where = f"{config.user}@{config.host}:{config.port}"
     known_hosts = (config.known_hosts or Path("~/.ssh/known_hosts")).expanduser()
@@ -218,7 +240,7 @@ def run(client: paramiko.SSHClient, command: str, timeout: float = 60.0) -> tupl
         chan.close()
 
 
-def probe(client: paramiko.SSHClient, config: SSHConfig, workspace: str) -> HostFacts:
+def probe(client: paramiko.SSHClient, config: HostSettings, workspace: str) -> HostFacts:
     """Check python and the runtime copy, create the workspace. Raises RemotePythonMissing."""
     code = sandboxes.code_hash()
     command = shlex.join([config.python, "-c", PROBE, config.cache_dir, code, workspace])
@@ -241,7 +263,7 @@ def probe(client: paramiko.SSHClient, config: SSHConfig, workspace: str) -> Host
     return HostFacts(found["python"], found["cache"], found["workspace"], found["runtime"], found["bwrap"])
 
 
-def upload_runtime(client: paramiko.SSHClient, config: SSHConfig, cache: str) -> None:
+def upload_runtime(client: paramiko.SSHClient, config: HostSettings, cache: str) -> None:
     """Copy the runtime into `<cache>/<code hash>/sandboxes` over SFTP: into a fresh directory first,
     renamed into place when complete (a stale copy is moved aside and removed). Raises RemoteDiskFull.
     """
@@ -283,7 +305,7 @@ def upload_runtime(client: paramiko.SSHClient, config: SSHConfig, cache: str) ->
 
 
 def _raise_upload_error(
-    client: paramiko.SSHClient, config: SSHConfig, cache: str, needed: int, exc: Exception
+    client: paramiko.SSHClient, config: HostSettings, cache: str, needed: int, exc: Exception
 ) -> None:
     # SFTP (v3) reports a full disk as a bare "Failure": ask the host how much room is left.
     status, out, _ = run(client, shlex.join([config.python, "-c", FREE_SPACE, cache]))

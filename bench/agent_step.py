@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from control_plane.agent import Agent
-from control_plane.fake_llm import FakeLLM
-from control_plane.router import ModelReply, Router
+from control_plane.agent.agent import Agent
+from control_plane.models.fake_llm import FakeLLM
+from control_plane.models.router import ModelReply, Router
 from control_plane.settings import load_settings
 
 from .stats import report

@@ -1,5 +1,5 @@
 """`python -m control_plane` is the `hermetic` command."""
 
-from .cli import app
+from .cli.main import app
 
 app(prog_name="hermetic")

@@ -31,7 +31,7 @@ from .protocol import (
     notification,
     response,
 )
-from .shell import ShellManager
+from .shells import ShellManager
 
 log = logging.getLogger("hermetic.runtime")
 

@@ -12,8 +12,6 @@ the output itself; between runs a reader thread drains it (see _read_loop)."""
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import itertools
 import os
 import re
@@ -21,7 +19,6 @@ import secrets
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import tempfile
 import termios
@@ -30,31 +27,10 @@ import time
 from typing import Any, Callable
 
 from . import procutil
+from .bash import RC, poke, read_some, start_bash, write_all
 from .output import OutputBuffer, StreamBatcher, clean
-from .protocol import NO_SUCH_SESSION, RESOURCE_EXHAUSTED, SESSION_BUSY, SESSION_IDLE, RpcError
+from .protocol import RESOURCE_EXHAUSTED, SESSION_BUSY, SESSION_IDLE, RpcError
 
-_RC = r"""
-PS1=''; PS2=''; PS0=''; PS4='+ '
-set +o history +H; unset HISTFILE MAILCHECK
-__hm_t=init
-__hm_p() {
-  local s=$?
-  if [ -n "$__hm_y" ]; then __hm_y=; printf '\036%s:%s:%s\036' "$__hm_t" "$s" "$PWD" >/dev/tty
-  else printf '\036%s:%s:%s\036' "$__hm_t" "$s" "$PWD"; fi
-}
-PROMPT_COMMAND=__hm_p
-readonly PROMPT_COMMAND
-"""
-_SESSION_ENV = {
-    "TERM": "dumb",
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "MANPAGER": "cat",
-    "SYSTEMD_PAGER": "",
-    "GIT_TERMINAL_PROMPT": "0",
-    "DEBIAN_FRONTEND": "noninteractive",
-    "PYTHONUNBUFFERED": "1",
-}
 _SENTINEL_TAIL = 4200  # longest possible marker: \x1e token : status : $PWD (up to PATH_MAX) \x1e
 _MAX_PENDING = 4 << 20  # backpressure: the reader stops draining the PTY past this
 _IDLE_KEEP = 64 << 10  # output produced between runs that is kept for the next one
@@ -85,7 +61,7 @@ class ShellSession:
         self._cond = threading.Condition()
         self._dir = tempfile.mkdtemp(prefix="hermetic-shell-")
         with open(os.path.join(self._dir, "rc"), "w") as fh:
-            fh.write(_RC)
+            fh.write(RC)
         self._cmd_path = os.path.join(self._dir, "cmd")
         self._cmd_file = os.open(self._cmd_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._cmd_size = 0
@@ -102,37 +78,9 @@ class ShellSession:
     # -- process ---------------------------------------------------------------------------
 
     def _spawn(self, cwd: str) -> None:
-        master, slave = os.openpty()
-        attrs = termios.tcgetattr(slave)
-        attrs[1] &= ~termios.ONLCR  # \n stays \n
-        attrs[3] &= ~(termios.ECHO | termios.ECHOE | termios.ECHOK | termios.ECHONL)
-        termios.tcsetattr(slave, termios.TCSANOW, attrs)
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-        self._tty_attrs = attrs
-        cmd_r, cmd_w = os.pipe()
-        out_r, out_w = os.pipe()
-        env = dict(self._env)
-        env.update(_SESSION_ENV)
-        try:
-            self.proc = subprocess.Popen(
-                ["bash", "--noprofile", "--rcfile", os.path.join(self._dir, "rc"), "--noediting", "-i"],
-                stdin=cmd_r,
-                stdout=out_w,
-                stderr=out_w,
-                cwd=cwd if os.path.isdir(cwd) else None,
-                env=env,
-                start_new_session=True,
-                pass_fds=(slave,),
-                preexec_fn=lambda: _take_terminal(slave),
-            )
-        except OSError as exc:
-            for fd in (master, slave, cmd_r, cmd_w, out_r, out_w):
-                os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.ENOMEM):
-                raise RpcError(RESOURCE_EXHAUSTED, "cannot start bash: %s" % exc.strerror) from exc
-            raise
-        for fd in (cmd_r, out_w):
-            os.close(fd)
+        bash = start_bash(os.path.join(self._dir, "rc"), cwd, self._env)
+        self.proc, master, slave, self._tty_attrs = bash.proc, bash.master, bash.slave, bash.tty_attrs
+        cmd_w, out_r = bash.cmd, bash.out
         for fd in (master, out_r):  # two threads may poll them; only one reads (see _read_loop)
             os.set_blocking(fd, False)
         # The runtime keeps the slave open for the session's life: with no slave fd open anywhere
@@ -176,7 +124,7 @@ class ShellSession:
                     if self._pumping and self._generation is generation:
                         continue  # woken just before a pump switched the fds off
                     for fd, _ in ready:
-                        data = _read_some(fd) if fd in open_fds else None
+                        data = read_some(fd) if fd in open_fds else None
                         if data is None:
                             continue
                         if not data:
@@ -199,7 +147,7 @@ class ShellSession:
         with self._cond:
             if self._generation is generation:
                 self._alive = False
-                _poke(self._waker)
+                poke(self._waker)
 
     def _terminate(self) -> None:
         """Kill bash and everything still in its session; forget the PTY."""
@@ -209,7 +157,7 @@ class ShellSession:
         with self._cond:
             self._generation = None
             self._alive = False
-            _poke(self._waker)
+            poke(self._waker)
         os.close(self._cmd)
         os.close(self._slave)  # the reader thread then sees the PTY hang up and closes the master
 
@@ -262,7 +210,7 @@ class ShellSession:
         if self._tty_dirty:
             self._restore_tty()
         self._tty_dirty = interactive
-        self._write(self._cmd, line % (run.token, self._cmd_path))
+        write_all(self._cmd, line % (run.token, self._cmd_path))
         result = self._wait(run, timeout, limit, expect, idle if interactive else None, stream)
         result["session_reset"] = reset or result.get("session_reset", False)
         if earlier:
@@ -282,7 +230,7 @@ class ShellSession:
         if run is None or not run.interactive:
             raise RpcError(SESSION_IDLE, "shell session %r has no interactive command to send to" % self.name)
         if text:
-            self._write(self._master, text)
+            write_all(self._master, text)
         return self._wait(run, timeout, limit, expect, idle, stream)
 
     def interrupt(self, limit: int) -> dict[str, Any]:
@@ -368,7 +316,7 @@ class ShellSession:
                 time.sleep(0.01)
         code, run.token = self._exit_code, self._new_token()
         run.marker, run.carry = b"\x1e" + run.token.encode() + b":", b""
-        self._write(self._cmd, "__hm_t=%s; :\n" % run.token)
+        write_all(self._cmd, "__hm_t=%s; :\n" % run.token)
         self._pump(time.monotonic() + 2.0, None, None, None, out)
         self._exit_code = code
 
@@ -459,9 +407,9 @@ class ShellSession:
         with self._cond:
             for fd, _ in events:
                 if fd == self._wake:
-                    _read_some(fd)
+                    read_some(fd)
                     continue
-                data = _read_some(fd)
+                data = read_some(fd)
                 if data == b"":  # ended: the reader thread closes it when the pump is over
                     poller.unregister(fd)
                 elif data:
@@ -480,15 +428,6 @@ class ShellSession:
                 data += b"\n" * (self._cmd_size - len(data))
         os.pwrite(self._cmd_file, data, 0)
         self._cmd_size = len(data)
-
-    @staticmethod
-    def _write(fd: int, text: str) -> None:
-        data = text.encode("utf-8", "surrogateescape")
-        while data:
-            try:
-                data = data[os.write(fd, data) :]
-            except BlockingIOError:  # the PTY's input queue is full (its master is non-blocking)
-                select.select([], [fd], [])
 
     def _restore_tty(self) -> None:
         """Undo what an interactive program (a REPL, an editor) left in the terminal's modes."""
@@ -523,66 +462,3 @@ class ShellSession:
         os.close(self._wake)
         os.close(self._waker)
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _read_some(fd: int) -> bytes | None:
-    """What a non-blocking fd has: None when nothing (yet), b'' when it ended."""
-    try:
-        return os.read(fd, 65536)
-    except BlockingIOError:
-        return None
-    except OSError:  # EIO: the PTY hung up
-        return b""
-
-
-def _poke(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
-        os.write(fd, b"!")
-
-
-def _take_terminal(slave: int) -> None:
-    """In the child, after setsid: make the PTY its controlling terminal (job control needs one)."""
-    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-    os.close(slave)  # bash opens /dev/tty itself; commands should not inherit this fd
-    procutil.prefer_for_oom_kill()
-
-
-class ShellManager:
-    """The runtime's shell sessions by name; `run` opens a missing session on first use."""
-
-    def __init__(self, workspace: str, env: dict[str, str]) -> None:
-        self._workspace = workspace
-        self._env = env
-        self._sessions: dict[str, ShellSession] = {}
-        self._lock = threading.Lock()
-
-    def open(self, name: str, cwd: str | None = None, env: dict[str, str] | None = None) -> ShellSession:
-        with self._lock:
-            session = self._sessions.get(name)
-            if session is None:
-                merged = dict(self._env)
-                merged.update(env or {})
-                session = ShellSession(name, cwd or self._workspace, merged)
-                self._sessions[name] = session
-            return session
-
-    def get(self, name: str) -> ShellSession:
-        session = self._sessions.get(name)
-        if session is None:
-            raise RpcError(NO_SUCH_SESSION, "no shell session named %r" % name)
-        return session
-
-    def close(self, name: str) -> bool:
-        with self._lock:
-            session = self._sessions.pop(name, None)
-        if session is None:
-            return False
-        session.close()
-        return True
-
-    def names(self) -> list:
-        return sorted(self._sessions)
-
-    def close_all(self) -> None:
-        for name in list(self._sessions):
-            self.close(name)

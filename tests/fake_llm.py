@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.fake_llm import FakeLLM
+from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import ModelSettings
 
 

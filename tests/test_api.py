@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 from conftest import get_backend
 
-from control_plane.api import create_app
-from control_plane.api_tokens import TokenStore
+from control_plane.api.app import create_app
+from control_plane.api.tokens import TokenStore
 from control_plane.settings import Settings, load_settings
 
 

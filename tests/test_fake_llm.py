@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.fake_llm import FakeLLM, ScriptError, load_script
+from control_plane.models.fake_llm import FakeLLM, ScriptError, load_script
 
 ASK = {"model": "scripted", "messages": [{"role": "user", "content": "hello"}]}
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from test_agent import run, settings_for
 
-from control_plane.agent import Agent
-from control_plane.learning import REVIEW_PROMPT, TurnRecord, review_reasons, transcript
+from control_plane.agent.agent import Agent
+from control_plane.agent.learning import REVIEW_PROMPT, TurnRecord, review_reasons, transcript
 
 
 def turn(text: str = "do it", calls: list[tuple[str, bool, Any]] | None = None) -> TurnRecord:

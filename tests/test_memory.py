@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from control_plane.memory import SEPARATOR, Memory, MemoryFileError, Op, Usage
+from control_plane.memory.store import SEPARATOR, Memory, MemoryFileError, Op, Usage
 from control_plane.settings import Limits, MemorySettings, Settings
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 

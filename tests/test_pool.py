@@ -19,7 +19,7 @@ from backends import Backend, BackendUnavailable, Sandbox, SandboxGone, SandboxS
 from backends.docker import DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
 from backends.pool import WarmPool
-from control_plane.api import create_app
+from control_plane.api.app import create_app
 from control_plane.sandbox_manager import SandboxManager, base_spec
 from control_plane.settings import load_settings
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_store import HOSTILE
 
-from control_plane.agent import Agent
+from control_plane.agent.agent import Agent
 from control_plane.settings import Limits, load_settings
 from control_plane.store import Store, indexing
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke

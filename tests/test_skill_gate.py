@@ -15,10 +15,10 @@ from conftest import get_backend
 from skills_ref.validator import validate
 
 from backends import Backend
+from control_plane.safety.threats import Family
 from control_plane.skills import static
 from control_plane.skills.gate import SKILL_LABEL, verify
 from control_plane.skills.model import GatePolicy, Verdict
-from control_plane.threats import Family
 
 
 @pytest.fixture(scope="module")

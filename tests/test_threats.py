@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from control_plane.redaction import SECRET_SHAPES
-from control_plane.threats import _RULES, FAMILIES, SCRIPT_FAMILIES, Family, scan
+from control_plane.safety.redaction import SECRET_SHAPES
+from control_plane.safety.threats import _RULES, FAMILIES, SCRIPT_FAMILIES, Family, scan
 
 # Ordinary memory notes: no family may trip on any of them.
 ORDINARY = [

@@ -11,9 +11,10 @@ import pytest
 from conftest import get_backend
 
 from backends import Sandbox, SandboxSpec
-from control_plane.agent import _groups, _repair
-from control_plane.redaction import Redactor, clip
-from control_plane.router import ToolCall
+from control_plane.agent.agent import _repair
+from control_plane.agent.loop import _groups
+from control_plane.models.router import ToolCall
+from control_plane.safety.redaction import Redactor, clip
 from control_plane.settings import Limits
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 

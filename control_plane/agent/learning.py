@@ -16,12 +16,9 @@ import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .redaction import clip
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from ..safety.redaction import clip
 
 log = logging.getLogger("hermetic.learning")
 
@@ -101,30 +98,6 @@ def transcript(messages: list[dict[str, Any]]) -> str:
             fn = call.get("function", {})
             lines.append(f"[{role} calls {fn.get('name')}] {clip(str(fn.get('arguments', '')), 600)}")
     return clip("\n".join(lines), TRANSCRIPT_CHARS)
-
-
-async def review(agent: Agent, session_id: str, messages: list[dict[str, Any]], reasons: list[str]) -> str:
-    """Run the forked reviewer to completion; returns its session id."""
-    from .events import Event
-
-    fork = agent.new_conversation(
-        title=f"review of {session_id}",
-        source="review",
-        parent_id=session_id,
-        system=REVIEW_PROMPT,
-        toolsets=REVIEW_TOOLSETS,
-    )
-    text = f"Why this review: {'; '.join(reasons)}.\n\n<transcript>\n{transcript(messages)}\n</transcript>"
-
-    def quiet(event: Event) -> None:
-        if event.type == "error":
-            log.warning("review of %s: %s", session_id, getattr(event, "message", ""))
-
-    try:
-        await fork.run(text, quiet)
-    finally:
-        fork.close()
-    return fork.id
 
 
 class Background:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
+from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
+from ..safety.redaction import clip
+from ..tools import Tool, ToolContext, ToolResult, invoke
+from .base import AgentBase
 from .compression import Compressor
-from .event_log import EventLog
 from .events import (
     AssistantMessage,
     Error,
@@ -30,16 +32,7 @@ from .events import (
     TurnEnd,
     UserMessage,
 )
-from .learning import Background, TurnRecord, review, review_reasons
-from .memory import Memory
-from .prompt import system_prompt
-from .redaction import SECRET_NAME, Redactor, clip
-from .router import ModelError, ModelNotConfigured, ModelReply, Router, ToolCall
-from .sandbox_manager import SandboxManager
-from .settings import Settings
-from .skills.library import SkillLibrary
-from .store import Store
-from .tools import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke
+from .learning import REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -50,86 +43,10 @@ class Busy(RuntimeError):
     """A run is already going on in this conversation (steer it, or interrupt it)."""
 
 
-class Agent:
-    """What conversations share: settings, the store, the model router, the sandboxes and the tools."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        store: Store | None = None,
-        router: Router | None = None,
-        sandboxes: SandboxManager | None = None,
-        registry: Registry = TOOLS,
-    ) -> None:
-        self.settings = settings
-        self.store = store or Store(str(settings.database_url))
-        self.router = router or Router(settings.model)
-        self.sandboxes = sandboxes or SandboxManager(settings)
-        self.registry = registry
-        self.tools = registry.select(settings.toolsets)
-        self.redact = Redactor(_known_secrets(settings))
-        self.writer = _Writer()
-        self.event_log = EventLog(settings.home)
-        self.background = Background()
-        """Where learning reviews run, after the reply and apart from the user's turns."""
-        self.memory = Memory(settings.home, settings.memory)
-        self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
-
-    def new_conversation(
-        self,
-        *,
-        title: str | None = None,
-        source: str = "cli",
-        parent_id: str | None = None,
-        system: str | None = None,
-        toolsets: list[str] | None = None,
-    ) -> Conversation:
-        """A new session. A fork (a learning review) passes its own system prompt and toolsets."""
-        record = self.store.create_session(
-            self.settings.profile,
-            title=title,
-            model=self.settings.model.name,
-            source=source,
-            parent_id=parent_id,
-        )
-        prompt = {"role": "system", "content": self.system_prompt(system)}
-        self.store.add_message(record.id, prompt)
-        tools = self.registry.select(toolsets) if toolsets is not None else self.tools
-        conversation = Conversation(self, record.id, [prompt], tools=tools, learns=toolsets is None)
-        conversation.notices += self.memory.problems()
-        conversation.rebuild_system = lambda: self.system_prompt(system)
-        return conversation
-
-    def system_prompt(self, base: str | None = None) -> str:
-        """The system prompt with the memory block as it is now. A session builds it once and keeps the
-        string byte-identical for every model call (prefix caching); memory written during the session
-        shows up in the next one, or after a compression rebuilds it."""
-        prompt = f"{base or system_prompt(self.settings)}\n\n{self.memory.snapshot()}"
-        listing = self.skills.skills_prompt("") if "skills" in self.settings.toolsets else ""
-        return f"{prompt}\n\n{listing}" if listing else prompt
-
-    def resume(self, session_id: str) -> Conversation:
-        """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
-        if self.store.get_session(session_id, self.settings.profile) is None:
-            raise KeyError(session_id)
-        conversation = Conversation(self, session_id, _repair(self.store.history(session_id)))
-        conversation.rebuild_system = self.system_prompt
-        return conversation
-
-    def close(self) -> None:
-        """Finish background reviews, release the sandboxes, flush the database writes."""
-        self.background.close()
-        self.sandboxes.close_all()
-        self.writer.shutdown(wait=True)
-        self.event_log.close()
-        self.skills.close()
-
-
 class Conversation:
     def __init__(
         self,
-        agent: Agent,
+        agent: AgentBase,
         session_id: str,
         history: list[dict[str, Any]],
         *,
@@ -159,6 +76,33 @@ class Conversation:
         self.rebuild_system: Callable[[], str] | None = None
         """After a compression the system prompt is rebuilt with this (fresh memory: the prefix cache is
         lost then anyway); None keeps the current one."""
+
+    @classmethod
+    def open(
+        cls,
+        agent: AgentBase,
+        *,
+        title: str | None = None,
+        source: str = "cli",
+        parent_id: str | None = None,
+        system: str | None = None,
+        toolsets: list[str] | None = None,
+    ) -> Conversation:
+        """A new session of `agent`. A fork (a learning review) passes its own system prompt and toolsets."""
+        record = agent.store.create_session(
+            agent.settings.profile,
+            title=title,
+            model=agent.settings.model.name,
+            source=source,
+            parent_id=parent_id,
+        )
+        prompt = {"role": "system", "content": agent.system_prompt(system)}
+        agent.store.add_message(record.id, prompt)
+        tools = agent.registry.select(toolsets) if toolsets is not None else agent.tools
+        conversation = cls(agent, record.id, [prompt], tools=tools, learns=toolsets is None)
+        conversation.notices += agent.memory.problems()
+        conversation.rebuild_system = lambda: agent.system_prompt(system)
+        return conversation
 
     @property
     def running(self) -> bool:
@@ -255,7 +199,31 @@ class Conversation:
         emit(
             Notice(message=f"learning: reviewing this conversation in the background ({'; '.join(reasons)})")
         )
-        self.agent.background.submit(review(self.agent, self.id, list(self.history), reasons))
+        self.agent.background.submit(self._review(list(self.history), reasons))
+
+    async def _review(self, messages: list[dict[str, Any]], reasons: list[str]) -> str:
+        """The forked reviewer, run to completion on the background loop; returns its session id."""
+        fork = Conversation.open(
+            self.agent,
+            title=f"review of {self.id}",
+            source="review",
+            parent_id=self.id,
+            system=REVIEW_PROMPT,
+            toolsets=REVIEW_TOOLSETS,
+        )
+        text = (
+            f"Why this review: {'; '.join(reasons)}.\n\n<transcript>\n{transcript(messages)}\n</transcript>"
+        )
+
+        def quiet(event: Event) -> None:
+            if event.type == "error":
+                log.warning("review of %s: %s", self.id, getattr(event, "message", ""))
+
+        try:
+            await fork.run(text, quiet)
+        finally:
+            fork.close()
+        return fork.id
 
     async def _turn(self, text: str, emit: Emit, emit_threadsafe: Emit) -> TurnEnd:
         agent = self.agent
@@ -466,27 +434,6 @@ class Conversation:
         self.agent.store.update_session(self.id, ended_at=time.time())
 
 
-class _Writer(ThreadPoolExecutor):
-    """One thread that performs the database writes in submission order, keeping what failed."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1, thread_name_prefix="hermetic-store")
-        self.errors: list[str] = []
-        self.lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        def guarded() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                log.exception("database write failed")
-                with self.lock:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                return None
-
-        return super().submit(guarded)
-
-
 def _groups(calls: list[ToolCall], tools: dict[str, Tool[Any]]) -> list[list[ToolCall]]:
     """Consecutive parallel-safe calls form one group; every other call is a group of its own."""
     groups: list[list[ToolCall]] = []
@@ -512,38 +459,3 @@ def _parsed(arguments: str) -> dict[str, Any] | str:
 
 def _wire_call(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-
-
-def _repair(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every tool call a result, so a run that died mid-batch can be resumed."""
-    repaired: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    for message in history:
-        if pending and message.get("role") != "tool":
-            repaired += [_lost(call) for call in pending]
-            pending = []
-        if message.get("role") == "tool":
-            pending = [call for call in pending if call["id"] != message.get("tool_call_id")]
-        repaired.append(message)
-        if message.get("role") == "assistant" and message.get("tool_calls"):
-            pending = list(message["tool_calls"])
-    return repaired + [_lost(call) for call in pending]
-
-
-def _lost(call: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "role": "tool",
-        "tool_call_id": call["id"],
-        "name": call["function"]["name"],
-        "content": "[no result: the run ended before this call finished]",
-    }
-
-
-def _known_secrets(settings: Settings) -> list[str]:
-    """Values the model must never see back: model keys, and sandbox variables named like secrets."""
-    keys = [endpoint.api_key.get_secret_value() for endpoint in settings.model.chain if endpoint.api_key]
-    given = {
-        **{name: os.environ.get(name, "") for name in settings.sandbox.env_allow},
-        **settings.sandbox.env,
-    }
-    return keys + [value for name, value in given.items() if SECRET_NAME.search(name)]

@@ -1,7 +1,5 @@
 """The skill library over HTTP: the same operations as `hermetic skills`, for the caller's profile.
-
-Mounted by control_plane/api.py (`app.include_router(router)`, imported inside create_app because this
-module uses its auth dependency)."""
+Mounted by api/app.py."""
 
 from __future__ import annotations
 
@@ -11,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
-from ..api import Auth
-from .library import SkillError, SkillLibrary, UnknownSkill
-from .model import Verdict
+from ..skills.library import SkillError, SkillLibrary, UnknownSkill
+from ..skills.model import Verdict
+from .profiles import Auth
 
 router = APIRouter(prefix="/skills", tags=["skills"])
 

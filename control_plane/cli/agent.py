@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .agent import Agent, Conversation
-from .events import Event, EventAdapter, TurnEnd
+from ..agent.agent import Agent
+from ..agent.events import Event, EventAdapter, TurnEnd
+from ..agent.loop import Conversation
+from ..settings import Settings, load_settings
 from .render import EventPrinter
-from .settings import Settings, load_settings
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -43,7 +44,7 @@ def agent_settings(
         overrides["toolsets"] = toolsets
     settings = load_settings(**overrides)
     if not settings.model.name:
-        from .router import ModelNotConfigured
+        from ..models.router import ModelNotConfigured
 
         err.print(f"[red]{escape(str(ModelNotConfigured()))}[/]")
         raise typer.Exit(2)
@@ -155,7 +156,7 @@ def _when(timestamp: float | None) -> str:
 
 
 def _store() -> tuple[Settings, Any]:
-    from .store import Store
+    from ..store import Store
 
     settings = load_settings()
     return settings, Store(str(settings.database_url))
@@ -238,7 +239,7 @@ token_app = typer.Typer(help="API bearer tokens, each bound to a profile.", no_a
 @token_app.command("create")
 def token_create(name: Annotated[str, typer.Option(help="A label for the token")] = "") -> None:
     """A new token for the current profile (--profile); printed once."""
-    from .api_tokens import TokenStore
+    from ..api.tokens import TokenStore
 
     settings = load_settings()
     print(TokenStore(settings.root).create(settings.profile, name))
@@ -246,7 +247,7 @@ def token_create(name: Annotated[str, typer.Option(help="A label for the token")
 
 @token_app.command("list")
 def token_list() -> None:
-    from .api_tokens import TokenStore
+    from ..api.tokens import TokenStore
 
     for entry in TokenStore(load_settings().root).list():
         console.print(
@@ -256,7 +257,7 @@ def token_list() -> None:
 
 @token_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="The id shown by `token list`")]) -> None:
-    from .api_tokens import TokenStore
+    from ..api.tokens import TokenStore
 
     if not TokenStore(load_settings().root).revoke(token_id):
         err.print(f"[red]no single token matches {token_id}[/]")
@@ -270,8 +271,8 @@ def serve(
     """Serve the HTTP API (OpenAPI at /docs). Creates a first token when there is none."""
     import uvicorn
 
-    from .api import create_app
-    from .api_tokens import TokenStore
+    from ..api.app import create_app
+    from ..api.tokens import TokenStore
 
     settings = load_settings()
     tokens = TokenStore(settings.root)

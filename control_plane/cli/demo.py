@@ -16,12 +16,12 @@ import yaml
 from rich.console import Console
 from rich.panel import Panel
 
-from .agent import Agent
-from .agent_cli import EXIT_CODES, BackendOption, drive
-from .events import Event, ToolEnd
-from .fake_llm import FakeLLM
+from ..agent.agent import Agent
+from ..agent.events import Event, ToolEnd
+from ..models.fake_llm import FakeLLM
+from ..settings import load_settings
+from .agent import EXIT_CODES, BackendOption, drive
 from .render import EventPrinter
-from .settings import load_settings
 
 console = Console(highlight=False)
 PROFILE = "demo"

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .fake_llm import FakeLLM, ScriptError, load_script
+from ..models.fake_llm import FakeLLM, ScriptError, load_script
 
 app = typer.Typer(help="Tools for developing and testing Hermetic.", no_args_is_help=True)
 

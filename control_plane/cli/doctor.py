@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .settings import Settings, load_settings
+from ..settings import Settings, load_settings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 CHECK_TIMEOUT = 8.0  # seconds one check may take before its row says it hung
@@ -159,7 +159,7 @@ def check_model(settings: Settings, offline: bool) -> Check:
             "or set model.name in config.yaml; self-hosted: HERMETIC_MODEL__API_BASE=http://HOST:PORT/v1"
         )
         return Check("model", "fail", "no model configured: the agent cannot run", fix)
-    from .router import Router
+    from ..models.router import Router
 
     router = Router(model)
     problems = router.problems()

@@ -8,15 +8,17 @@ from typing import Annotated
 
 import typer
 
-from . import agent_cli, demo, dev_cli, doctor, sandbox_cli
-from .skills import cli as skills_cli
+from . import agent as agent_cli
+from . import demo, dev, doctor
+from . import sandbox as sandbox_cli
+from . import skills as skills_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 agent_cli.register(app)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
-app.add_typer(dev_cli.app, name="dev")
+app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")

@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 from rich.markup import escape
 
-from .events import (
+from ..agent.events import (
     AssistantMessage,
     Error,
     Event,

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec
 
-from .sandbox_manager import choose_backend
-from .settings import Settings, load_settings
+from ..sandbox_manager import choose_backend
+from ..settings import Settings, load_settings
 
 app = typer.Typer(help="Open sandboxes and run commands in them.", no_args_is_help=True)
 console = Console(stderr=True, highlight=False)

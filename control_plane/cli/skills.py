@@ -13,8 +13,8 @@ from rich.table import Table
 
 from ..sandbox_manager import choose_backend
 from ..settings import load_settings
-from .library import SkillError, SkillLibrary
-from .model import Verdict
+from ..skills.library import SkillError, SkillLibrary
+from ..skills.model import Verdict
 
 app = typer.Typer(help="The skill library: list, inspect, verify, version, curate.", no_args_is_help=True)
 console = Console(highlight=False)

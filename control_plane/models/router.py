@@ -24,8 +24,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .events import Event, Notice, TextDelta, Usage
-from .settings import ModelEndpoint, ModelSettings
+from ..agent.events import Event, Notice, TextDelta, Usage
+from ..settings import ModelEndpoint, ModelSettings
 
 Emit = Callable[[Event], None]
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..threats import FAMILIES, SCRIPT_FAMILIES, scan
+from ..safety.threats import FAMILIES, SCRIPT_FAMILIES, scan
 from .format import Skill, SkillFormatError, parse_skill
 from .model import Check
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..memory import FILES, MemoryFileError, Op
+from ..memory.store import FILES, MemoryFileError, Op
 from .registry import ToolContext, ToolResult, tool
 
 STOP_AFTER = 3

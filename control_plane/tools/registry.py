@@ -19,7 +19,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
-    from ..memory import Memory
+    from ..memory.store import Memory
     from ..settings import Limits
     from ..skills.library import SkillLibrary
     from ..store import Store

@@ -1,0 +1,59 @@
+"""The Agent: what surfaces hold. It opens new conversations and resumes past ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import AgentBase
+from .loop import Conversation
+
+
+class Agent(AgentBase):
+    """An agent of one profile; its conversations share its parts (see AgentBase)."""
+
+    def new_conversation(
+        self,
+        *,
+        title: str | None = None,
+        source: str = "cli",
+        parent_id: str | None = None,
+        system: str | None = None,
+        toolsets: list[str] | None = None,
+    ) -> Conversation:
+        """A new session. A fork (a learning review) passes its own system prompt and toolsets."""
+        return Conversation.open(
+            self, title=title, source=source, parent_id=parent_id, system=system, toolsets=toolsets
+        )
+
+    def resume(self, session_id: str) -> Conversation:
+        """A past session of this profile, its history repaired if a run died mid-batch. Raises KeyError."""
+        if self.store.get_session(session_id, self.settings.profile) is None:
+            raise KeyError(session_id)
+        conversation = Conversation(self, session_id, _repair(self.store.history(session_id)))
+        conversation.rebuild_system = self.system_prompt
+        return conversation
+
+
+def _repair(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every tool call a result, so a run that died mid-batch can be resumed."""
+    repaired: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in history:
+        if pending and message.get("role") != "tool":
+            repaired += [_lost(call) for call in pending]
+            pending = []
+        if message.get("role") == "tool":
+            pending = [call for call in pending if call["id"] != message.get("tool_call_id")]
+        repaired.append(message)
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            pending = list(message["tool_calls"])
+    return repaired + [_lost(call) for call in pending]
+
+
+def _lost(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "name": call["function"]["name"],
+        "content": "[no result: the run ended before this call finished]",
+    }

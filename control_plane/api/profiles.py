@@ -1,0 +1,131 @@
+"""The profiles this server has open (each its agent and live sessions), and the bearer-token
+dependency that gives a route the caller's profile."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from backends import SandboxError
+
+from ..agent.agent import Agent
+from ..agent.events import Event
+from ..agent.loop import Conversation
+from ..settings import Settings
+
+log = logging.getLogger(__name__)
+KEPT_EVENTS = 2000
+"""Events a live session keeps for clients that connect late or reconnect (Last-Event-ID)."""
+
+
+class LiveSession:
+    """A conversation open in this server, with its numbered events for any number of followers."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.events: deque[tuple[int, Event]] = deque(maxlen=KEPT_EVENTS)
+        self.seq = 0
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[Any] | None = None
+
+    def publish(self, event: Event) -> None:
+        """Called on the event loop: number the event and wake every follower."""
+        self.seq += 1
+        self.events.append((self.seq, event))
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    async def follow(self, after: int) -> AsyncIterator[tuple[int, Event]]:
+        while True:
+            wake = self._wake
+            fresh = [(seq, event) for seq, event in self.events if seq > after]
+            if not fresh:
+                await wake.wait()
+                continue
+            for seq, event in fresh:
+                after = seq
+                yield seq, event
+
+
+class Profile:
+    """One profile's agent and its sessions open in this server."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.agent = Agent(settings)
+        self.live: dict[str, LiveSession] = {}
+
+    def session(self, session_id: str) -> LiveSession:
+        """The live session, resumed from the database if needed. 404 when not this profile's."""
+        live = self.live.get(session_id)
+        if live is None:
+            try:
+                live = LiveSession(self.agent.resume(session_id))
+            except KeyError:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}") from None
+            self.live[session_id] = live
+        return live
+
+    def close(self) -> None:
+        for live in self.live.values():
+            if live.task is not None:
+                live.conversation.interrupt()
+        self.agent.close()
+
+
+class Hub:
+    """Profiles by name, each opened on first use with its own home, database and sandboxes."""
+
+    def __init__(self, settings_for: Callable[[str], Settings]) -> None:
+        self.settings_for = settings_for
+        self.profiles: dict[str, Profile] = {}
+
+    def profile(self, name: str) -> Profile:
+        if name not in self.profiles:
+            self.profiles[name] = Profile(self.settings_for(name))
+        return self.profiles[name]
+
+    def prefill(self, name: str) -> None:
+        """Open the profile and start its warm pool; a backend that cannot start now is only logged."""
+        try:
+            self.profile(name).agent.sandboxes.prefill()
+        except SandboxError as exc:
+            log.warning("profile %s: no warm pool at startup: %s", name, exc)
+
+    def close(self) -> None:
+        for profile in self.profiles.values():
+            profile.close()
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def current_profile(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Profile:
+    profile = request.app.state.tokens.profile_of(creds.credentials) if creds else None
+    if profile is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid bearer token is required (create one: hermetic token create --profile NAME)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    hub: Hub = request.app.state.hub
+    return hub.profile(profile)
+
+
+Auth = Annotated[Profile, Depends(current_profile)]
+
+
+def live_session(profile: Auth, session_id: str) -> LiveSession:
+    # a dependency, so a 404 is sent before an SSE response has started
+    return profile.session(session_id)
+
+
+Live = Annotated[LiveSession, Depends(live_session)]

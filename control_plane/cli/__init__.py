@@ -1,0 +1,1 @@
+"""The `hermetic` command (typer + rich): a surface that turns commands into calls on the core."""
