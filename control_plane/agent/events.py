@@ -91,6 +91,34 @@ class Error(_Event):
     """model (no model answered), config (nothing to call), sandbox, internal."""
 
 
+QuestionKind = Literal["approval", "clarify"]
+
+
+class Question(_Event):
+    """The run waits for the user: an approval (a host for the sandbox's allowlist, an exposed port)
+    or a clarifying question. Answer it by id (`Conversation.answer`, the API, a chat button); no
+    answer within `timeout_s` counts as no."""
+
+    type: Literal["question"] = "question"
+    id: str
+    kind: QuestionKind
+    prompt: str
+    choices: list[str] = []
+    """The answers allowed (for an approval: once, always, no); empty means free text."""
+    timeout_s: float
+    detail: dict[str, str] = {}
+    """What the question is about, for a surface to render (host, port, reason)."""
+
+
+class Answered(_Event):
+    """A question was answered, timed out, or ended by an interrupt (answer None)."""
+
+    type: Literal["answered"] = "answered"
+    id: str
+    answer: str | None
+    by: Literal["user", "timeout", "interrupt"]
+
+
 class TurnEnd(_Event):
     """The run for one user message is over; the session stays open for the next."""
 
@@ -111,6 +139,8 @@ Event = Annotated[
     | Notice
     | UserMessage
     | Error
+    | Question
+    | Answered
     | TurnEnd,
     Field(discriminator="type"),
 ]

@@ -33,6 +33,7 @@ from .events import (
     UserMessage,
 )
 from .learning import REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
+from .questions import Questions
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -73,6 +74,8 @@ class Conversation:
         self._turn_state: dict[str, Any] = {}
         self._turn_record = TurnRecord(user_text="")
         self.compressor = Compressor(agent.settings.compression, agent.router)
+        self.questions = Questions()
+        """What the running turn waits for the user to answer (approvals, clarifications)."""
         self.rebuild_system: Callable[[], str] | None = None
         """After a compression the system prompt is rebuilt with this (fresh memory: the prefix cache is
         lost then anyway); None keeps the current one."""
@@ -125,8 +128,14 @@ class Conversation:
                 return False
             self._cancelled.set()
             self._loop.call_soon_threadsafe(self._interrupt_async.set)
+        self.questions.cancel_all()
         threading.Thread(target=self.agent.sandboxes.interrupt, args=(self.id,), daemon=True).start()
         return True
+
+    def answer(self, question_id: str, answer: str) -> bool:
+        """Answer a question the running turn asked. False when it is not open (answered, timed out);
+        ValueError when the question has choices and this is not one of them."""
+        return self.questions.answer(question_id, answer)
 
     # -- one user message ------------------------------------------------------------------
 
@@ -356,6 +365,7 @@ class Conversation:
             skills=agent.skills,
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
+            ask=lambda **question: self.questions.ask(emit_threadsafe, **question),
         )
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)

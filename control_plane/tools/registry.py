@@ -55,6 +55,9 @@ class ToolContext:
     """The profile's curated memory (the memory tool)."""
     skills: SkillLibrary | None = None
     """The profile's skill library (the skills tools)."""
+    ask: Callable[..., str | None] = lambda **question: None
+    """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
+    kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
 
     @property
     def sandbox(self) -> Sandbox:

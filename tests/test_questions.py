@@ -1,0 +1,59 @@
+"""Questions a turn puts to the user: answered by id, no answer on timeout, ended by an interrupt."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from control_plane.agent.events import Answered, Event, Question
+from control_plane.agent.questions import Questions
+
+
+def _ask_in_thread(questions: Questions, events: list[Event], **kw: object) -> tuple[threading.Thread, list]:
+    got: list = []
+    asked = threading.Event()
+
+    def emit(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Question):
+            asked.set()
+
+    thread = threading.Thread(target=lambda: got.append(questions.ask(emit, **kw)))  # type: ignore[arg-type]
+    thread.start()
+    assert asked.wait(5)
+    return thread, got
+
+
+def test_an_answer_by_id_ends_the_wait_with_that_answer() -> None:
+    questions, events = Questions(), []
+    thread, got = _ask_in_thread(
+        questions, events, kind="approval", prompt="allow pypi.org?", choices=["once", "always", "no"]
+    )
+    (question,) = questions.open()
+    assert question.detail == {} and question.choices == ["once", "always", "no"]
+    with pytest.raises(ValueError, match="once, always, no"):
+        questions.answer(question.id, "sure")
+    assert questions.answer(question.id, "once")
+    thread.join(5)
+    assert got == ["once"]
+    assert isinstance(events[-1], Answered) and events[-1].by == "user" and events[-1].answer == "once"
+    assert not questions.answer(question.id, "no"), "an answered question is closed"
+    assert questions.open() == []
+
+
+def test_no_answer_within_the_timeout_is_none() -> None:
+    questions, events = Questions(), []
+    thread, got = _ask_in_thread(questions, events, kind="clarify", prompt="which branch?", timeout=0.2)
+    thread.join(5)
+    assert got == [None]
+    assert isinstance(events[-1], Answered) and events[-1].by == "timeout"
+
+
+def test_an_interrupt_ends_every_open_question_with_no_answer() -> None:
+    questions, events = Questions(), []
+    thread, got = _ask_in_thread(questions, events, kind="clarify", prompt="which branch?", timeout=60)
+    questions.cancel_all()
+    thread.join(5)
+    assert got == [None]
+    assert isinstance(events[-1], Answered) and events[-1].by == "interrupt"
