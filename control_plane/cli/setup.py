@@ -7,6 +7,7 @@ edited key by key (comments and other settings kept), never replaced.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ def setup(
     backend = backend or _choose_backend(settings, ask)
     if backend == "docker" and not skip_image:
         _check_image()
+    ssh = _ask_ssh(settings) if backend == "ssh" and settings.ssh is None and ask else {}
 
     path = config_file.config_path(settings)
     try:
@@ -90,6 +92,8 @@ def setup(
         if api_base:
             config_file.set_value(path, "model.api_base", api_base)
         config_file.set_value(path, "backend", backend)
+        if ssh:  # one value: host and user are only valid together
+            config_file.set_value(path, "ssh", json.dumps(ssh))
     except config_file.ConfigError as exc:
         err.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
@@ -168,12 +172,24 @@ def _choose_backend(settings: Settings, ask: bool) -> str:
         pass
     if shutil.which("bwrap"):
         found.append("local")
+    if settings.ssh is not None:
+        found.append("ssh")
     console.print("found: " + (", ".join(found) or "no dockerd, no bubblewrap"))
     choices = [*found, *(name for name in ("docker", "local", "ssh", "modal") if name not in found)]
     default = settings.backend or (found[0] if found else "local")
     if not ask:
         return default
     return Prompt.ask("Sandbox backend", choices=choices, default=default, console=console)
+
+
+def _ask_ssh(settings: Settings) -> dict[str, str]:
+    """Where the ssh backend connects (its other settings keep their defaults: hermetic config set ssh.*)."""
+    answers = {
+        "host": Prompt.ask("SSH host", console=console),
+        "user": Prompt.ask("SSH user", default=os.environ.get("USER", "root"), console=console),
+    }
+    key_file = Prompt.ask("Private key file (Enter: the ssh-agent's keys)", default="", console=console)
+    return answers | ({"key_file": key_file} if key_file else {})
 
 
 def _check_image() -> None:
