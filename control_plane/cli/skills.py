@@ -42,16 +42,15 @@ def library() -> Iterator[SkillLibrary]:
 def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
     """Every skill with its version, verdict, state and usage."""
     with library() as skills:
-        table = Table("name", "version", "status", "state", "runs", "success", "ok/failed", "description")
+        table = Table()
+        table.add_column("name", no_wrap=True)  # a name never wraps: it is what users copy
+        for column in ("version", "status", "state", "runs", "success (ok/failed)", "description"):
+            table.add_column(column)
         for s in skills.list_skills(archived=archived):
-            state = (
-                s.state
-                + (", pinned" if s.pinned else "")
-                + (f", merged into {s.merged_into}" if s.merged_into else "")
-            )
-            ok = f"{s.successes}/{s.failures}"
-            rate = f"{s.success_rate:.0%}"
-            table.add_row(s.name, str(s.version), s.status, state, str(s.runs), rate, ok, s.description[:60])
+            state = s.state + (", pinned" if s.pinned else "")
+            state += f", merged into {s.merged_into}" if s.merged_into else ""
+            success = f"{s.success_rate:.0%} ({s.successes}/{s.failures})"
+            table.add_row(s.name, str(s.version), s.status, state, str(s.runs), success, s.description[:60])
         console.print(table)
 
 
