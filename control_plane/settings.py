@@ -167,6 +167,15 @@ class SkillsSettings(BaseModel):
     """A skill unused this long is archived: out of the listing, kept on disk, restorable."""
     prompt_tokens: int = Field(1500, ge=100)
     """Budget of the skills listing in the system prompt; over it, the most relevant skills are listed."""
+    review_below: float = Field(0.5, ge=0, le=1)
+    """A skill whose smoothed success rate falls below this (after min_runs runs) is reviewed for repair."""
+    min_runs: int = Field(5, ge=1)
+    """Runs before a skill's success rate alone gets it reviewed (and between two such reviews)."""
+    retire_after: int = Field(10, ge=1)
+    """Failed runs in a row after which a skill is marked failing and left out of the prompt listing."""
+    duplicate_threshold: float = Field(0.6, gt=0, le=1)
+    """Similarity (Jaccard of word 3-shingles over name, description and body) from which curation
+    calls two skills near-duplicates and offers them to the reviewer for a merge."""
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
