@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .format import SKILL_FILE, Skill, SkillFormatError, parse_skill
+from .format import SKILL_FILE, Skill, parse_skill
+from .lock import Lock
 from .model import GatePolicy, Verdict
 from .store import SkillStore
 
@@ -60,6 +61,8 @@ class SkillInfo:
     successes: int
     failures: int
     last_used: float
+    provenance: str | None = None
+    """Where an installed skill came from (the lock file); None for a skill written here."""
 
     @property
     def success_rate(self) -> float:
@@ -104,6 +107,7 @@ class SkillLibrary:
         for area in ("library", "versions", "quarantine", "archive"):
             (root / area).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = SkillStore(root / "skills.db")
+        self.lock = Lock(root)
 
     @property
     def policy(self) -> GatePolicy:
@@ -122,11 +126,17 @@ class SkillLibrary:
         rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
         if not rows:
             raise UnknownSkill(f"there is no skill named {name!r}; skills_list shows the skills")
-        return _info(rows[0])
+        entry = self.lock.get(name)
+        return _info(rows[0], entry.provenance if entry else None)
 
     def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
         rows = self.store.execute("SELECT * FROM skills ORDER BY name")
-        return [_info(row) for row in rows if archived or row["state"] != "archived"]
+        entries = self.lock.entries()
+        return [
+            _info(row, entries[row["name"]].provenance if row["name"] in entries else None)
+            for row in rows
+            if archived or row["state"] != "archived"
+        ]
 
     def path(self, name: str) -> Path:
         """The directory of a skill's current version (library/, or archive/ once archived)."""
@@ -208,13 +218,22 @@ class SkillLibrary:
         candidate = self.root / "quarantine" / name
         if not candidate.is_dir():
             raise SkillError(f"there is no candidate for {name!r} in quarantine")
-        verdict = self._verify(candidate, self.policy, self._backend())
+        verdict = self.check(candidate, self.policy)
         verdict_id = self.store.add_verdict(verdict, proposer, session_id)
         if verdict.status == "fail":
             return Submission(verdict, None)
-        version = self._merge(name, candidate, verdict, verdict_id, note=f"proposed by {proposer}")
+        return Submission(verdict, self.merge_candidate(name, verdict, verdict_id, f"proposed by {proposer}"))
+
+    def check(self, candidate: Path, policy: GatePolicy) -> Verdict:
+        """Run the gate on a candidate under `policy` (an install widens the library's policy per request)."""
+        return self._verify(candidate, policy, self._backend())
+
+    def merge_candidate(self, name: str, verdict: Verdict, verdict_id: int | None, note: str) -> int:
+        """Merge the candidate in quarantine that `check` passed (an install, once the operator confirmed)."""
+        candidate = self.root / "quarantine" / name
+        version = self._merge(name, candidate, verdict, verdict_id, note=note)
         shutil.rmtree(candidate)
-        return Submission(verdict, version)
+        return version
 
     def _merge(self, name: str, source: Path, verdict: Verdict, verdict_id: int | None, note: str) -> int:
         skill = parse_skill(source)
@@ -313,7 +332,7 @@ class SkillLibrary:
     def reverify(self, name: str, *, proposer: str = "reverify") -> Verdict:
         """Run the gate again on the current version (e.g. after an image upgrade) and record whether it
         still passes; a skill that fails stays in the library, marked fail wherever it is listed."""
-        verdict = self._verify(self.path(name), self.policy, self._backend())
+        verdict = self.check(self.path(name), self.policy)
         self.store.add_verdict(verdict, proposer, None)
         self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
         return verdict
@@ -435,8 +454,9 @@ class SkillLibrary:
         self.store.close()
 
 
-def _info(row: Any) -> SkillInfo:
+def _info(row: Any, provenance: str | None) -> SkillInfo:
     return SkillInfo(
+        provenance=provenance,
         name=row["name"],
         description=row["description"],
         version=row["version"],
@@ -472,14 +492,3 @@ def _lines(path: Path) -> list[str]:
     return (
         path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if path.exists() else []
     )
-
-
-__all__ = [
-    "SkillError",
-    "SkillFormatError",
-    "SkillInfo",
-    "SkillLibrary",
-    "Submission",
-    "UnknownSkill",
-    "gate_verify",
-]
