@@ -585,6 +585,48 @@ def test_skills_list_and_skill_view_mark_provenance_and_verification(tmp_path: P
     agent.close()
 
 
+def test_the_agent_changes_an_installed_skill_only_through_the_gate(tmp_path: Path, fake_llm: Any) -> None:
+    source = write_skill(
+        tmp_path / "src" / "answer",
+        "name: answer\ndescription: Checks the answer is 42.",
+        "Run scripts/verify.sh.\n",
+        files={"scripts/verify.sh": VERIFY_OK},
+    )
+    settings = load_settings(
+        root=tmp_path / "home",
+        model={"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k", "retries": 0},
+        backend="docker",
+        toolsets=["skills"],
+        learning={"enabled": False},
+    )
+    agent = Agent(settings)
+    installer = Installer(agent.skills, Limits())
+    installer.commit(installer.plan_install(str(source)))
+    patch = {"action": "patch", "name": "answer", "old": "Run scripts", "new": "Always run scripts"}
+    broken = {"action": "write_file", "name": "answer", "file": "scripts/verify.sh", "content": VERIFY_FAIL}
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "skill_manage", "arguments": broken}]},
+            {"tool_calls": [{"name": "skill_manage", "arguments": {**broken, "content": VERIFY_OK}}]},
+            {"tool_calls": [{"name": "skill_manage", "arguments": patch}]},
+            {"text": "improved"},
+        ]
+    )
+    asyncio.run(agent.new_conversation().run("improve the answer skill", lambda event: None))
+    refused, unchanged, merged = [
+        m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"
+    ]
+    assert "NOT merged" in refused and "expected 42, got 41" in refused
+    assert "merged as version 2" in unchanged  # the fixed check equals version 1: a new version all the same
+    assert "merged as version 3" in merged
+    assert "Always run scripts" in agent.skills.view("answer")
+    assert "Run scripts" in agent.skills.diff("answer", 1)  # the installed version stays in history
+    assert installer.local_change("answer") == "changed here since install (now version 3, installed as 1)"
+    with pytest.raises(Exception, match="not overwritten"):
+        installer.plan_update("answer")
+    agent.close()
+
+
 def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path / "home"))
     repo = repo_with_skill(tmp_path)

@@ -40,11 +40,20 @@ def library() -> Iterator[SkillLibrary]:
 def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
     """Every skill with its version, verdict, state and usage."""
     with library() as skills:
+        listed = skills.list_skills(archived=archived)
+        installed = any(
+            s.provenance for s in listed
+        )  # the "from" column only when something came from outside
         table = Table("name", "version", "status", "state", "uses", "ok/failed", "description")
-        for s in skills.list_skills(archived=archived):
+        if installed:
+            table.add_column("from")
+        for s in listed:
             state = s.state + (", pinned" if s.pinned else "")
             ok = f"{s.successes}/{s.failures}"
-            table.add_row(s.name, str(s.version), s.status, state, str(s.uses), ok, s.description[:60])
+            origin = [(s.provenance or "here").removeprefix("installed from ")] if installed else []
+            table.add_row(
+                s.name, str(s.version), s.status, state, str(s.uses), ok, s.description[:60], *origin
+            )
         console.print(table)
 
 

@@ -148,8 +148,10 @@ class Installer:
         return Plan(entry.source, fetched.commit, entry.tap, [candidate])
 
     def commit(self, plan: Plan) -> list[Candidate]:
-        """Merge every candidate that passed (recorded in the lock file); drop the rest from quarantine."""
-        merged = []
+        """Merge every candidate that passed (recorded in the lock file, written once at the end);
+        drop the rest from quarantine."""
+        merged: list[Candidate] = []
+        entries: list[LockEntry] = []
         for candidate in plan.candidates:
             staged = self.library.root / "quarantine" / candidate.name
             if not candidate.mergeable or not staged.is_dir():
@@ -159,7 +161,7 @@ class Installer:
             )
             previous = self.lock.get(candidate.name)
             now = time.time()
-            self.lock.put(
+            entries.append(
                 LockEntry(
                     name=candidate.name,
                     source=plan.source,
@@ -177,6 +179,8 @@ class Installer:
                 )
             )
             merged.append(candidate)
+        if entries:
+            self.lock.put(*entries)
         self.discard(plan)
         return merged
 

@@ -62,10 +62,11 @@ class Lock:
     def get(self, name: str) -> LockEntry | None:
         return self.entries().get(name)
 
-    def put(self, entry: LockEntry) -> None:
+    def put(self, *new: LockEntry) -> None:
+        """Add or replace entries (one write for all of them)."""
         with self._lock:
             entries = self.entries()
-            entries[entry.name] = entry
+            entries.update({entry.name: entry for entry in new})
             self._write(entries)
 
     def remove(self, name: str) -> None:

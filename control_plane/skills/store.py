@@ -63,6 +63,10 @@ class SkillStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
         with self._lock:
+            # WAL with synchronous=NORMAL, like the sessions store: a commit is not an fsync, so
+            # installing a hundred skills is not a hundred disk flushes per table (still crash-safe)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
