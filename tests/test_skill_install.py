@@ -292,6 +292,39 @@ def test_install_from_a_local_git_repository_with_a_ref_and_a_subdirectory(tmp_p
     assert "Say bonjour." in other.library.view("greet")
 
 
+def test_install_from_a_zip_and_from_a_git_repository_served_over_http(tmp_path: Path) -> None:
+    import zipfile
+
+    www = tmp_path / "www"
+    www.mkdir()
+    with zipfile.ZipFile(www / "notes.zip", "w") as archive:
+        archive.writestr(
+            "notes/SKILL.md", "---\nname: notes\ndescription: Takes notes.\n---\nWrite it down.\n"
+        )
+        archive.writestr("notes/references/style.md", "Short lines.\n")
+    repo = repo_with_skill(tmp_path)
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(www / "greet.git"))
+    git(www / "greet.git", "update-server-info")  # git's "dumb" HTTP protocol: static files
+    installer = installer_at(tmp_path)
+    with http_server(www) as url:
+        installer.commit(installer.plan_install(f"{url}/notes.zip"))
+        installer.commit(plan := installer.plan_install(f"{url}/greet.git#main:greet"))
+    assert "Short lines." in installer.library.view("notes", "references/style.md")
+    assert plan.commit == git(repo, "rev-parse", "HEAD") and "Say hello." in installer.library.view("greet")
+
+
+def test_a_zip_with_a_link_out_is_refused(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as archive:
+        archive.writestr("evil/SKILL.md", "---\nname: evil\ndescription: Evil.\n---\nx\n")
+        link = zipfile.ZipInfo("evil/passwd")
+        link.external_attr = 0o120777 << 16  # a symlink entry, as `zip --symlinks` writes it
+        archive.writestr(link, "../../etc/passwd")
+    with pytest.raises(SourceError, match="evil/passwd is a link leaving the archive"):
+        installer_at(tmp_path).plan_install(str(tmp_path / "evil.zip"))
+
+
 def test_source_syntax() -> None:
     assert parse_source("https://h/r.git#main:skills/pdf") == parse_source("https://h/r.git#main:skills/pdf")
     source = parse_source("https://h/r.git#:skills/pdf")
@@ -383,6 +416,10 @@ def test_a_threat_finding_names_file_line_and_family_and_may_be_accepted_for_one
     plan = installer.plan_install(str(skill), accept=("references/guide.md:4",))  # another line: nothing
     assert not plan.candidates[0].mergeable and plan.candidates[0].verdict.accepted == []
     installer.discard(plan)
+    finding_id = reason.rsplit(", id ", 1)[1].rstrip(")")
+    by_id = installer.plan_install(str(skill), accept=(finding_id,))
+    assert by_id.candidates[0].verdict.status == "unverified"  # the id names the same finding
+    installer.discard(by_id)
     plan = installer.plan_install(str(skill), accept=("references/guide.md:5",))
     [candidate] = plan.candidates
     assert candidate.verdict.status == "unverified" and len(candidate.verdict.accepted) == 1

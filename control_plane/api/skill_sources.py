@@ -53,7 +53,7 @@ def _run(profile: Auth, action: Any) -> Any:
         return action(installer)
     except UnknownSkill as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-    except (SkillError, SourceError, TapError, ValueError) as exc:
+    except (SkillError, SourceError, TapError, ValueError, OSError) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
 
 

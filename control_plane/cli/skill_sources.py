@@ -37,7 +37,7 @@ def installer() -> Iterator[Installer]:
     with library() as skills:
         try:
             yield Installer(skills, Limits(max_bytes=install.max_bytes, max_files=install.max_files))
-        except (SourceError, TapError) as exc:
+        except (SourceError, TapError, OSError) as exc:
             errors.print(f"[red]{exc}[/]", markup=True)
             raise typer.Exit(1) from exc
 

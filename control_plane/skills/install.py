@@ -17,11 +17,13 @@ import shutil
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from .format import SKILL_FILE
+from .gate import declared_checks
 from .lenient import SkillParseError, read_lenient, render
 from .library import SkillError, SkillLibrary
 from .lock import LockEntry, content_hash
@@ -34,6 +36,8 @@ from .taps import Taps
 MANIFEST = "hermetic-manifest.json"
 """Beside the skill's directory in an export: name, version, content hash, verdict, image."""
 EXPORT_FORMAT = "hermetic-skill-export/1"
+GATE_WORKERS = 4
+"""Candidates verified at once (each in its own sandbox)."""
 
 
 class InstallError(SkillError):
@@ -54,6 +58,8 @@ class Candidate:
     verdict_id: int | None = None
     scripts: list[str] = field(default_factory=list)
     """Its executable files (none: an instruction-only skill)."""
+    staged: bool = False
+    """It is in quarantine/NAME (until commit or discard)."""
 
     @property
     def mergeable(self) -> bool:
@@ -118,9 +124,8 @@ class Installer:
                 )
             manifest = _manifest(fetched.root)
             policy = self._policy(accept, allow_unverified)
-            candidates = [
-                self._stage_and_gate(d, fetched.root, policy, manifest, "install") for d in directories
-            ]
+            staged = [self._stage(d, fetched.root, manifest, "install") for d in directories]
+            candidates = self._gate(staged, policy)
         return Plan(str(source), fetched.commit, tap, candidates)
 
     def plan_update(
@@ -144,7 +149,7 @@ class Installer:
             if not (directory / SKILL_FILE).is_file():
                 raise InstallError(f"{name}: {entry.source} no longer holds it at {entry.path}")
             policy = self._policy(accept, allow_unverified)
-            candidate = self._stage_and_gate(directory, fetched.root, policy, None, "update", entry)
+            [candidate] = self._gate([self._stage(directory, fetched.root, None, "update", entry)], policy)
         return Plan(entry.source, fetched.commit, entry.tap, [candidate])
 
     def commit(self, plan: Plan) -> list[Candidate]:
@@ -187,7 +192,7 @@ class Installer:
     def discard(self, plan: Plan) -> None:
         """Drop the plan's candidates still in quarantine."""
         for candidate in plan.candidates:
-            if candidate.verdict_id is not None:
+            if candidate.staged:
                 shutil.rmtree(self.library.root / "quarantine" / candidate.name, ignore_errors=True)
 
     # -- provenance ---------------------------------------------------------------------
@@ -281,11 +286,10 @@ class Installer:
             raise InstallError(f"{name!r} was not installed from outside (it is not in the lock file)")
         return entry
 
-    def _stage_and_gate(
+    def _stage(
         self,
         directory: Path,
         root: Path,
-        policy: Any,
         manifest: dict[str, Any] | None,
         change: Literal["install", "update"],
         entry: LockEntry | None = None,
@@ -319,9 +323,27 @@ class Installer:
             shutil.rmtree(staged)
             return Candidate(name, rel, Verdict(name, "pass"), "unchanged", warnings, digest)
         scripts = sorted(executable_files(staged, text_files(staged)[0]))
-        verdict = self.library.check(staged, policy)
-        verdict_id = self.library.store.add_verdict(verdict, "install", None)
-        return Candidate(name, rel, verdict, change, warnings, digest, origin, verdict_id, scripts)
+        pending = Verdict(name, "fail", ["not verified yet"])
+        return Candidate(name, rel, pending, change, warnings, digest, origin, None, scripts, staged=True)
+
+    def _gate(self, candidates: list[Candidate], policy: Any) -> list[Candidate]:
+        """Run the gate on every staged candidate; those with checks GATE_WORKERS at a time (each in
+        its own throwaway sandbox, so they verify side by side)."""
+
+        def one(candidate: Candidate) -> None:
+            candidate.verdict = self.library.check(self.library.root / "quarantine" / candidate.name, policy)
+            candidate.verdict_id = self.library.store.add_verdict(candidate.verdict, "install", None)
+
+        quarantine = self.library.root / "quarantine"
+        checked = [c for c in candidates if c.staged and declared_checks(quarantine / c.name)]
+        with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
+            running = [pool.submit(one, c) for c in checked]
+            for candidate in candidates:  # static checks only: here, meanwhile (threads gain nothing)
+                if candidate.staged and candidate not in checked:
+                    one(candidate)
+            for future in running:
+                future.result()
+        return candidates
 
     def _refusal(self, name: str, change: str, entry: LockEntry | None) -> str | None:
         if (self.library.root / "quarantine" / name).exists():

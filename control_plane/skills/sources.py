@@ -21,6 +21,7 @@ import tarfile
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -105,6 +106,8 @@ class Fetched:
 
 def fetch(source: Source, into: Path, limits: Limits) -> Fetched:
     """Copy, download and unpack, or clone `source` under the empty directory `into`."""
+    if source.ref and source.kind != "git":
+        raise SourceError(f"{source}: a #REF applies to git repositories only")
     tree, commit = into / _base_name(source.location), None
     match source.kind:
         case "git":
@@ -196,7 +199,10 @@ def unpack(data: bytes, name: str, target: Path, limits: Limits) -> None:
     """Unpack a .tar.gz or .zip into `target`, every member checked before anything is written."""
     target.mkdir(parents=True)
     if name.lower().split("?")[0].endswith(".zip"):
-        _unzip(data, target, limits)
+        try:
+            _unzip(data, target, limits)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise SourceError(f"{name}: not a readable zip archive ({exc})") from None
         return
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
@@ -225,11 +231,7 @@ def _untar(archive: tarfile.TarFile, name: str, target: Path, limits: Limits) ->
 
 
 def _unzip(data: bytes, target: Path, limits: Limits) -> None:
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as exc:
-        raise SourceError(f"not a zip archive ({exc})") from None
-    with archive:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
         infos = archive.infolist()
         if len(infos) > limits.max_files:
             raise SourceError(f"the archive has {len(infos):,} entries; at most {limits.max_files:,}")
@@ -307,6 +309,8 @@ def git(*args: str, cwd: Path | None = None) -> str:
         )
     except subprocess.TimeoutExpired:
         raise SourceError(f"git {args[0]} took over {GIT_TIMEOUT:g} s") from None
+    except FileNotFoundError:
+        raise SourceError("git is not installed; a git source needs it (apt-get install git)") from None
     if result.returncode != 0:
         message = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SourceError(f"git {args[0]} failed: {message}")
