@@ -682,6 +682,17 @@ def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.Mon
     merged = cli("install", f"{repo}#main:greet", input="y\n")
     assert "greet: merged (unverified)" in merged
     assert "every installed skill is up to date" in cli("outdated")
+    assert "greet: unchanged upstream" in cli("update", "--all")
+    (repo / "greet" / "SKILL.md").write_text("---\nname: greet\ndescription: Greets people.\n---\nSay hi.\n")
+    commit_all(repo, "two")
+    assert "greet: changed upstream" in cli("outdated")
+    updated = cli("update", "greet", "--yes")
+    assert "greet: unverified (update from ." in updated and "greet: merged (unverified)" in updated
+    library = tmp_path / "home" / "skills" / "library" / "greet" / "SKILL.md"
+    library.write_text(library.read_text() + "edited\n")
+    assert "greet: same upstream; edited by hand since version 2 was merged" in cli("outdated")
+    assert "edited by hand since version 2 was merged; not overwritten" in cli("update", "--all", code=1)
+    assert library.read_text().endswith("edited\n")
     assert "greet" in cli("search", "greets")
     assert "already installed" in cli("install", f"{repo}#main:greet", "--yes", code=1)
     out = tmp_path / "greet.tar.gz"

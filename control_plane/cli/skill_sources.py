@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from ..settings import load_settings
-from ..skills.install import Installer, Plan
+from ..skills.install import Installer, InstallError, Plan
 from ..skills.sources import Limits, SourceError
 from ..skills.taps import TapError
 from .skills import Name, console, errors, library
@@ -73,11 +73,21 @@ def update(
         raise typer.Exit(2)
     with installer() as inst:
         names = sorted(inst.lock.entries()) if all_ else [name or ""]
+        refused = 0
         for each in names:
-            plan = inst.plan_update(
-                each, force=force, accept=tuple(accept or ()), allow_unverified=allow_unverified
-            )
+            try:
+                plan = inst.plan_update(
+                    each, force=force, accept=tuple(accept or ()), allow_unverified=allow_unverified
+                )
+            except (InstallError, SourceError) as exc:
+                if not all_:
+                    raise
+                errors.print(str(exc), markup=False)  # --all: one refused skill does not stop the rest
+                refused += 1
+                continue
             _confirm_and_commit(inst, plan, yes)
+        if refused:
+            raise typer.Exit(1)
 
 
 def outdated() -> None:

@@ -318,7 +318,7 @@ def git(*args: str, cwd: Path | None = None) -> str:
 
 
 def _clone(source: Source, target: Path) -> str:
-    git("clone", "--quiet", "--no-checkout", source.location, str(target))
+    git("clone", "--quiet", "--no-checkout", "--", source.location, str(target))
     ref = source.ref or "HEAD"
     try:
         commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=target)
