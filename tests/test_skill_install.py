@@ -415,6 +415,7 @@ def test_a_threat_finding_names_file_line_and_family_and_may_be_accepted_for_one
     installer.discard(first)
     plan = installer.plan_install(str(skill), accept=("references/guide.md:4",))  # another line: nothing
     assert not plan.candidates[0].mergeable and plan.candidates[0].verdict.accepted == []
+    assert plan.unused_accepts == ["references/guide.md:4"]
     installer.discard(plan)
     finding_id = reason.rsplit(", id ", 1)[1].rstrip(")")
     by_id = installer.plan_install(str(skill), accept=(finding_id,))
@@ -423,6 +424,7 @@ def test_a_threat_finding_names_file_line_and_family_and_may_be_accepted_for_one
     plan = installer.plan_install(str(skill), accept=("references/guide.md:5",))
     [candidate] = plan.candidates
     assert candidate.verdict.status == "unverified" and len(candidate.verdict.accepted) == 1
+    assert plan.unused_accepts == []
     installer.commit(plan)
     entry = installer.lock.get("prompt-migration")
     assert entry is not None and "references/guide.md:5" in entry.accepted[0]

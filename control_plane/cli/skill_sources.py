@@ -184,6 +184,8 @@ def _confirm_and_commit(inst: Installer, plan: Plan, yes: bool) -> None:
             console.print(f"  ships scripts: {', '.join(c.scripts)}", markup=False)
         for reason in verdict.reasons:
             console.print(f"  - {reason}", markup=False)
+    for spec in plan.unused_accepts:
+        console.print(f"[yellow]--accept {spec} matched no finding: nothing was accepted for it[/]")
     mergeable = [c for c in plan.candidates if c.mergeable]
     if not mergeable:
         inst.discard(plan)

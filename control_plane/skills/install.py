@@ -27,7 +27,7 @@ from .gate import declared_checks
 from .lenient import SkillParseError, read_lenient, render
 from .library import SkillError, SkillLibrary
 from .lock import LockEntry, content_hash
-from .model import Verdict
+from .model import GatePolicy, Verdict
 from .sources import SEARCH_DEPTH, Limits, Source, find_skills, parse_source
 from .sources import fetch as fetch_source
 from .static import executable_files, text_files
@@ -72,6 +72,8 @@ class Plan:
     commit: str | None
     tap: str | None
     candidates: list[Candidate]
+    unused_accepts: list[str] = field(default_factory=list)
+    """--accept values that matched no finding (said, so nothing is believed accepted that was not)."""
 
     @property
     def needs_confirmation_for_scripts(self) -> bool:
@@ -126,7 +128,7 @@ class Installer:
             policy = self._policy(accept, allow_unverified)
             staged = [self._stage(d, fetched.root, manifest, "install") for d in directories]
             candidates = self._gate(staged, policy)
-        return Plan(str(source), fetched.commit, tap, candidates)
+        return Plan(str(source), fetched.commit, tap, candidates, _unused(accept, candidates))
 
     def plan_update(
         self, name: str, *, force: bool = False, accept: tuple[str, ...] = (), allow_unverified: bool = False
@@ -140,8 +142,6 @@ class Installer:
                 f"{name}: {local}; not overwritten. `hermetic skills update {name} --force` installs "
                 "upstream anyway (earlier versions stay in history, hand edits are saved in archive/.edited/)"
             )
-        if local and force:
-            self._save_hand_edits(name)
         source = parse_source(entry.source)
         with tempfile.TemporaryDirectory(dir=self.library.root, prefix=".fetch-") as tmp:
             fetched = fetch_source(source, Path(tmp), self.limits)
@@ -150,7 +150,7 @@ class Installer:
                 raise InstallError(f"{name}: {entry.source} no longer holds it at {entry.path}")
             policy = self._policy(accept, allow_unverified)
             [candidate] = self._gate([self._stage(directory, fetched.root, None, "update", entry)], policy)
-        return Plan(entry.source, fetched.commit, entry.tap, [candidate])
+        return Plan(entry.source, fetched.commit, entry.tap, [candidate], _unused(accept, [candidate]))
 
     def commit(self, plan: Plan) -> list[Candidate]:
         """Merge every candidate that passed (recorded in the lock file, written once at the end);
@@ -161,6 +161,8 @@ class Installer:
             staged = self.library.root / "quarantine" / candidate.name
             if not candidate.mergeable or not staged.is_dir():
                 continue
+            if candidate.change == "update":
+                self._save_hand_edits(candidate.name)
             version = self.library.merge_candidate(
                 candidate.name, candidate.verdict, candidate.verdict_id, note=f"installed from {plan.source}"
             )
@@ -272,7 +274,7 @@ class Installer:
             return parse_source(self.taps.resolve(match.group(1), match.group(2))), match.group(1)
         return parse_source(text), None
 
-    def _policy(self, accept: tuple[str, ...], allow_unverified: bool) -> Any:
+    def _policy(self, accept: tuple[str, ...], allow_unverified: bool) -> GatePolicy:
         return dataclasses.replace(
             self.library.policy,
             unverified_instructions=True,
@@ -326,7 +328,7 @@ class Installer:
         pending = Verdict(name, "fail", ["not verified yet"])
         return Candidate(name, rel, pending, change, warnings, digest, origin, None, scripts, staged=True)
 
-    def _gate(self, candidates: list[Candidate], policy: Any) -> list[Candidate]:
+    def _gate(self, candidates: list[Candidate], policy: GatePolicy) -> list[Candidate]:
         """Run the gate on every staged candidate; those with checks GATE_WORKERS at a time (each in
         its own throwaway sandbox, so they verify side by side)."""
 
@@ -371,8 +373,20 @@ class Installer:
             return content_hash(staged)
 
     def _save_hand_edits(self, name: str) -> None:
-        edited = self.library.root / "archive" / ".edited" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        shutil.copytree(self.library.path(name), edited, symlinks=True)
+        """Before an update replaces library/NAME: keep its files if they were edited by hand (a forced
+        update), since no version in history holds them."""
+        current = self.library.path(name)
+        merged = self.library.root / "versions" / name / str(self.library.info(name).version)
+        if content_hash(current) != content_hash(merged):
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            shutil.copytree(
+                current, self.library.root / "archive" / ".edited" / f"{name}-{stamp}", symlinks=True
+            )
+
+
+def _unused(accept: tuple[str, ...], candidates: list[Candidate]) -> list[str]:
+    accepted = [line for c in candidates for line in c.verdict.accepted]
+    return [a for a in accept if not any(f"(at {a}," in line or f"id {a})" in line for line in accepted)]
 
 
 def _manifest(root: Path) -> dict[str, Any] | None:
