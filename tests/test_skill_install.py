@@ -738,3 +738,21 @@ def test_api_install_is_a_dry_run_until_confirmed(tmp_path: Path) -> None:
         assert client.post("/skills/install", json={"source": "/nonexistent/x"}).status_code == 400
         assert client.post("/skills/nope/update", json={}).status_code == 400
         assert client.post("/skills/greet/uninstall").json() == {"state": "archived"}
+
+
+def test_when_no_sandbox_can_start_nothing_stays_in_quarantine(tmp_path: Path) -> None:
+    from backends import BackendUnavailable
+
+    def no_backend() -> Backend:
+        raise BackendUnavailable("dockerd is not running")  # what choose_backend raises on such a host
+
+    library = SkillLibrary(tmp_path / "skills", SkillsSettings(), backend=no_backend)
+    installer = Installer(library, Limits())
+    skill = write_skill(
+        tmp_path / "src" / "answer",
+        "name: answer\ndescription: Checks.",
+        files={"scripts/verify.sh": VERIFY_OK},
+    )
+    with pytest.raises(Exception, match="the gate could not run: dockerd is not running"):
+        installer.plan_install(str(skill))
+    assert not any((tmp_path / "skills" / "quarantine").iterdir())

@@ -323,7 +323,7 @@ class Installer:
         digest = content_hash(staged)
         if entry is not None and digest == entry.content_hash:
             shutil.rmtree(staged)
-            return Candidate(name, rel, Verdict(name, "pass"), "unchanged", warnings, digest)
+            return Candidate(name, rel, Verdict(name, entry.verdict), "unchanged", warnings, digest)
         scripts = sorted(executable_files(staged, text_files(staged)[0]))
         pending = Verdict(name, "fail", ["not verified yet"])
         return Candidate(name, rel, pending, change, warnings, digest, origin, None, scripts, staged=True)
@@ -338,13 +338,17 @@ class Installer:
 
         quarantine = self.library.root / "quarantine"
         checked = [c for c in candidates if c.staged and declared_checks(quarantine / c.name)]
-        with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
-            running = [pool.submit(one, c) for c in checked]
-            for candidate in candidates:  # static checks only: here, meanwhile (threads gain nothing)
-                if candidate.staged and candidate not in checked:
-                    one(candidate)
-            for future in running:
-                future.result()
+        try:
+            with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
+                running = [pool.submit(one, c) for c in checked]
+                for candidate in candidates:  # static checks only: here, meanwhile (threads gain nothing)
+                    if candidate.staged and candidate not in checked:
+                        one(candidate)
+                for future in running:
+                    future.result()
+        except Exception as exc:  # e.g. no sandbox backend: nothing stays behind in quarantine
+            self.discard(Plan("", None, None, candidates))
+            raise InstallError(f"the gate could not run: {exc}") from exc
         return candidates
 
     def _refusal(self, name: str, change: str, entry: LockEntry | None) -> str | None:

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 LOCK_FILE = "lock.json"
 
@@ -28,7 +28,7 @@ class LockEntry:
     content_hash: str
     """sha256 of the skill as merged (normalised), see content_hash()."""
     installed: float
-    verdict: str
+    verdict: Literal["pass", "fail", "unverified"]
     version: int
     """The library version this entry installed."""
     commit: str | None = None
