@@ -12,6 +12,7 @@ import http.server
 import io
 import json
 import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -382,6 +383,27 @@ def test_an_archive_with_a_link_out_a_device_or_10000_files_is_refused(
     assert installer.library.list_skills() == []
 
 
+def test_a_download_or_an_unpacking_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    import secrets
+
+    www = tmp_path / "www"
+    noisy = write_skill(
+        www / "build" / "noisy", "name: noisy\ndescription: N.", files={"a.md": secrets.token_hex(4000)}
+    )
+    (www / "noisy.tar.gz").write_bytes(tar_of(noisy, "noisy"))  # 8 KB of hex: about 4.5 KB compressed
+    dense = write_skill(
+        www / "build" / "dense", "name: dense\ndescription: D.", files={"a.md": "x" * 100_000}
+    )
+    (www / "dense.tar.gz").write_bytes(tar_of(dense, "dense"))  # 100 KB of one letter: a few hundred bytes
+    library = SkillLibrary(tmp_path / "skills", SkillsSettings(), backend=docker)
+    installer = Installer(library, Limits(max_bytes=2000))
+    with http_server(www) as url, pytest.raises(SourceError, match="is over 2,000 bytes"):
+        installer.plan_install(f"{url}/noisy.tar.gz")
+    with pytest.raises(SourceError, match="unpacks to more than 2,000 bytes"):
+        installer.plan_install(str(www / "dense.tar.gz"))
+    assert not any((tmp_path / "skills" / "quarantine").iterdir())
+
+
 def test_a_directory_with_a_link_out_is_refused(tmp_path: Path) -> None:
     skill = write_skill(tmp_path / "src" / "leak", "name: leak\ndescription: Leaks.")
     (skill / "passwd").symlink_to("/etc/passwd")
@@ -702,6 +724,11 @@ def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.Mon
     assert "tap team: 1 skills" in cli("tap", "add", "team", str(repo))
     assert "team/greet: Greets people." in cli("search", "greets")
     assert "team:" in cli("tap", "list")
+    second = runner.invoke(cli_app, ["--profile", "two", "skills", "install", str(out), "--yes"])
+    assert second.exit_code == 0, second.output
+    assert "verdict where it was exported: unverified on None; here: unverified" in " ".join(
+        second.output.split()
+    )
     assert "uninstalled" in cli("uninstall", "greet")
     assert "no such file or directory" in cli("install", str(tmp_path / "missing"), code=1)
 
@@ -756,3 +783,15 @@ def test_when_no_sandbox_can_start_nothing_stays_in_quarantine(tmp_path: Path) -
     with pytest.raises(Exception, match="the gate could not run: dockerd is not running"):
         installer.plan_install(str(skill))
     assert not any((tmp_path / "skills" / "quarantine").iterdir())
+
+
+def test_the_benchmark_runs_with_tiny_counts() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.skill_install", "-n", "1", "--plain", "3", "--checked", "1"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "install 3 instruction-only skills from one git repo" in run.stdout
