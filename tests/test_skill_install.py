@@ -122,6 +122,7 @@ description:
   - Use when the user mentions PDFs or forms.
 version: 1.2.0
 author: someone
+created: 2025-03-01
 tags: [pdf, documents]
 allowed-tools:
   - Read
@@ -163,7 +164,12 @@ def test_a_skill_that_bends_the_spec_is_read_with_a_warning_each_and_stored_norm
         == "Extract text and tables from PDF files. Use when the user mentions PDFs or forms."
     )
     assert skill.allowed_tools == "Read Bash(pdftotext:*)"
-    assert skill.metadata == {"version": "1.2.0", "author": "someone", "tags": '["pdf", "documents"]'}
+    assert skill.metadata == {
+        "version": "1.2.0",
+        "author": "someone",
+        "created": "2025-03-01",
+        "tags": '["pdf", "documents"]',
+    }
     assert (stored / "references/forms.md").read_text() == "# Forms\nFill forms.\n"
 
 

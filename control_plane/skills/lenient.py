@@ -156,11 +156,14 @@ def _metadata(value: object, warnings: list[str]) -> dict[str, str]:
 
 
 def _as_string(value: object) -> str:
+    """A YAML value as a string: scalars as written (a date, 1.0), lists and maps as JSON."""
     if isinstance(value, str):
         return value
-    if isinstance(value, bool | int | float) or value is None:
+    if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    return json.dumps(value, default=str, ensure_ascii=False)
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
 
 
 def _cut(text: str, limit: int) -> str:
