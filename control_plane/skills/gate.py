@@ -110,12 +110,8 @@ def verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
 
 def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verdict) -> None:
     static = static_checks(candidate, policy.accept)
-    verdict.checks, verdict.reasons, skill, verdict.accepted = (
-        static.checks,
-        static.reasons,
-        static.skill,
-        static.accepted,
-    )
+    verdict.checks, verdict.reasons, verdict.accepted = static.checks, static.reasons, static.accepted
+    skill = static.skill
     if verdict.reasons or skill is None:
         return
     commands = declared_checks(candidate)

@@ -21,9 +21,7 @@ class Verdict:
     duration_ms: float = 0.0
     image: str | None = None  # the pinned image (with its id) the checks ran in
     network: str = "none"
-    accepted: list[str] = field(
-        default_factory=list
-    )  # threat findings passed because the operator accepted them
+    accepted: list[str] = field(default_factory=list)  # threat findings the operator accepted
 
 
 @dataclass
