@@ -410,6 +410,20 @@ def test_a_download_or_an_unpacking_over_the_size_limit_is_refused(tmp_path: Pat
     assert not any((tmp_path / "skills" / "quarantine").iterdir())
 
 
+def test_a_git_repository_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    import secrets
+
+    repo = repo_with_skill(tmp_path)
+    (repo / "greet" / "references").mkdir()
+    (repo / "greet" / "references" / "noise.md").write_text(secrets.token_hex(20_000))
+    commit_all(repo, "noise")
+    installer = Installer(
+        SkillLibrary(tmp_path / "skills", SkillsSettings(), backend=docker), Limits(max_bytes=30_000)
+    )
+    with pytest.raises(SourceError, match="the repository is .* bytes; at most 30,000"):
+        installer.plan_install(f"{repo}#main:greet")
+
+
 def test_a_directory_with_a_link_out_is_refused(tmp_path: Path) -> None:
     skill = write_skill(tmp_path / "src" / "leak", "name: leak\ndescription: Leaks.")
     (skill / "passwd").symlink_to("/etc/passwd")

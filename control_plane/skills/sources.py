@@ -1,8 +1,10 @@
 """Fetching skills from outside onto the host: a directory, a .tar.gz/.zip file or URL, a git repository.
 
 Nothing fetched is executed here: this module only copies, downloads and unpacks, within limits (bytes,
-file count), refusing links that leave the tree, device files and paths that escape. Git runs as a
-subprocess with hooks, submodules, prompts and every transport but file/http(s)/ssh/git turned off.
+file count), refusing links that leave the tree, device files and paths that escape. A git clone is
+measured once it is on disk (git cannot be told to stop at a size), bounded meanwhile by GIT_TIMEOUT.
+Git runs as a subprocess with hooks, submodules, prompts and every transport but file/http(s)/ssh/git
+turned off.
 
 A source is written `LOCATION[#REF][:SUBDIR]`: `#REF` (a branch, tag or commit) for git, `:SUBDIR` the
 directory inside the source that holds the skill(s). For a URL the `:SUBDIR` needs the `#` before it
@@ -111,7 +113,7 @@ def fetch(source: Source, into: Path, limits: Limits) -> Fetched:
     tree, commit = into / _base_name(source.location), None
     match source.kind:
         case "git":
-            commit = _clone(source, tree)
+            commit = _clone(source, tree, limits)
         case "archive":
             unpack(_read_archive(source.location, limits), source.location, tree, limits)
         case "dir":
@@ -317,8 +319,16 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return result.stdout.strip()
 
 
-def _clone(source: Source, target: Path) -> str:
+def _clone(source: Source, target: Path, limits: Limits) -> str:
+    """Clone (no checkout), refuse a history over the byte limit, check out the ref; the commit."""
     git("clone", "--quiet", "--no-checkout", "--", source.location, str(target))
+    history = sum(
+        p.stat().st_size for p in (target / ".git").rglob("*") if p.is_file() and not p.is_symlink()
+    )
+    if history > limits.max_bytes:
+        raise SourceError(
+            f"{source.location}: the repository is {history:,} bytes; at most {limits.max_bytes:,}"
+        )
     ref = source.ref or "HEAD"
     try:
         commit = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=target)
