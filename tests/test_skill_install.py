@@ -274,7 +274,7 @@ def test_scripts_without_checks_need_allow_unverified(tmp_path: Path) -> None:
 def test_install_from_a_local_git_repository_with_a_ref_and_a_subdirectory(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_skill(repo / "skills" / "greet", "name: greet\ndescription: Greets in English.", "Say hello.\n")
-    write_skill(repo / "skills" / "part", "name: part\ndescription: Says goodbye.", "Say bye.\n")
+    write_skill(repo / ".claude" / "skills" / "part", "name: part\ndescription: Says goodbye.", "Say bye.\n")
     git(repo, "init", "-q", "-b", "main")
     first = commit_all(repo, "one")
     git(repo, "tag", "v1")
@@ -291,7 +291,7 @@ def test_install_from_a_local_git_repository_with_a_ref_and_a_subdirectory(tmp_p
     assert "Say hello." in installer.library.view("greet")
     entry = installer.lock.get("greet")
     assert entry is not None and entry.commit == first and entry.source == f"{repo}#v1:skills/greet"
-    # --all from the default branch installs every skill of the repository
+    # --all from the default branch installs every skill of the repository (.claude/skills too)
     other = installer_at(tmp_path / "other")
     installer_plan = other.plan_install(str(repo), all_=True)
     assert sorted(c.name for c in installer_plan.candidates) == ["greet", "part"]

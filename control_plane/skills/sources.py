@@ -132,7 +132,7 @@ def find_skills(root: Path) -> list[Path]:
     found = []
     for directory, dirs, files in os.walk(root):
         depth = len(Path(directory).relative_to(root).parts)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < SEARCH_DEPTH)
+        dirs[:] = sorted(d for d in dirs if d != ".git" and depth < SEARCH_DEPTH)  # .claude/skills counts
         if SKILL_FILE in files and Path(directory) != root:
             found.append(Path(directory))
             dirs[:] = []  # a skill's own subdirectories hold its files, not more skills
