@@ -31,11 +31,12 @@ from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
 from control_plane.settings import SkillsSettings, load_settings
-from control_plane.skills.install import Installer
+from control_plane.skills.install import Installer, InstallError
 from control_plane.skills.lenient import SkillParseError, read_lenient
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.lock import content_hash
 from control_plane.skills.sources import Limits, SourceError, parse_source, unpack
+from control_plane.skills.taps import TapError
 
 VERIFY_OK = '#!/usr/bin/env bash\nset -e\ntest "$((6 * 7))" = 42\necho answer-ok\n'
 VERIFY_FAIL = "#!/usr/bin/env bash\necho 'expected 42, got 41' >&2\nexit 1\n"
@@ -283,7 +284,7 @@ def test_install_from_a_local_git_repository_with_a_ref_and_a_subdirectory(tmp_p
     )
     commit_all(repo, "two")
     installer = installer_at(tmp_path)
-    with pytest.raises(Exception, match="holds 2 skills"):
+    with pytest.raises(InstallError, match="holds 2 skills"):
         installer.plan_install(str(repo))
     plan = installer.plan_install(f"{repo}#v1:skills/greet")
     assert plan.commit == first and plan.candidates[0].path == "."
@@ -333,7 +334,12 @@ def test_a_zip_with_a_link_out_is_refused(tmp_path: Path) -> None:
 
 
 def test_source_syntax() -> None:
-    assert parse_source("https://h/r.git#main:skills/pdf") == parse_source("https://h/r.git#main:skills/pdf")
+    source = parse_source("https://h/r.git#main:skills/pdf")
+    assert (source.ref, source.subdir, str(source)) == (
+        "main",
+        "skills/pdf",
+        "https://h/r.git#main:skills/pdf",
+    )
     source = parse_source("https://h/r.git#:skills/pdf")
     assert (source.location, source.ref, source.subdir, source.kind) == (
         "https://h/r.git",
@@ -532,7 +538,9 @@ def test_a_hand_edited_skill_is_reported_and_not_overwritten(tmp_path: Path) -> 
     commit_all(repo, "two")
     [row] = installer.outdated()
     assert row.local_change == "edited by hand since version 1 was merged"
-    with pytest.raises(Exception, match="greet: edited by hand since version 1 was merged; not overwritten"):
+    with pytest.raises(
+        InstallError, match="greet: edited by hand since version 1 was merged; not overwritten"
+    ):
         installer.plan_update("greet")
     assert "My own note." in installed.read_text()
     # --force: the edit is saved aside, upstream becomes version 2
@@ -548,7 +556,7 @@ def test_uninstall_archives_and_forgets_the_source(tmp_path: Path) -> None:
     installer.commit(installer.plan_install(str(repo / "greet")))
     installer.uninstall("greet")
     assert installer.library.info("greet").state == "archived" and installer.lock.get("greet") is None
-    with pytest.raises(Exception, match="not installed from outside"):
+    with pytest.raises(InstallError, match="not installed from outside"):
         installer.uninstall("greet")
 
 
@@ -598,7 +606,7 @@ def test_a_git_tap_and_an_http_index_tap_are_searched_and_installed_from(tmp_pat
     assert pdf is not None and pdf.tap == "web" and pdf.source == f"{url}/pdf.tar.gz"
     installer.taps.remove("web")
     assert list(installer.taps.all()) == ["team"]
-    with pytest.raises(Exception, match="lists no skill named 'nope'"):
+    with pytest.raises(TapError, match="lists no skill named 'nope'"):
         installer.plan_install("team/nope")
 
 
@@ -703,7 +711,7 @@ def test_the_agent_changes_an_installed_skill_only_through_the_gate(tmp_path: Pa
     assert "Always run scripts" in agent.skills.view("answer")
     assert "Run scripts" in agent.skills.diff("answer", 1)  # the installed version stays in history
     assert installer.local_change("answer") == "changed here since install (now version 3, installed as 1)"
-    with pytest.raises(Exception, match="not overwritten"):
+    with pytest.raises(InstallError, match="not overwritten"):
         installer.plan_update("answer")
     agent.close()
 
@@ -800,7 +808,7 @@ def test_when_no_sandbox_can_start_nothing_stays_in_quarantine(tmp_path: Path) -
         "name: answer\ndescription: Checks.",
         files={"scripts/verify.sh": VERIFY_OK},
     )
-    with pytest.raises(Exception, match="the gate could not run: dockerd is not running"):
+    with pytest.raises(InstallError, match="the gate could not run: dockerd is not running"):
         installer.plan_install(str(skill))
     assert not any((tmp_path / "skills" / "quarantine").iterdir())
 
