@@ -339,8 +339,10 @@ class Installer:
         quarantine = self.library.root / "quarantine"
         checked = [c for c in candidates if c.staged and declared_checks(quarantine / c.name)]
         try:
+            if checked:  # the first alone: it resolves (or, where missing, builds) the image just once
+                one(checked[0])
             with ThreadPoolExecutor(max_workers=GATE_WORKERS) as pool:
-                running = [pool.submit(one, c) for c in checked]
+                running = [pool.submit(one, c) for c in checked[1:]]
                 for candidate in candidates:  # static checks only: here, meanwhile (threads gain nothing)
                     if candidate.staged and candidate not in checked:
                         one(candidate)
