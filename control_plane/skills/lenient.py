@@ -113,7 +113,7 @@ def render(skill: Skill) -> str:
 def _name(value: object, directory: str, warnings: list[str]) -> str:
     """The skill's name, made valid: lower case, hyphens for other separators; the directory's when absent."""
     if not isinstance(value, str) or not value.strip():
-        warnings.append(f"name is missing; the directory name {directory!r} is used")
+        warnings.append(f"name is missing or not a string; the directory name {directory!r} is used")
         value = directory
     raw = unicodedata.normalize("NFKC", value).strip()
     name = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:MAX_NAME].strip("-")
