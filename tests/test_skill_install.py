@@ -731,6 +731,7 @@ def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.Mon
         "greet: unverified" in declined and "merge 1 skill(s)?" in declined and "nothing merged" in declined
     )
     assert "greet" not in cli("list")
+    assert "nothing merged" in cli("install", f"{repo}#main:greet", code=1)  # no answer (stdin closed): a no
     merged = cli("install", f"{repo}#main:greet", input="y\n")
     assert "greet: merged (unverified)" in merged
     assert "every installed skill is up to date" in cli("outdated")

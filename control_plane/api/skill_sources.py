@@ -58,9 +58,10 @@ def _run(profile: Auth, action: Any) -> Any:
 
 
 def _finish(installer: Installer, plan: Plan, confirm: bool) -> dict[str, Any]:
-    merged = [c.name for c in installer.commit(plan)] if confirm else []
-    if not confirm:
-        installer.discard(plan)
+    try:
+        merged = [c.name for c in installer.commit(plan)] if confirm else []
+    finally:
+        installer.discard(plan)  # a dry run's candidates, or what a failed commit left
     return {
         "source": plan.source,
         "commit": plan.commit,

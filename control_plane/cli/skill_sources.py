@@ -163,6 +163,35 @@ def register(app: typer.Typer) -> None:
 
 
 def _confirm_and_commit(inst: Installer, plan: Plan, yes: bool) -> None:
+    """Show the plan, ask, merge what passed; whatever happens, nothing of it stays in quarantine."""
+    try:
+        _show(plan)
+        mergeable = [c for c in plan.candidates if c.mergeable]
+        if not mergeable:
+            if any(c.verdict.status == "fail" for c in plan.candidates):
+                errors.print("nothing merged")
+                raise typer.Exit(1)
+            return
+        question = f"merge {len(mergeable)} skill(s)" + (
+            " that ship scripts" if plan.needs_confirmation_for_scripts else ""
+        )
+        try:
+            confirmed = yes or typer.confirm(question + "?", default=False)
+        except typer.Abort:  # no terminal to answer, or ^C: a no
+            confirmed = False
+        if not confirmed:
+            errors.print("nothing merged")
+            raise typer.Exit(1)
+        for c in inst.commit(plan):
+            console.print(f"{c.name}: merged ({c.verdict.status})", markup=False)
+        if len(mergeable) < len([c for c in plan.candidates if c.change != "unchanged"]):
+            raise typer.Exit(1)
+    finally:
+        inst.discard(plan)
+
+
+def _show(plan: Plan) -> None:
+    """Each candidate's verdict, warnings, accepted findings, scripts and reasons."""
     console.print(
         f"source: {plan.source}" + (f" (commit {plan.commit})" if plan.commit else ""), markup=False
     )
@@ -186,21 +215,3 @@ def _confirm_and_commit(inst: Installer, plan: Plan, yes: bool) -> None:
             console.print(f"  - {reason}", markup=False)
     for spec in plan.unused_accepts:
         console.print(f"[yellow]--accept {spec} matched no finding: nothing was accepted for it[/]")
-    mergeable = [c for c in plan.candidates if c.mergeable]
-    if not mergeable:
-        inst.discard(plan)
-        if any(c.verdict.status == "fail" for c in plan.candidates):
-            errors.print("nothing merged")
-            raise typer.Exit(1)
-        return
-    question = f"merge {len(mergeable)} skill(s)" + (
-        " that ship scripts" if plan.needs_confirmation_for_scripts else ""
-    )
-    if not yes and not typer.confirm(question + "?", default=False):
-        inst.discard(plan)
-        errors.print("nothing merged")
-        raise typer.Exit(1)
-    for c in inst.commit(plan):
-        console.print(f"{c.name}: merged ({c.verdict.status})", markup=False)
-    if len(mergeable) < len([c for c in plan.candidates if c.change != "unchanged"]):
-        raise typer.Exit(1)

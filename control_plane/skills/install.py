@@ -157,39 +157,41 @@ class Installer:
         drop the rest from quarantine."""
         merged: list[Candidate] = []
         entries: list[LockEntry] = []
-        for candidate in plan.candidates:
-            staged = self.library.root / "quarantine" / candidate.name
-            if not candidate.mergeable or not staged.is_dir():
-                continue
-            if candidate.change == "update":
-                self._save_hand_edits(candidate.name)
-            version = self.library.merge_candidate(
-                candidate.name, candidate.verdict, candidate.verdict_id, note=f"installed from {plan.source}"
-            )
-            previous = self.lock.get(candidate.name)
-            now = time.time()
-            entries.append(
-                LockEntry(
-                    name=candidate.name,
-                    source=plan.source,
-                    path=candidate.path,
-                    content_hash=candidate.content_hash,
-                    installed=previous.installed if previous and candidate.change == "update" else now,
-                    updated=now if candidate.change == "update" else None,
-                    verdict=candidate.verdict.status,
-                    version=version,
-                    commit=plan.commit,
-                    tap=plan.tap,
-                    accepted=list(candidate.verdict.accepted),
-                    warnings=candidate.warnings,
-                    origin=candidate.origin,
-                )
-            )
-            merged.append(candidate)
-        if entries:
-            self.lock.put(*entries)
-        self.discard(plan)
+        try:
+            for candidate in plan.candidates:
+                staged = self.library.root / "quarantine" / candidate.name
+                if candidate.mergeable and staged.is_dir():
+                    entries.append(self._merge(plan, candidate))
+                    merged.append(candidate)
+        finally:  # what merged is in the lock even if a later merge failed; quarantine is emptied
+            if entries:
+                self.lock.put(*entries)
+            self.discard(plan)
         return merged
+
+    def _merge(self, plan: Plan, candidate: Candidate) -> LockEntry:
+        if candidate.change == "update":
+            self._save_hand_edits(candidate.name)
+        version = self.library.merge_candidate(
+            candidate.name, candidate.verdict, candidate.verdict_id, note=f"installed from {plan.source}"
+        )
+        previous = self.lock.get(candidate.name)
+        now = time.time()
+        return LockEntry(
+            name=candidate.name,
+            source=plan.source,
+            path=candidate.path,
+            content_hash=candidate.content_hash,
+            installed=previous.installed if previous and candidate.change == "update" else now,
+            updated=now if candidate.change == "update" else None,
+            verdict=candidate.verdict.status,
+            version=version,
+            commit=plan.commit,
+            tap=plan.tap,
+            accepted=list(candidate.verdict.accepted),
+            warnings=candidate.warnings,
+            origin=candidate.origin,
+        )
 
     def discard(self, plan: Plan) -> None:
         """Drop the plan's candidates still in quarantine."""
