@@ -718,6 +718,7 @@ def test_the_agent_changes_an_installed_skill_only_through_the_gate(tmp_path: Pa
 
 def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path / "home"))
+    monkeypatch.setenv("HERMETIC_PROFILE", "default")  # `--profile` sets it (below); undone after the test
     repo = repo_with_skill(tmp_path)
     runner = CliRunner()
 
@@ -758,6 +759,8 @@ def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.Mon
     assert "verdict where it was exported: unverified on None; here: unverified" in " ".join(
         second.output.split()
     )
+    monkeypatch.setenv("HERMETIC_PROFILE", "default")
+    assert "two" not in cli("tap", "list") and "team:" in cli("tap", "list")  # back on the default profile
     assert "uninstalled" in cli("uninstall", "greet")
     assert "no such file or directory" in cli("install", str(tmp_path / "missing"), code=1)
 
