@@ -194,6 +194,17 @@ class PoolSettings(BaseModel):
     """A warm sandbox unused this long is closed; the pool refills only while sessions keep coming."""
 
 
+class SkillInstallSettings(BaseModel):
+    """Fetching skills from outside (control_plane/skills/sources.py): the limits on what a source holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    """Bytes a download, an archive's contents or a fetched tree may hold."""
+    max_files: int = Field(5_000, gt=0)
+    """Entries an archive or a fetched tree may hold."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -235,6 +246,8 @@ class Settings(BaseSettings):
     skills: SkillsSettings = SkillsSettings()
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
+    skill_install: SkillInstallSettings = SkillInstallSettings()
+    """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
 
     @field_validator("profile")
     @classmethod
