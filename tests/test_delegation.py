@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import get_backend
 
 from control_plane.agent.agent import Agent
@@ -20,11 +21,11 @@ from control_plane.settings import Settings, load_settings
 WAIT_FOR_GO = "for i in $(seq 600); do [ -e go ] && break; sleep 0.05; done; cat go 2>/dev/null || echo no-go"
 
 
-def settings_for(root: Path, url: str, **overrides: Any) -> Settings:
-    get_backend("local")
+def settings_for(root: Path, url: str, backend: str = "local", **overrides: Any) -> Settings:
+    get_backend(backend)  # skips, with the reason, when this backend cannot run here
     model = {"name": "openai/scripted", "api_base": url, "api_key": "test-key-123456", "retries": 0}
     overrides.setdefault("learning", {"enabled": False})
-    return load_settings(root=root, model=model, backend="local", **overrides)
+    return load_settings(root=root, model=model, backend=backend, **overrides)
 
 
 def turn(match: str, text: str | None = None, **tool: Any) -> dict[str, Any]:
@@ -62,7 +63,10 @@ def delegate_result(fake_llm: Any, match: str) -> dict[str, Any]:
     return json.loads(next(m["content"] for m in reversed(last) if m["role"] == "tool"))
 
 
-def test_a_batch_of_three_runs_in_parallel_in_three_sandboxes(tmp_path: Path, fake_llm: Any) -> None:
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_a_batch_of_three_runs_in_parallel_in_three_sandboxes(
+    tmp_path: Path, fake_llm: Any, backend: str
+) -> None:
     tasks = [{"goal": f"child-{name}: wait for the go file"} for name in "ABC"]
     script = [turn("PARENT", name="delegate", tasks=tasks)]
     for name in "ABC":  # each child waits until all three have started: only parallel children finish
@@ -70,7 +74,7 @@ def test_a_batch_of_three_runs_in_parallel_in_three_sandboxes(tmp_path: Path, fa
         script += [turn(f"child-{name}", f"{name} finished its part")]
     script += [turn("PARENT", "all three are done")]
     fake_llm.load(script)
-    agent = Agent(settings_for(tmp_path, fake_llm.url))
+    agent = Agent(settings_for(tmp_path, fake_llm.url, backend=backend))
     parent = agent.new_conversation()
     started: list[str] = []
 
@@ -275,4 +279,28 @@ def test_a_failing_or_hanging_child_is_reported_and_the_parent_goes_on(tmp_path:
     assert c["status"] == "done" and c["summary"] == "C did its part"
     ends = {e.index: e.status for e in events if isinstance(e, ChildEnd)}  # in the order they finished
     assert ends == {1: "failed", 2: "failed", 3: "done"}
+    agent.close()
+
+
+def test_children_are_searchable_sessions_and_feed_the_learning_loop(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load(
+        [
+            turn("PARENT", name="delegate", tasks=[{"goal": "child-A: find the word"}]),
+            turn("child-A", name="terminal", command="echo zanzibar-quokka"),
+            turn("child-A", "the word is zanzibar-quokka"),
+            turn("PARENT", "found"),
+            *[{"match": "Why this review", "text": "nothing to save"}] * 2,
+        ]
+    )
+    learning = {"enabled": True, "busy_tools": 1, "nudge_every": 0}
+    agent = Agent(settings_for(tmp_path, fake_llm.url, learning=learning))
+    parent = agent.new_conversation()
+    end, _ = run(parent, "PARENT: find it")
+    assert end.reason == "done"
+    agent.background.wait(60)
+    (child,) = [s for s in agent.store.list_sessions("default") if s.source == "delegate"]
+    hits = agent.store.recall("default", "zanzibar-quokka")
+    assert child.id in {hit.session_id for hit in hits}
+    reviews = [s for s in agent.store.list_sessions("default") if s.source == "review"]
+    assert {r.parent_id for r in reviews} == {parent.id, child.id}  # the child's turn was reviewed too
     agent.close()

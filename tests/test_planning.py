@@ -285,3 +285,62 @@ def test_api_streams_the_plan_and_takes_the_answer(api: tuple[str, dict[str, str
     assert answered["answer"] == "blue" and answered["by"] == "user"
     assert seen[-1]["type"] == "turn_end" and seen[-1]["reason"] == "done"
     assert tool_results(fake_llm.requests[2])[-1] == "the user answered: blue"
+
+
+# -- a delegate call's children on the surfaces ----------------------------------------------------
+
+DELEGATE_SCRIPT = [
+    {
+        "match": "MAIN",
+        "tool_calls": [{"name": "delegate", "arguments": {"tasks": [{"goal": "child-A: echo"}]}}],
+    },
+    {
+        "match": "child-A",
+        "tool_calls": [{"name": "terminal", "arguments": {"command": "echo from-the-child"}}],
+    },
+    {"match": "child-A", "text": "A finished"},
+    {"match": "MAIN", "text": "the child finished"},
+]
+
+
+def test_cli_shows_the_children_under_the_delegate_call(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load(DELEGATE_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "control_plane", "run", "MAIN: delegate"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=cli_env(tmp_path, fake_llm),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("▸ delegate")))
+    assert lines[start + 1] == "  1 child (fresh sandbox): child-A: echo"
+    assert lines[start + 2] == "  1 ▸ terminal echo from-the-child"
+    assert lines[start + 3] == "  1 done after 2 step(s): A finished"
+    assert "from-the-child" not in [line.strip() for line in lines]  # a child's output is not streamed
+    assert "the child finished" in done.stdout
+
+
+def test_api_streams_the_children_under_the_delegate_call(
+    api: tuple[str, dict[str, str]], fake_llm: Any
+) -> None:
+    url, headers = api
+    fake_llm.load(DELEGATE_SCRIPT)
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        session = client.post("/sessions", json={}).json()["id"]
+        after = client.post(f"/sessions/{session}/messages", json={"content": "MAIN: go"}).json()["after"]
+        with client.stream("GET", f"/sessions/{session}/events?after={after}&until_turn_end=true") as sse:
+            seen = [json.loads(line[6:]) for line in sse.iter_lines() if line.startswith("data: ")]
+    call_id = next(e for e in seen if e["type"] == "tool_start" and e["name"] == "delegate")["call_id"]
+    start = next(e for e in seen if e["type"] == "child_start")
+    child = start["child_id"]
+    assert start["call_id"] == call_id and start["session_id"] == session
+    mine = [e for e in seen if e["session_id"] == child]
+    assert {e["type"] for e in mine} >= {"user_message", "assistant_message", "tool_start", "tool_end"}
+    assert all(e["delegate_call"] == call_id and e["depth"] == 1 for e in mine)
+    assert next(e for e in seen if e["type"] == "child_end")["summary"] == "A finished"
+    # the stream ends at the session's own turn_end, not the child's
+    assert seen[-1]["type"] == "turn_end" and seen[-1]["session_id"] == session
+    assert [e["type"] for e in seen].count("turn_end") == 1
