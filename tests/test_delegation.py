@@ -191,6 +191,10 @@ def test_depth_limits_who_may_delegate(tmp_path: Path, fake_llm: Any) -> None:
     assert {"delegate", "clarify", "todo"} <= tool_names(requests_of(fake_llm, "PARENT")[0])
     child_tools = tool_names(requests_of(fake_llm, "child-A")[0])
     assert "delegate" not in child_tools and "clarify" not in child_tools and "todo" in child_tools
+    system, brief = requests_of(fake_llm, "child-A")[0]["messages"][:2]  # focused, and a fresh history
+    assert "You are a child agent" in system["content"] and "with delegate" not in system["content"]
+    assert brief["content"].startswith("child-A: answer\n\nYour sandbox is new and empty")
+    assert "PARENT" not in json.dumps(requests_of(fake_llm, "child-A")[0]["messages"])
     agent.close()
 
     # max_depth 3: the child may delegate, its child may not

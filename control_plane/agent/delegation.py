@@ -145,7 +145,7 @@ class _Batch:
             return Outcome(index, task.goal, "out_of_budget", "not started: no iterations left")
         child = self.parent.open_child(
             title=f"delegated: {task.goal[:70]}",
-            system=f"{system_prompt(settings)}\n\n{CHILD_ROLE}",
+            system=f"{system_prompt(settings.model_copy(update={'toolsets': toolsets}))}\n\n{CHILD_ROLE}",
             toolsets=toolsets,
             max_iterations=limit,
             budget=self.budget,
