@@ -76,7 +76,7 @@ class EventPrinter:
                 self.console.print(f"{pad} [cyan]▸ {escape(describe_call(name, arguments))}[/]")
             case ToolEnd(ok=False, result=result):
                 self.console.print(f"{pad}   [red]✗ {escape(_gist(result))}[/]")
-            case ChildStart() | ChildEnd() | Question() | Answered():
+            case ChildStart() | ChildEnd() | Question() | Answered() | Usage():
                 self._own_event(event)
             case Notice(message=message) | Error(message=message):
                 self.console.print(f"{pad} [yellow]{escape(message)}[/]")
