@@ -108,6 +108,12 @@ def test_a_batch_of_three_runs_in_parallel_in_three_sandboxes(
     assert [e.type for e in events].count("turn_end") == 1  # the children's turn ends stay inside
     assert [e.status for e in events if isinstance(e, ChildEnd)] == ["done"] * 3
     agent.close()
+    if backend == "docker":  # each child's container went with its session
+        import docker
+
+        client = docker.from_env()
+        for child in children:
+            assert client.containers.list(all=True, filters={"label": f"org.hermetic.session={child}"}) == []
 
 
 def _write_go(agent: Agent, session_id: str) -> None:
@@ -308,4 +314,25 @@ def test_children_are_searchable_sessions_and_feed_the_learning_loop(tmp_path: P
     assert child.id in {hit.session_id for hit in hits}
     reviews = [s for s in agent.store.list_sessions("default") if s.source == "review"]
     assert {r.parent_id for r in reviews} == {parent.id, child.id}  # the child's turn was reviewed too
+    agent.close()
+
+
+def test_bad_tasks_get_readable_errors_and_nothing_runs(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load(
+        [
+            turn("PARENT", name="delegate", tasks=[{"goal": "child-A", "return": "files"}]),
+            turn("PARENT", name="delegate", tasks=[]),
+            turn("PARENT", name="delegate", tasks=[{"goal": "child-B: browse", "toolsets": ["browser"]}]),
+            turn("PARENT", "understood"),
+        ]
+    )
+    agent = Agent(settings_for(tmp_path, fake_llm.url))
+    end, _ = run(agent.new_conversation(), "PARENT: try")
+    assert end.reason == "done"
+    results = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "return=files needs `into`" in results[0]
+    assert "tasks: List should have at least 1 item" in results[1]
+    (refused,) = json.loads(results[2])["results"]
+    assert refused["status"] == "failed" and "toolset(s) browser are not yours to give" in refused["summary"]
+    assert len(agent.store.list_sessions("default")) == 1  # no child session was made
     agent.close()
