@@ -47,6 +47,10 @@ or cannot be done, then answer with a short report: what you did, what you found
 (paths), and anything left open. Do not ask questions: decide, and say what you assumed."""
 
 
+class TaskRefused(ValueError):
+    """A task the caller may not give (toolsets it does not have)."""
+
+
 class Child(Protocol):
     id: str
 
@@ -131,9 +135,11 @@ class _Batch:
     async def one(self, index: int, task: Task) -> Outcome:
         try:
             return await self._child(index, task)
+        except TaskRefused as exc:
+            return Outcome(index, task.goal, "failed", f"not started: {exc}")
         except Exception as exc:  # a child's failure is its status, never the parent's crash
-            log.exception("delegate %s: task %d failed to run", self.call_id, index)
-            return Outcome(index, task.goal, "failed", f"could not run: {type(exc).__name__}: {exc}")
+            log.exception("delegate %s: task %d failed to start", self.call_id, index)
+            return Outcome(index, task.goal, "failed", f"could not start: {type(exc).__name__}: {exc}")
 
     async def _child(self, index: int, task: Task) -> Outcome:
         settings = self.agent.settings
@@ -161,9 +167,13 @@ class _Batch:
                     sandbox="fork" if forked else "fresh",
                 )
             )
-            outcome = await self._run(index, task, child, forked is not None)
-            if task.return_ == "files" and outcome.status != "interrupted":
-                outcome.files = await asyncio.to_thread(self._copy_back, child.id, task)
+            try:
+                outcome = await self._run(index, task, child, forked is not None)
+                if task.return_ == "files" and outcome.status != "interrupted":
+                    outcome.files = await asyncio.to_thread(self._copy_back, child.id, task)
+            except Exception as exc:  # after its start, a child still ends with a status
+                log.exception("delegate %s: task %d failed", self.call_id, index)
+                outcome = Outcome(index, task.goal, "failed", f"{type(exc).__name__}: {exc}", child.id)
             self.emit(
                 ChildEnd(
                     call_id=self.call_id,
@@ -189,7 +199,7 @@ class _Batch:
             return [name for name in mine if name not in withheld]
         missing = sorted(set(task.toolsets) - set(mine))
         if missing:
-            raise ValueError(
+            raise TaskRefused(
                 f"toolset(s) {', '.join(missing)} are not yours to give (yours: {', '.join(mine)})"
             )
         return [name for name in task.toolsets if name not in withheld]
