@@ -4,6 +4,7 @@ terminal) and the HTTP API (SSE and the answer endpoint), with the scripted mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -227,27 +228,51 @@ def test_cli_without_a_terminal_gets_no_answer(tmp_path: Path, fake_llm: Any) ->
 # -- the API ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
+@contextlib.contextmanager
+def served(root: Path, fake_llm: Any, question_timeout: float) -> Iterator[tuple[str, dict[str, str]]]:
+    """The API on a free port; yields its URL and a token's header."""
     get_backend("local")
     model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
 
     def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile, root=tmp_path, model=model, backend="local", agent={"question_timeout": 60}
-        )
+        agent = {"question_timeout": question_timeout}
+        return load_settings(profile, root=root, model=model, backend="local", agent=agent)
 
-    tokens = {"Authorization": f"Bearer {TokenStore(tmp_path).create('alpha')}"}
+    tokens = {"Authorization": f"Bearer {TokenStore(root).create('alpha')}"}
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(root, settings_for), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", tokens
-    server.should_exit = True
-    thread.join(30)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tokens
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture
+def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
+    with served(tmp_path, fake_llm, question_timeout=60) as server:
+        yield server
+
+
+def test_api_run_without_an_answer_in_time_goes_on(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load(CLARIFY_SCRIPT)
+    with (
+        served(tmp_path, fake_llm, question_timeout=0.5) as (url, headers),
+        httpx.Client(base_url=url, headers=headers, timeout=60) as client,
+    ):
+        session = client.post("/sessions", json={}).json()["id"]
+        after = client.post(f"/sessions/{session}/messages", json={"content": "paint"}).json()["after"]
+        with client.stream("GET", f"/sessions/{session}/events?after={after}&until_turn_end=true") as sse:
+            seen = [json.loads(line[6:]) for line in sse.iter_lines() if line.startswith("data: ")]
+    answered = next(e for e in seen if e["type"] == "answered")
+    assert answered["answer"] is None and answered["by"] == "timeout"
+    assert seen[-1]["type"] == "turn_end" and seen[-1]["reason"] == "done"
+    assert tool_results(fake_llm.requests[2])[-1].startswith("no answer from the user")
 
 
 def test_api_streams_the_plan_and_takes_the_answer(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:

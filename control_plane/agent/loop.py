@@ -94,7 +94,7 @@ class Conversation:
         """A child's turns also spend its parent's turn budget."""
         self.children: set[Conversation] = set()
         """The children a running delegate call started (an interrupt reaches them)."""
-        self._budget = Budget(1)
+        self._budget = Budget(1)  # the running turn's, which a delegate call draws on (set by _turn)
 
     @classmethod
     def open(
