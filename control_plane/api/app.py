@@ -43,9 +43,9 @@ class Posted(BaseModel):
     """Follow /events?after=this to get exactly this message's events."""
 
 
-class NewAnswer(BaseModel):
-    answer: str = Field(min_length=1, max_length=20_000)
-    """Free text, or one of the question's choices."""
+class QuestionAnswer(BaseModel):
+    answer: str = Field(min_length=1, max_length=10_000)
+    """One of the question's choices (an approval: once, always, no), or free text when it has none."""
 
 
 class SessionDetail(BaseModel):
@@ -137,7 +137,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         "/sessions/{session_id}/questions/{question_id}",
         responses={404: {"description": "No such open question"}, 422: {"description": "Not a choice"}},
     )
-    def answer_question(live: Live, question_id: str, body: NewAnswer) -> dict[str, bool]:
+    def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
         """Answer a question of the running turn (a clarification, an approval) by its id."""
         try:
             answered = live.conversation.answer(question_id, body.answer)
