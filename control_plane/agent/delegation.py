@@ -28,6 +28,7 @@ from .base import AgentBase
 from .budget import Budget
 from .events import AssistantMessage, ChildEnd, ChildStart, ChildStatus, Error, Event, TurnEnd
 from .prompt import system_prompt
+from .questions import Questions
 
 log = logging.getLogger("hermetic.delegation")
 Emit = Callable[[Event], None]
@@ -53,6 +54,10 @@ class TaskRefused(ValueError):
 
 class Child(Protocol):
     id: str
+    depth: int
+    max_iterations: int | None
+    parent_budget: Budget | None
+    questions: Questions
 
     async def run(self, text: str, emit: Emit) -> TurnEnd: ...
 
@@ -70,9 +75,20 @@ class Parent(Protocol):
     tools: dict[str, Tool[Any]]
     children: set[Any]
 
-    def open_child(
-        self, *, title: str, system: str, toolsets: list[str], max_iterations: int, budget: Budget
-    ) -> Child: ...
+    questions: Questions
+
+    def open(
+        self,
+        agent: AgentBase,
+        *,
+        title: str | None = None,
+        source: str = "cli",
+        parent_id: str | None = None,
+        system: str | None = None,
+        toolsets: list[str] | None = None,
+        learns: bool | None = None,
+    ) -> Child:
+        """Conversation.open: a new session."""
 
 
 @dataclass
@@ -149,13 +165,17 @@ class _Batch:
             return Outcome(index, task.goal, "interrupted", "not started: the user interrupted")
         if limit < 1:
             return Outcome(index, task.goal, "out_of_budget", "not started: no iterations left")
-        child = self.parent.open_child(
+        child = self.parent.open(
+            self.agent,
             title=f"delegated: {task.goal[:70]}",
+            source="delegate",
+            parent_id=self.parent.id,
             system=f"{system_prompt(settings.model_copy(update={'toolsets': toolsets}))}\n\n{CHILD_ROLE}",
             toolsets=toolsets,
-            max_iterations=limit,
-            budget=self.budget,
+            learns=True,  # not a fork: its turns count and are reviewed like any session's
         )
+        child.depth, child.max_iterations, child.parent_budget = self.parent.depth + 1, limit, self.budget
+        child.questions = self.parent.questions  # its questions (approvals) reach the user through ours
         try:
             forked = await asyncio.to_thread(self.agent.sandboxes.fork, self.parent.id, child.id)
             self.emit(

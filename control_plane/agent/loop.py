@@ -36,8 +36,9 @@ from .events import (
     TurnEnd,
     UserMessage,
 )
-from .learning import REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
+from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 from .questions import Questions
+from .skill_reviews import review_skills
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -63,7 +64,11 @@ class Conversation:
         self.history = history
         self.tools = agent.tools if tools is None else tools
         self.schemas = [tool.schema() for tool in self.tools.values()]
+        self.forked = not learns
+        """A fork (a learning review): its turns neither count skill outcomes nor get reviewed."""
         self.learns = learns and "memory" in agent.settings.toolsets
+        self._last_loaded: list[str] = []
+        """Skills the last turn loaded and counted a success: a correction by the user turns them over."""
         """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._turns_without_memory = 0
         self.notices: list[str] = []
@@ -86,12 +91,11 @@ class Conversation:
         lost then anyway), and the plan added to it."""
         self.todo: list[TodoItem] = []
         """The plan of the todo tool, kept across turns."""
+        # a delegate call's child: depth 0 is the user's own conversation; a child's model calls per turn
+        # (else limits.max_iterations) are spent from its parent's turn budget too
         self.depth = 0
-        """0 for the user's own conversation; a child of the delegate tool is its parent's depth + 1."""
         self.max_iterations: int | None = None
-        """Model calls per turn, when not limits.max_iterations (a child's budget)."""
         self.parent_budget: Budget | None = None
-        """A child's turns also spend its parent's turn budget."""
         self.children: set[Conversation] = set()
         """The children a running delegate call started (an interrupt reaches them)."""
         self._budget = Budget(1)  # the running turn's, which a delegate call draws on (set by _turn)
@@ -122,25 +126,13 @@ class Conversation:
         tools = agent.registry.select(toolsets) if toolsets is not None else agent.tools
         learning = toolsets is None if learns is None else learns
         conversation = cls(agent, record.id, [prompt], tools=tools, learns=learning)
-        conversation.notices += agent.memory.problems()
+        conversation.notices += agent.problems()
         conversation.rebuild_system = lambda: agent.system_prompt(system)
         return conversation
 
     @property
     def running(self) -> bool:
         return self._running
-
-    def open_child(
-        self, *, title: str, system: str, toolsets: list[str], max_iterations: int, budget: Budget
-    ) -> Conversation:
-        """A child for the delegate tool: its own session under this one; questions go through ours."""
-        child = Conversation.open(
-            self.agent, title=title, source="delegate", parent_id=self.id, system=system, toolsets=toolsets
-        )
-        child.learns = "memory" in self.agent.settings.toolsets
-        child.depth, child.max_iterations, child.parent_budget = self.depth + 1, max_iterations, budget
-        child.questions = self.questions
-        return child
 
     # -- control from other tasks or threads -----------------------------------------------
 
@@ -198,6 +190,7 @@ class Conversation:
             self._cancelled.clear()
             self._turn_state = {}
             self._turn_record = TurnRecord(user_text=text)
+            corrected, self._last_loaded = (self._last_loaded if CORRECTION.search(text) else []), []
         loop = self._loop
 
         def emit_event(event: Event) -> None:
@@ -217,7 +210,7 @@ class Conversation:
                 emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
                 end = TurnEnd(reason="error")
             if end.reason in ("done", "error"):  # an interrupt or the budget says nothing about skills
-                self._write(self.agent.skills.record_outcome, self.id, end.reason == "done")
+                self._write(self._skill_outcome, end.reason == "done", list(self.history), corrected)
             await self._flush(emit_event)
         finally:
             with self._lock:
@@ -246,21 +239,25 @@ class Conversation:
 
     async def _review(self, messages: list[dict[str, Any]], reasons: list[str]) -> str:
         """The forked reviewer, run to completion on the background loop; returns its session id."""
-        fork = Conversation.open(
-            self.agent,
-            title=f"review of {self.id}",
-            source="review",
-            parent_id=self.id,
-            system=REVIEW_PROMPT,
-            toolsets=REVIEW_TOOLSETS,
-        )
         text = (
             f"Why this review: {'; '.join(reasons)}.\n\n<transcript>\n{transcript(messages)}\n</transcript>"
+        )
+        return await self._fork(f"review of {self.id}", REVIEW_PROMPT, REVIEW_TOOLSETS, text)
+
+    def _skill_outcome(self, success: bool, messages: list[dict[str, Any]], corrected: list[str]) -> None:
+        """On the writer thread: count the turn for its skills; schedule the skill reviews now due."""
+        loaded = review_skills(self.agent, self.id, success, messages, corrected, self._fork)
+        self._last_loaded = loaded if success else []
+
+    async def _fork(self, title: str, system: str, toolsets: list[str], text: str) -> str:
+        """A forked reviewer of this conversation, run to completion; returns its session id."""
+        fork = Conversation.open(
+            self.agent, title=title, source="review", parent_id=self.id, system=system, toolsets=toolsets
         )
 
         def quiet(event: Event) -> None:
             if event.type == "error":
-                log.warning("review of %s: %s", self.id, getattr(event, "message", ""))
+                log.warning("%s: %s", title, getattr(event, "message", ""))
 
         try:
             await fork.run(text, quiet)
@@ -399,6 +396,7 @@ class Conversation:
             skills=agent.skills,
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
+            proposer="review" if self.forked else "agent",
             ask=lambda **question: self.questions.ask(
                 emit_threadsafe, **{"timeout": agent.settings.agent.question_timeout, **question}
             ),

@@ -16,9 +16,10 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..agent.events import Question
+from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
-from .profiles import Auth, Hub, Live, LiveSession
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skills import router as skills_router
 from .tokens import TokenStore
 
@@ -48,6 +49,13 @@ class QuestionAnswer(BaseModel):
     """One of the question's choices (an approval: once, always, no), or free text when it has none."""
 
 
+class Health(BaseModel):
+    status: str
+    version: str
+    profile: Status | None = None
+    """The caller's profile (with a valid bearer token only)."""
+
+
 class SessionDetail(BaseModel):
     session: SessionRecord
     messages: list[MessageRecord]
@@ -75,8 +83,11 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.include_router(skills_router)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    async def health(profile: OptionalAuth) -> Health:
+        """Liveness for anyone; with a valid token, also the caller's profile status (model, backend,
+        memory use, skill count)."""
+        status = await asyncio.to_thread(profile.agent.status) if profile is not None else None
+        return Health(status="ok", version=__version__, profile=status)
 
     @app.post("/sessions", status_code=status.HTTP_201_CREATED)
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:
