@@ -112,8 +112,8 @@ class Conversation:
         toolsets: list[str] | None = None,
         learns: bool | None = None,
     ) -> Conversation:
-        """A new session of `agent`. A fork (a learning review, a child) passes its own system prompt and
-        toolsets; it learns only when `learns` says so (default: when it has the agent's own tools)."""
+        """A new session of `agent`. A review fork or a delegated child passes its own system prompt and
+        toolsets; `learns` (default: only with the agent's own tools) says whether it is not a fork."""
         record = agent.store.create_session(
             agent.settings.profile,
             title=title,
