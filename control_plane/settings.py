@@ -205,6 +205,23 @@ class SkillInstallSettings(BaseModel):
     """Entries an archive or a fetched tree may hold."""
 
 
+class AgentSettings(BaseModel):
+    """Delegation to child agents, the plan and questions to the user (agent/delegation.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_children: int = Field(4, ge=1, le=16)
+    """Most tasks one delegate call may run (in parallel)."""
+    max_depth: int = Field(2, ge=1, le=5)
+    """Levels of agents, the user's own included: 2 lets it delegate and its children not."""
+    child_iterations: int = Field(50, ge=1)
+    """A child's model calls unless the call asks fewer; never more than its parent has left."""
+    child_timeout: float = Field(900.0, gt=0)
+    """Seconds a child may run before it is interrupted and reported failed."""
+    question_timeout: float = Field(300.0, gt=0)
+    """Seconds a question to the user (clarify) waits for an answer before it counts as none."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -235,8 +252,11 @@ class Settings(BaseSettings):
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     pool: PoolSettings = PoolSettings()
     """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
-    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall", "skills"]
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills."""
+    toolsets: Annotated[list[str], NoDecode] = [
+        "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
+    ]  # fmt: skip
+    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
+    clarify."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
@@ -248,6 +268,8 @@ class Settings(BaseSettings):
     api: APISettings = APISettings()
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
+    agent: AgentSettings = AgentSettings()
+    """HERMETIC_AGENT__MAX_CHILDREN=4, HERMETIC_AGENT__MAX_DEPTH=2, HERMETIC_AGENT__CHILD_ITERATIONS=50"""
 
     @field_validator("profile")
     @classmethod

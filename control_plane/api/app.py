@@ -15,6 +15,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..agent.events import Question
 from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
@@ -42,6 +43,11 @@ class Posted(BaseModel):
     """started: a new run; steered: added to the running one after its current tool batch."""
     after: int
     """Follow /events?after=this to get exactly this message's events."""
+
+
+class QuestionAnswer(BaseModel):
+    answer: str = Field(min_length=1, max_length=10_000)
+    """One of the question's choices (an approval: once, always, no), or free text when it has none."""
 
 
 class Health(BaseModel):
@@ -134,6 +140,27 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     @app.post("/sessions/{session_id}/interrupt")
     def interrupt(live: Live) -> dict[str, bool]:
         return {"interrupted": live.conversation.interrupt()}
+
+    @app.get("/sessions/{session_id}/questions")
+    def open_questions(live: Live) -> list[Question]:
+        """The questions the running turn waits on (also sent as `question` events)."""
+        return live.conversation.questions.open()
+
+    @app.post(
+        "/sessions/{session_id}/questions/{question_id}",
+        responses={404: {"description": "No such open question"}, 422: {"description": "Not a choice"}},
+    )
+    def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
+        """Answer a question of the running turn (a clarification, an approval) by its id."""
+        try:
+            answered = live.conversation.answer(question_id, body.answer)
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+        if not answered:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"no open question {question_id} (answered or timed out)"
+            )
+        return {"answered": True}
 
     @app.post("/sessions/{session_id}/close")
     async def close_session(profile: Auth, live: Live) -> dict[str, bool]:

@@ -16,6 +16,7 @@ from ..agent.agent import Agent
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
+from .answers import TerminalAnswers
 from .render import EventPrinter
 
 console = Console(highlight=False)
@@ -52,7 +53,8 @@ def agent_settings(
 
 
 async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
-    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits."""
+    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits. Questions
+    are answered at the terminal; without one, they get no answer."""
     loop = asyncio.get_running_loop()
     presses = 0
 
@@ -64,11 +66,18 @@ async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
         err.print("\n[yellow]interrupting… (Ctrl-C again to quit)[/]")
         conversation.interrupt()
 
+    answers = TerminalAnswers(conversation, err)
+
+    def emit_and_answer(event: Event) -> None:
+        emit(event)
+        answers(event)
+
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        return await conversation.run(text, emit)
+        return await conversation.run(text, emit_and_answer)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        answers.close()
 
 
 def finish(conversation: Conversation, agent: Agent) -> None:

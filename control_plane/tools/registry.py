@@ -19,6 +19,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
+    from ..agent.events import Event, TodoItem
     from ..memory.store import Memory
     from ..settings import Limits
     from ..skills.library import SkillLibrary
@@ -60,6 +61,12 @@ class ToolContext:
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
+    emit: Callable[[Event], None] = lambda event: None
+    """Put an event on the session's stream (from the handler's thread)."""
+    todo: list[TodoItem] = field(default_factory=list)
+    """The session's plan (the todo tool), kept by the conversation across turns."""
+    delegate: Callable[[Any], ToolResult] | None = None
+    """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
 
     @property
     def sandbox(self) -> Sandbox:
