@@ -190,6 +190,22 @@ class APISettings(BaseModel):
     port: int = 8765
 
 
+class OpenAISettings(BaseModel):
+    """The OpenAI-compatible endpoint under /v1 of `hermetic serve` (control_plane/api/openai)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_id: str = Field("hermetic", min_length=1, max_length=256)
+    """The model id /v1/models lists for this profile's agent (any model name a client sends is answered)."""
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    """Browser origins (scheme://host:port) allowed to call /v1; any other Origin is refused."""
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMETIC_", env_nested_delimiter="__", extra="ignore")
 
@@ -224,6 +240,8 @@ class Settings(BaseSettings):
     skills: SkillsSettings = SkillsSettings()
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
+    openai: OpenAISettings = OpenAISettings()
+    """HERMETIC_OPENAI__MODEL_ID=hermetic, HERMETIC_OPENAI__ALLOWED_ORIGINS=http://localhost:3000"""
 
     @field_validator("profile")
     @classmethod
