@@ -206,6 +206,18 @@ class OpenAISettings(BaseModel):
         return _comma_list(value)
 
 
+class MCPSettings(BaseModel):
+    """`hermetic mcp serve` (control_plane/mcp)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_seconds: float = Field(900.0, gt=0)
+    """An MCP session's sandbox unused this long is closed (the next call gets a fresh one)."""
+    host: str = "127.0.0.1"
+    """Where `mcp serve --http` listens."""
+    port: int = Field(8766, ge=0, le=65535)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMETIC_", env_nested_delimiter="__", extra="ignore")
 
@@ -241,6 +253,8 @@ class Settings(BaseSettings):
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
     openai: OpenAISettings = OpenAISettings()
+    mcp: MCPSettings = MCPSettings()
+    """HERMETIC_MCP__IDLE_SECONDS=900, HERMETIC_MCP__PORT=8766"""
     """HERMETIC_OPENAI__MODEL_ID=hermetic, HERMETIC_OPENAI__ALLOWED_ORIGINS=http://localhost:3000"""
 
     @field_validator("profile")
