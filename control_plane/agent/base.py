@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..memory.store import Memory
 from ..models.router import Router
@@ -21,6 +21,9 @@ from ..tools import TOOLS, Registry
 from .event_log import EventLog
 from .learning import Background
 from .prompt import system_prompt
+
+if TYPE_CHECKING:
+    from ..tools.mcp_client import McpServers
 
 log = logging.getLogger("hermetic.agent")
 
@@ -43,6 +46,13 @@ class AgentBase:
         self.sandboxes = sandboxes or SandboxManager(settings)
         self.registry = registry
         self.tools = registry.select(settings.toolsets)
+        self.mcp: McpServers | None = None
+        """The configured MCP servers, whose tools join `tools` (the SDK loads only when there are some)."""
+        if settings.mcp_servers:
+            from ..tools.mcp_client import McpServers
+
+            self.mcp = McpServers(settings, self.sandboxes)
+            self.tools.update(self.mcp.tools())
         self.redact = Redactor(_known_secrets(settings))
         self.writer = _Writer()
         self.event_log = EventLog(settings.home)
@@ -62,6 +72,8 @@ class AgentBase:
     def close(self) -> None:
         """Finish background reviews, release the sandboxes, flush the database writes."""
         self.background.close()
+        if self.mcp is not None:
+            self.mcp.close()
         self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
         self.event_log.close()
