@@ -242,7 +242,9 @@ class MCPServerConfig(BaseModel):
     """Only these tools (names as the server gives them); empty: all."""
     exclude: list[str] = []
     timeout: float = Field(60.0, gt=0)
-    """Seconds for starting the server and for each call; past it the call fails and the server restarts."""
+    """Seconds for each call; past it the call fails and the server is restarted on the next one."""
+    start_timeout: float = Field(60.0, gt=0)
+    """Seconds for starting (a sandbox, an interpreter importing its SDK) and the protocol's handshake."""
     host: bool = False
     """Run a stdio server on this machine instead of in a sandbox (it then sees the host: a warning)."""
     mounts: list[Mount] = []

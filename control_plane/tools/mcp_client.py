@@ -171,7 +171,7 @@ class _Server:
         with self._lock:
             try:
                 if self.client is None:
-                    self.hub.run(self.start(), timeout)
+                    self.hub.run(self.start(), self.config.start_timeout)
                 assert self.client is not None
                 return self.hub.run(use(self.client), timeout)
             except MCPError as exc:
