@@ -206,3 +206,35 @@ def test_the_agent_calls_an_mcp_tool_in_a_turn(tmp_path: Path, fake_llm: Any, cl
     tools = [t["function"]["name"] for t in fake_llm.requests[0]["tools"]]
     assert "mcp_time_get_current_time" in tools
     assert "Asia/Tokyo" in fake_llm.requests[1]["messages"][-1]["content"]
+
+
+def test_mcp_add_list_test_remove(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from control_plane.cli.main import app
+
+    config = server_config("time")
+    monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path))
+    monkeypatch.setenv("HERMETIC_BACKEND", "local")
+    get_backend("local")
+    runner = CliRunner()
+    mount = config["mounts"][0]  # type: ignore[index]
+    added = runner.invoke(
+        app,
+        ["mcp", "add", "clock", "--command", "python3", "--arg=-m", "--arg", "mcp_server_time"]
+        + ["--env", f"PYTHONPATH={mount['target']}", "--mount", f"{mount['source']}:{mount['target']}"]
+        + ["--exclude", "convert_time", "--env-allow", "HM16_ALLOWED"],
+    )
+    assert added.exit_code == 0, added.output
+    assert load_settings(root=tmp_path).mcp_servers["clock"].exclude == ["convert_time"]
+    listed = runner.invoke(app, ["mcp", "list"])
+    assert "clock" in listed.output and "sandbox" in listed.output
+    tested = runner.invoke(app, ["mcp", "test", "clock"])
+    assert tested.exit_code == 0 and "tools: mcp_clock_get_current_time\n" in tested.output, tested.output
+    refused = runner.invoke(app, ["mcp", "add", "bad name", "--command", "x"])
+    assert refused.exit_code == 2 and "1-32 characters" in refused.output
+    neither = runner.invoke(app, ["mcp", "add", "empty"])
+    assert neither.exit_code == 2 and "either a command" in neither.output
+    assert runner.invoke(app, ["mcp", "remove", "clock"]).exit_code == 0
+    assert load_settings(root=tmp_path).mcp_servers == {}
+    assert runner.invoke(app, ["mcp", "remove", "clock"]).exit_code == 1

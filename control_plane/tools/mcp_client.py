@@ -147,6 +147,22 @@ class _Server:
         result = self._with_client(listing)
         return [t for t in result.tools if self._offered(t.name)]
 
+    def describe(self) -> dict[str, list[str]]:
+        """What the server offers: its tools (after include/exclude), and its resources and prompts
+        when it has them."""
+
+        async def listing(client: Client) -> dict[str, list[str]]:
+            tools = [t.name for t in (await client.list_tools()).tools if self._offered(t.name)]
+            offered: dict[str, list[str]] = {"tools": tools}
+            capabilities = client.server_capabilities
+            if capabilities.resources is not None:
+                offered["resources"] = [str(r.uri) for r in (await client.list_resources()).resources]
+            if capabilities.prompts is not None:
+                offered["prompts"] = [p.name for p in (await client.list_prompts()).prompts]
+            return offered
+
+        return dict(self._with_client(listing))
+
     def handler(self, tool: str) -> Any:
         def call(ctx: ToolContext, args: Arguments) -> ToolResult:
             try:
