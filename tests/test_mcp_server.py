@@ -28,7 +28,7 @@ from control_plane.mcp.server import McpSurface, build_server
 from control_plane.mcp.transports import http_app
 from control_plane.memory.store import Memory, Op
 from control_plane.settings import load_settings
-from control_plane.tools import TOOLS
+from control_plane.tools import TOOLS, ToolContext, invoke
 
 MODES = ["2026-07-28", "legacy"]
 SANDBOX_TOOLS = {"terminal", "process", "read_file", "write_file", "patch", "search_files", "list_files"}
@@ -212,5 +212,28 @@ def test_an_idle_sessions_sandbox_is_closed(tmp_path: Path) -> None:
 
     try:
         asyncio.run(session())
+    finally:
+        agent.close()
+
+
+def test_the_agent_uses_an_http_mcp_server_with_its_headers(
+    served_http: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """The client side over HTTP, against this server: the remote's tools join as mcp_remote_*."""
+    url, mine, _ = served_http
+    servers = {
+        "remote": {"url": url, "headers": {"Authorization": f"Bearer {mine}"}, "include": ["terminal"]},
+        "locked": {"url": url, "start_timeout": 10},
+    }
+    agent = Agent(load_settings(root=tmp_path / "client", backend="local", mcp_servers=servers))
+    try:
+        assert [n for n in agent.tools if n.startswith("mcp_")] == ["mcp_remote_terminal"]
+        assert agent.mcp is not None and any(
+            "locked" in p and "bearer token" in p for p in agent.mcp.problems
+        )
+        ctx = ToolContext(session_id="t", call_id="c", limits=agent.settings.limits, get_sandbox=lambda: None)  # type: ignore[arg-type,return-value]
+        tool = agent.tools["mcp_remote_terminal"]
+        result = invoke(tool, tool.name, '{"command": "echo remote-$((40+2))"}', ctx)
+        assert result.ok and "remote-42" in result.content
     finally:
         agent.close()
