@@ -415,3 +415,23 @@ def test_serve_refuses_a_network_address_without_a_token(tmp_path: Path) -> None
     )
     assert result.exit_code == 2 and "no API token" in result.output
     assert TokenStore(tmp_path).list() == []  # nothing was created, nothing listened
+
+
+def test_a_plain_request_whose_client_hangs_up_interrupts_the_run(served: Served, fake_llm: Any) -> None:
+    fake_llm.load(
+        [{"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 120"}}]}, {"text": "x"}]
+    )
+    url = f"{served.url}/v1/chat/completions"
+    body = {"model": "m", "messages": [{"role": "user", "content": "wait for it"}]}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(url, json=body, headers=served.headers(), timeout=3)
+    sessions = httpx.get(f"{served.url}/sessions", headers=served.headers()).json()
+    session = next(s["id"] for s in sessions if s["title"] == "wait for it")
+    events = httpx.get(
+        f"{served.url}/sessions/{session}/events",
+        params={"after": 0, "until_turn_end": "true"},
+        headers=served.headers(),
+        timeout=60,
+    ).text
+    turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
+    assert turn_end["reason"] == "interrupted"

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import HTTPException, status
+from fastapi import HTTPException, Request, status
 
 from ...agent.events import Error, Event
 from ..profiles import LiveSession, Profile
@@ -160,3 +160,28 @@ async def turn_events(live: LiveSession, after: int, outcome: Outcome) -> AsyncI
     finally:
         if not ended:
             live.conversation.interrupt()
+
+
+async def whole_turn(live: LiveSession, after: int, request: Request) -> Outcome:
+    """The run to its end, for an answer sent in one piece; a client that hangs up first interrupts it,
+    as a streaming client does."""
+    outcome = Outcome()
+
+    async def consume() -> None:
+        async for _ in turn_events(live, after, outcome):
+            pass
+
+    turn = asyncio.ensure_future(consume())
+    gone = asyncio.ensure_future(_hung_up(request))
+    await asyncio.wait({turn, gone}, return_when=asyncio.FIRST_COMPLETED)
+    gone.cancel()
+    if not turn.done():
+        turn.cancel()  # turn_events interrupts the run as it is left
+        await asyncio.gather(turn, return_exceptions=True)
+    return outcome
+
+
+async def _hung_up(request: Request) -> None:
+    """Returns when the client disconnects (the body is read: the next ASGI message can only be that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

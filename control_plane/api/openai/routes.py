@@ -22,7 +22,15 @@ from fastapi.sse import format_sse_event
 from starlette.responses import Response as StarletteResponse
 
 from ..profiles import Auth, LiveSession, Profile
-from .conversations import ConversationKeys, Outcome, chat_session, open_session, start_turn, turn_events
+from .conversations import (
+    ConversationKeys,
+    Outcome,
+    chat_session,
+    open_session,
+    start_turn,
+    turn_events,
+    whole_turn,
+)
 from .wire import (
     SESSION_HEADER,
     AssistantReply,
@@ -142,6 +150,7 @@ def _failure(outcome: Outcome, session: str) -> JSONResponse | None:
 
 @router.post("/chat/completions", response_model=ChatCompletion, responses=_ERRORS)
 async def chat_completions(
+    request: Request,
     profile: V1,
     body: ChatRequest,
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=64)] = None,
@@ -154,9 +163,7 @@ async def chat_completions(
         return StreamingResponse(
             _chat_stream(live, after, body.model), media_type="text/event-stream", headers=headers
         )
-    outcome = Outcome()
-    async for _ in turn_events(live, after, outcome):
-        pass
+    outcome = await whole_turn(live, after, request)
     failed = _failure(outcome, live.conversation.id)
     if failed is not None:
         return failed
@@ -210,7 +217,7 @@ def _usage(outcome: Outcome) -> CompletionUsage:
 
 
 @router.post("/responses", response_model=Response, responses=_ERRORS)
-async def responses(profile: V1, body: ResponsesRequest) -> StarletteResponse:
+async def responses(request: Request, profile: V1, body: ResponsesRequest) -> StarletteResponse:
     """One turn; `previous_response_id` continues that response's session, without it a new session."""
     if body.stream:
         raise HTTPException(
@@ -225,9 +232,7 @@ async def responses(profile: V1, body: ResponsesRequest) -> StarletteResponse:
     if new and body.instructions:
         text = f"[instructions] {body.instructions}\n\n{text}"
     after = start_turn(live, text)
-    outcome = Outcome()
-    async for _ in turn_events(live, after, outcome):
-        pass
+    outcome = await whole_turn(live, after, request)
     failed = _failure(outcome, live.conversation.id)
     if failed is not None:
         return failed
