@@ -216,6 +216,7 @@ def test_a_front_ends_multi_turn_chat_stays_one_session(served: Served, fake_llm
     # the new user message was the only one added, the image said as text
     user_turns = [m["content"] for m in fake_llm.requests[3]["messages"] if m["role"] == "user"]
     assert len(user_turns) == 2 and "cannot see images" in user_turns[1]
+    assert "[instructions] You are helpful." in user_turns[0]  # the client's system prompt, told once
 
     # the title one-off (a different first message) is its own session, and leaves the chat alone
     title = httpx.post(
@@ -283,6 +284,18 @@ def test_errors_come_in_openais_envelope(served: Served, fake_llm: Any) -> None:
         ({"model": "m"}, served.headers(), 400, "invalid_request_error"),
         ({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, served.headers(), 400, None),
         ({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}, served.headers(), 400, None),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x" * 200_001}]},
+            served.headers(),
+            400,
+            None,
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x" * 150_000}] * 14},
+            served.headers(),
+            400,
+            None,
+        ),
         (
             {"model": "m", "messages": [{"role": "user", "content": "x"}]},
             served.headers(**{SESSION: "s-nope"}),
@@ -394,6 +407,7 @@ def test_responses_api_continues_by_previous_response_id(served: Served, fake_ll
     client = served.client()
     first = client.responses.create(model="hermetic-agent", input="write a note", instructions="Be brief.")
     assert first.output_text == "Wrote it." and first.status == "completed"
+    assert "[instructions] Be brief." in fake_llm.requests[0]["messages"][-1]["content"]
     second = client.responses.create(
         model="hermetic-agent",
         input=[{"role": "user", "content": [{"type": "input_text", "text": "read it back"}]}],

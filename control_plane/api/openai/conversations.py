@@ -66,13 +66,15 @@ def conversation_key(profile: str, messages: list[ChatMessage]) -> str:
 
 
 def new_input(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
-    """The user text after the last assistant reply, and the messages before it. 400 when there is none."""
+    """The user text after the last assistant reply, and the rest (the history, the client's instructions).
+    400 when there is no such text."""
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     fresh = [content_text(m.content) for m in messages[last + 1 :] if m.role == "user"]
     text = "\n\n".join(t for t in fresh if t)
     if not text.strip():
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "the last messages must include the user's text")
-    return text, messages[: last + 1]
+    earlier = [m for i, m in enumerate(messages) if i <= last or m.role != "user"]
+    return text, earlier
 
 
 def transcript(earlier: list[ChatMessage]) -> str:

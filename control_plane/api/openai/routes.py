@@ -26,8 +26,10 @@ from .conversations import (
     ConversationKeys,
     Outcome,
     chat_session,
+    new_input,
     open_session,
     start_turn,
+    transcript,
     turn_events,
     whole_turn,
 )
@@ -50,7 +52,6 @@ from .wire import (
     Response,
     ResponsesRequest,
     ResponseUsage,
-    content_text,
 )
 
 TOOL_EVENT = "hermetic.tool"
@@ -223,14 +224,11 @@ async def responses(request: Request, profile: V1, body: ResponsesRequest) -> St
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST, "stream is not supported on /v1/responses; use /v1/chat/completions"
         )
-    items = [body.input] if isinstance(body.input, str) else [content_text(i.content) for i in body.input]
-    text = "\n\n".join(item for item in items if item)
-    if not text.strip():
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, "input has no text")
+    text, earlier = new_input(body.messages())
     session_id = _session_of(body.previous_response_id) if body.previous_response_id else None
     live, new = open_session(profile, session_id, text)
-    if new and body.instructions:
-        text = f"[instructions] {body.instructions}\n\n{text}"
+    if new:  # like a chat's first message: the history it brings is told once, as context
+        text = transcript(earlier) + text
     after = start_turn(live, text)
     outcome = await whole_turn(live, after, request)
     failed = _failure(outcome, live.conversation.id)

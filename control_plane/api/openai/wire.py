@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MAX_TEXT = 1_000_000
-"""Characters of one message's text."""
-MAX_MESSAGES = 5_000
+MAX_TEXT = 200_000
+"""Characters of one message's text (what POST /sessions/{id}/messages takes too)."""
+MAX_TOTAL = 2_000_000
+"""Characters of all the messages of one request."""
+MAX_MESSAGES = 2_000
 MAX_PARTS = 200
 SESSION_HEADER = "X-Hermetic-Session"
 """Sent with every answer; a client that echoes it stays in that session whatever its history says."""
@@ -64,6 +66,11 @@ class ChatRequest(_Lenient):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     stream: bool = False
 
+    @model_validator(mode="after")
+    def _bounded(self) -> ChatRequest:
+        _check_total(self.messages)
+        return self
+
 
 class InputItem(_Lenient):
     type: Literal["message"] = "message"
@@ -80,6 +87,24 @@ class ResponsesRequest(_Lenient):
     previous_response_id: Name | None = None
     """Continue the session of that response."""
     stream: bool = False
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ResponsesRequest:
+        if isinstance(self.input, list):
+            _check_total(self.input)
+        return self
+
+    def messages(self) -> list[ChatMessage]:
+        """The input as chat messages (instructions first), so both routes read a history one way."""
+        items = [InputItem(content=self.input)] if isinstance(self.input, str) else self.input
+        head = [ChatMessage(role="system", content=self.instructions)] if self.instructions else []
+        return head + [ChatMessage(role=item.role, content=item.content) for item in items]
+
+
+def _check_total(messages: list[ChatMessage] | list[InputItem]) -> None:
+    total = sum(len(content_text(m.content)) for m in messages)
+    if total > MAX_TOTAL:
+        raise ValueError(f"the messages hold {total:,} characters; at most {MAX_TOTAL:,}")
 
 
 # -- what the client gets back ---------------------------------------------------------------
