@@ -449,3 +449,27 @@ def test_a_plain_request_whose_client_hangs_up_interrupts_the_run(served: Served
     ).text
     turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
     assert turn_end["reason"] == "interrupted"
+
+
+def test_responses_stream_with_the_openai_client(served: Served, fake_llm: Any) -> None:
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo streamed-response"}}]},
+            {"text": "The sandbox answered."},
+            {"text": "Still here."},
+        ]
+    )
+    client = served.client()
+    events = list(client.responses.create(model="hermetic-agent", input="run it", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:3] == ["response.created", "response.output_item.added", "response.content_part.added"]
+    assert kinds[-1] == "response.completed" and "hermetic.tool" in kinds
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert deltas == "The sandbox answered."
+    done = events[-1].response  # type: ignore[union-attr]
+    assert done.output_text == "The sandbox answered." and done.status == "completed"
+    tool_end = next(e for e in events if e.type == "hermetic.tool" and e.hermetic["type"] == "tool_end")  # type: ignore[attr-defined]
+    assert "streamed-response" in tool_end.hermetic["result"]  # type: ignore[attr-defined]
+    again = client.responses.create(model="hermetic-agent", input="and now?", previous_response_id=done.id)
+    assert again.output_text == "Still here."
+    assert [m["role"] for m in fake_llm.requests[2]["messages"]].count("user") == 2  # the same session

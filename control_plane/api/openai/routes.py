@@ -8,6 +8,7 @@ whose data is still a valid chunk (an empty delta, the tool event under `hermeti
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import time
@@ -219,28 +220,39 @@ def _usage(outcome: Outcome) -> CompletionUsage:
 
 @router.post("/responses", response_model=Response, responses=_ERRORS)
 async def responses(request: Request, profile: V1, body: ResponsesRequest) -> StarletteResponse:
-    """One turn; `previous_response_id` continues that response's session, without it a new session."""
-    if body.stream:
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST, "stream is not supported on /v1/responses; use /v1/chat/completions"
-        )
+    """One turn; `previous_response_id` continues that response's session, without it a new session.
+    `stream: true` sends the Responses API's events (response.created, response.output_text.delta, ...,
+    response.completed) as SSE."""
     text, earlier = new_input(body.messages())
     session_id = _session_of(body.previous_response_id) if body.previous_response_id else None
     live, new = open_session(profile, session_id, text)
     if new:  # like a chat's first message: the history it brings is told once, as context
         text = transcript(earlier) + text
     after = start_turn(live, text)
+    ids = (f"resp_{live.conversation.id}_{secrets.token_hex(6)}", f"msg_{secrets.token_hex(12)}")
+    headers = {SESSION_HEADER: live.conversation.id}
+    if body.stream:
+        return StreamingResponse(
+            _responses_stream(live, after, body, ids), media_type="text/event-stream", headers=headers
+        )
     outcome = await whole_turn(live, after, request)
     failed = _failure(outcome, live.conversation.id)
     if failed is not None:
         return failed
-    response_id = f"resp_{live.conversation.id}_{secrets.token_hex(6)}"
-    response = Response(
-        id=response_id,
+    response = _response(ids, body, outcome.text, outcome)
+    return JSONResponse(response.model_dump(mode="json"), headers=headers)
+
+
+def _response(
+    ids: tuple[str, str], body: ResponsesRequest, text: str, outcome: Outcome, done: bool = True
+) -> Response:
+    ended = "incomplete" if outcome.reason in ("budget", "interrupted") else "completed"
+    return Response(
+        id=ids[0],
         created_at=int(time.time()),
-        status="incomplete" if outcome.reason in ("budget", "interrupted") else "completed",
+        status=ended if done else "in_progress",
         model=body.model,
-        output=[OutputMessage(id=f"msg_{secrets.token_hex(12)}", content=[OutputText(text=outcome.text)])],
+        output=[OutputMessage(id=ids[1], content=[OutputText(text=text)])] if done else [],
         usage=ResponseUsage(
             input_tokens=outcome.prompt_tokens,
             output_tokens=outcome.completion_tokens,
@@ -248,7 +260,49 @@ async def responses(request: Request, profile: V1, body: ResponsesRequest) -> St
         ),
         previous_response_id=body.previous_response_id,
     )
-    return JSONResponse(response.model_dump(mode="json"), headers={SESSION_HEADER: live.conversation.id})
+
+
+async def _responses_stream(
+    live: LiveSession, after: int, body: ResponsesRequest, ids: tuple[str, str]
+) -> AsyncIterator[bytes]:
+    outcome = Outcome()
+    numbers = itertools.count()
+    item = {"item_id": ids[1], "output_index": 0, "content_index": 0}
+
+    def event(kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": next(numbers), **fields}
+        return format_sse_event(data_str=json.dumps(data), event=kind)
+
+    def response(text: str, done: bool) -> dict[str, Any]:
+        return _response(ids, body, text, outcome, done).model_dump(mode="json")
+
+    yield event("response.created", response=response("", False))
+    message = {"type": "message", "id": ids[1], "role": "assistant"}
+    yield event(
+        "response.output_item.added", output_index=0, item={**message, "status": "in_progress", "content": []}
+    )
+    yield event(
+        "response.content_part.added", **item, part={"type": "output_text", "text": "", "annotations": []}
+    )
+    text = ""
+    async for step in turn_events(live, after, outcome):
+        if step.type == "text_delta":
+            text += step.text
+            yield event("response.output_text.delta", **item, delta=step.text, logprobs=[])
+        elif step.type in ("tool_start", "tool_progress", "tool_end"):
+            yield event(TOOL_EVENT, hermetic=step.model_dump(mode="json"))
+    if outcome.reason == "error" and outcome.error is not None:
+        yield event("error", code=f"{outcome.error.kind}_error", message=outcome.error.message, param=None)
+        return
+    part = {"type": "output_text", "text": text, "annotations": []}
+    yield event("response.output_text.done", **item, text=text, logprobs=[])
+    yield event("response.content_part.done", **item, part=part)
+    yield event(
+        "response.output_item.done",
+        output_index=0,
+        item={**message, "status": "completed", "content": [part]},
+    )
+    yield event("response.completed", response=response(text, True))
 
 
 def _session_of(response_id: str) -> str:

@@ -194,7 +194,7 @@ class Response(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["completed", "incomplete"]
+    status: Literal["in_progress", "completed", "incomplete"]
     model: str
     output: list[OutputMessage]
     usage: ResponseUsage
