@@ -22,7 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from backends import ModalConfig, SandboxSpec, SSHConfig
+from backends import ModalConfig, Mount, SandboxSpec, SSHConfig
 
 from .keys import load_env_file
 
@@ -229,6 +229,73 @@ class APISettings(BaseModel):
     port: int = 8765
 
 
+class OpenAISettings(BaseModel):
+    """The OpenAI-compatible endpoint under /v1 of `hermetic serve` (control_plane/api/openai)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_id: str = Field("hermetic", min_length=1, max_length=256)
+    """The model id /v1/models lists for this profile's agent (any model name a client sends is answered)."""
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    """Browser origins (scheme://host:port) allowed to call /v1; any other Origin is refused."""
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
+class MCPSettings(BaseModel):
+    """`hermetic mcp serve` (control_plane/mcp)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_seconds: float = Field(900.0, gt=0)
+    """An MCP session's sandbox unused this long is closed (the next call gets a fresh one)."""
+    host: str = "127.0.0.1"
+    """Where `mcp serve --http` listens."""
+    port: int = Field(8766, ge=0, le=65535)
+
+
+MCP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+class MCPServerConfig(BaseModel):
+    """An MCP server the agent uses: its tools join as mcp_<server>_<tool>. A stdio server (`command`)
+    runs inside a sandbox of its own unless `host` is set; an HTTP server (`url`) is reached from here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = None
+    """The program to start (stdio), e.g. python3 or npx."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    """Variables the server gets, by value. It gets nothing else of this process's environment..."""
+    env_allow: list[str] = []
+    """...except these names, copied from it when set."""
+    url: str | None = None
+    """A streamable HTTP server's URL, instead of a command."""
+    headers: dict[str, str] = {}
+    """HTTP: headers sent with every request (an API key)."""
+    include: list[str] = []
+    """Only these tools (names as the server gives them); empty: all."""
+    exclude: list[str] = []
+    timeout: float = Field(60.0, gt=0)
+    """Seconds for each call; past it the call fails and the server is restarted on the next one."""
+    start_timeout: float = Field(60.0, gt=0)
+    """Seconds for starting (a sandbox, an interpreter importing its SDK) and the protocol's handshake."""
+    host: bool = False
+    """Run a stdio server on this machine instead of in a sandbox (it then sees the host: a warning)."""
+    mounts: list[Mount] = []
+    """Host directories the server's sandbox mounts (read-only unless said), e.g. its installed code."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has either a command (stdio) or a url (HTTP)")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERMETIC_", env_nested_delimiter="__", extra="ignore")
 
@@ -270,6 +337,20 @@ class Settings(BaseSettings):
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
     agent: AgentSettings = AgentSettings()
     """HERMETIC_AGENT__MAX_CHILDREN=4, HERMETIC_AGENT__MAX_DEPTH=2, HERMETIC_AGENT__CHILD_ITERATIONS=50"""
+    openai: OpenAISettings = OpenAISettings()
+    """HERMETIC_OPENAI__MODEL_ID=hermetic, HERMETIC_OPENAI__ALLOWED_ORIGINS=http://localhost:3000"""
+    mcp: MCPSettings = MCPSettings()
+    """HERMETIC_MCP__IDLE_SECONDS=900, HERMETIC_MCP__PORT=8766"""
+    mcp_servers: dict[str, MCPServerConfig] = {}
+    """The MCP servers whose tools the agent gets (`hermetic mcp add|remove|list|test`)."""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, MCPServerConfig]) -> dict[str, MCPServerConfig]:
+        for name in value:
+            if not MCP_NAME.match(name):
+                raise ValueError(f"MCP server name {name!r}: 1-32 characters of a-z, 0-9, '-' and '_'")
+        return value
 
     @field_validator("profile")
     @classmethod

@@ -19,6 +19,7 @@ from ..agent.events import Question
 from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
+from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
@@ -83,6 +84,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
+    app.include_router(openai_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import signal
 from typing import Annotated, Any
 
@@ -287,10 +288,21 @@ def serve(
 
     settings = load_settings()
     tokens = TokenStore(settings.root)
+    host = host or settings.api.host
     if not tokens.list():
+        if not _loopback(host):  # a first token printed to a console is for a local user, not a network
+            err.print(f"refusing to listen on {host} with no API token: run `hermetic token create` first")
+            raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    uvicorn.run(create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port)
+    uvicorn.run(create_app(settings.root), host=host, port=port or settings.api.port)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(app: typer.Typer) -> None:

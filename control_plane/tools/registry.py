@@ -6,6 +6,8 @@ validation that turns a malformed call into a readable result instead of an exce
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -85,14 +87,22 @@ class Tool(Generic[Args]):
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
-        parameters = self.args.model_json_schema()
-        parameters.pop("title", None)
-        for prop in parameters.get("properties", {}).values():
-            prop.pop("title", None)
+        parameters = copy.deepcopy(_parameters(self.args))
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
+
+
+@functools.cache
+def _parameters(args: type[BaseModel]) -> dict[str, Any]:
+    """An arguments model's JSON schema, made once: pydantic takes milliseconds per model, and every new
+    conversation lists every tool (a copy is handed out, so no caller can change the cached one)."""
+    parameters = args.model_json_schema()
+    parameters.pop("title", None)
+    for prop in parameters.get("properties", {}).values():
+        prop.pop("title", None)
+    return parameters
 
 
 class Registry:
