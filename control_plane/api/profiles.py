@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from backends import SandboxError
@@ -18,6 +18,7 @@ from ..agent.agent import Agent
 from ..agent.events import Event
 from ..agent.loop import Conversation
 from ..settings import Settings
+from .bounds import SessionId
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
@@ -123,7 +124,7 @@ def current_profile(
 Auth = Annotated[Profile, Depends(current_profile)]
 
 
-def live_session(profile: Auth, session_id: str) -> LiveSession:
+def live_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession:
     # a dependency, so a 404 is sent before an SSE response has started
     return profile.session(session_id)
 
