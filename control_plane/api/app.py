@@ -15,6 +15,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
 from .. import __version__
+from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import MessageText, Offset, SearchText, SessionId, Title, errors
@@ -60,6 +61,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(warm_up)
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
         yield
@@ -116,12 +118,13 @@ def create_app(
     @app.post(
         "/sessions/{session_id}/messages",
         status_code=status.HTTP_202_ACCEPTED,
-        responses=errors(400, 401, 404),
+        responses=errors(400, 401, 404, 429),
     )
-    async def post_message(live: Live, body: NewMessage) -> Posted:
+    async def post_message(profile: Auth, live: Live, body: NewMessage) -> Posted:
         after = live.seq
         if live.conversation.steer(body.content):
             return Posted(status="steered", after=after)
+        profile.admit_run(live)
         live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
         return Posted(status="started", after=after)
 
