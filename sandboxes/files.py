@@ -123,8 +123,6 @@ class FileOps:
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(payload)
-                    fh.flush()
-                    os.fsync(fh.fileno())
                 os.chmod(tmp, mode if mode is not None else 0o644)
                 os.replace(tmp, full)
             except BaseException:
