@@ -114,6 +114,9 @@ class FileOps:
         return {"path": full, "replacements": count if replace_all else 1, "diff": diff[:20000]}
 
     def _atomic_write(self, full: str, payload: bytes, mode: int | None) -> None:
+        """Write to a temporary file beside `full`, then rename it over: a reader sees the old file or the
+        new one, never half of one. No fsync: it cost more than the rest of a 1 MB write, and a sandbox's
+        workspace is scratch that a host crash takes with it."""
         directory = os.path.dirname(full)
         try:
             os.makedirs(directory, exist_ok=True)
