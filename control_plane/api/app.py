@@ -15,11 +15,12 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
 from .. import __version__
+from ..agent.status import Status
 from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import MessageText, Offset, SearchText, SessionId, Title, errors
-from .profiles import Auth, Hub, Live, LiveSession
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skills import router as skills_router
 from .tokens import TokenStore
 
@@ -42,6 +43,13 @@ class Posted(BaseModel):
     """started: a new run; steered: added to the running one after its current tool batch."""
     after: int
     """Follow /events?after=this to get exactly this message's events."""
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    profile: Status | None = None
+    """The caller's profile (with a valid bearer token only)."""
 
 
 class SessionDetail(BaseModel):
@@ -74,8 +82,11 @@ def create_app(
     app.include_router(skills_router)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    async def health(profile: OptionalAuth) -> Health:
+        """Liveness for anyone; with a valid token, also the caller's profile status (model, backend,
+        memory use, skill count)."""
+        status = await asyncio.to_thread(profile.agent.status) if profile is not None else None
+        return Health(status="ok", version=__version__, profile=status)
 
     @app.post("/sessions", status_code=status.HTTP_201_CREATED, responses=errors(400, 401))
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:

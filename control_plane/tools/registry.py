@@ -55,6 +55,8 @@ class ToolContext:
     """The profile's curated memory (the memory tool)."""
     skills: SkillLibrary | None = None
     """The profile's skill library (the skills tools)."""
+    proposer: str = "agent"
+    """Who a skill change is recorded as proposed by: the agent, or a background review."""
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
