@@ -156,7 +156,7 @@ def create_app(
     @app.get("/sessions/{session_id}/events", response_class=EventSourceResponse, responses=errors(401, 404))
     async def events(
         live: Live,
-        after: Annotated[int | None, Query(ge=0, description="Only events after this number")] = None,
+        after: Annotated[Offset | None, Query(description="Only events after this number")] = None,
         until_turn_end: Annotated[bool, Query(description="Stop after the next turn_end")] = False,
         last_event_id: Annotated[str | None, Header(max_length=32)] = None,
     ) -> AsyncIterator[ServerSentEvent]:
