@@ -25,6 +25,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import docker
@@ -79,26 +80,32 @@ ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONUNBUFFERED": "1",
 }
+
+
+@dataclass(frozen=True)
+class Final:
+    """How a service's image runs: its user, environment, working directory and command."""
+
+    user: str
+    env: dict[str, str]
+    workdir: str
+    cmd: list[str]
+
+
 FINALS = {
-    "agent": {
-        "user": "hermetic",
-        "env": {**ENV, "HERMETIC_ROOT": "/data", "HOME": "/data"},
-        "workdir": "/data",
-        "cmd": ["hermetic", "serve", "--host", "0.0.0.0", "--port", "8765"],
-    },
-    "postgres": {
-        "user": "postgres",
-        "env": {**ENV, "PGDATA": "/var/lib/postgresql/data"},
-        "workdir": "/var/lib/postgresql",
-        "cmd": ["/usr/local/bin/postgres-entrypoint"],
-    },
-    "docker-proxy": {
-        "user": "root",  # to open /var/run/docker.sock (root:docker 0660); compose drops every capability
-        "env": ENV,
-        "workdir": "/",
-        "cmd": ["/usr/sbin/haproxy", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"],
-    },
-}
+    "agent": Final(
+        "hermetic", {**ENV, "HERMETIC_ROOT": "/data", "HOME": "/data"}, "/data",
+        ["hermetic", "serve", "--host", "0.0.0.0", "--port", "8765"],
+    ),
+    "postgres": Final(
+        "postgres", {**ENV, "PGDATA": "/var/lib/postgresql/data"}, "/var/lib/postgresql",
+        ["/usr/local/bin/postgres-entrypoint"],
+    ),
+    # root: to open /var/run/docker.sock (root:docker 0660); compose drops every capability
+    "docker-proxy": Final(
+        "root", ENV, "/", ["/usr/sbin/haproxy", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
+    ),
+}  # fmt: skip
 
 
 def dependencies() -> list[str]:
@@ -124,7 +131,9 @@ def source_hash() -> str:
 
 def _final_hash(service: str) -> str:
     """What a final stage is made of: the base, its settings and scripts, and for the agent the source."""
-    recipe = json.dumps([service, FINALS[service], POSTGRES_ENTRYPOINT, HERMETIC_WRAPPER], sort_keys=True)
+    recipe = json.dumps(
+        [service, asdict(FINALS[service]), POSTGRES_ENTRYPOINT, HERMETIC_WRAPPER], sort_keys=True
+    )
     key = source_hash() if service == "agent" else base_hash()
     return hashlib.sha256(f"{key}\0{recipe}".encode()).hexdigest()
 
@@ -200,8 +209,8 @@ def _build_final(client: docker.DockerClient, base: str, service: str, tag: str)
             raise ImageBuildError(
                 f"setting up {service} failed: {container.logs().decode(errors='replace')[-2000:]}"
             )
-        changes = [f"ENV {k}={v}" for k, v in final["env"].items()]
-        changes += [f"USER {final['user']}", f"WORKDIR {final['workdir']}", f"CMD {json.dumps(final['cmd'])}",
+        changes = [f"ENV {k}={v}" for k, v in final.env.items()]
+        changes += [f"USER {final.user}", f"WORKDIR {final.workdir}", f"CMD {json.dumps(final.cmd)}",
                     f'LABEL org.hermetic.service="{service}"']  # fmt: skip
         repo, _, version = tag.partition(":")
         container.commit(repository=repo, tag=version, changes=changes)
