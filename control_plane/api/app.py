@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 from .. import __version__
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
+from .cron import router as cron_router
+from .cron import start_schedulers, stop_schedulers
 from .profiles import Auth, Hub, Live, LiveSession
 from .skills import router as skills_router
 from .tokens import TokenStore
@@ -59,7 +61,9 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
+        await start_schedulers(app, hub, base, root)
         yield
+        await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
@@ -67,6 +71,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.state.tokens = tokens
 
     app.include_router(skills_router)
+    app.include_router(cron_router)
 
     @app.get("/health")
     def health() -> dict[str, str]:

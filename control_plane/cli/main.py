@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from . import agent as agent_cli
-from . import demo, dev, doctor
+from . import cron, demo, dev, doctor
 from . import sandbox as sandbox_cli
 from . import skills as skills_cli
 
@@ -20,6 +20,7 @@ app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
+app.add_typer(cron.app, name="cron")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 

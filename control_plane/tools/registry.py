@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from backends import Sandbox
 
     from ..memory.store import Memory
-    from ..settings import Limits
+    from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
     from ..store import Store
 
@@ -58,6 +58,8 @@ class ToolContext:
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
+    settings: Settings | None = None
+    """The agent's settings (the schedule tool reads the profile's time zone and delivery policy)."""
 
     @property
     def sandbox(self) -> Sandbox:
