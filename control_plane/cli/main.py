@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from . import agent as agent_cli
-from . import cron, demo, dev, doctor, export
+from . import batch, cron, demo, dev, doctor, export
 from . import sandbox as sandbox_cli
 from . import skills as skills_cli
 
@@ -21,6 +21,7 @@ app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
 app.add_typer(cron.app, name="cron")
+app.add_typer(batch.app, name="batch")
 agent_cli.sessions_app.command("export")(export.export_sessions)
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
