@@ -171,9 +171,13 @@ class JobStore:
         """The earliest time anything may change: a due occurrence or a lease running out."""
         with self._read() as db:
             jobs = list(db.exec(select(JobRecord).where(JobRecord.profile == profile)))
-        times = [j.next_run_at for j in jobs if not j.paused and j.next_run_at is not None]
-        times += [j.lease_until for j in jobs if j.lease_until is not None]
-        return min(times) if times else None
+        # A leased job's next occurrence waits for the lease: its end (or expiry) is the time to look.
+        times = [
+            j.lease_until if j.lease_until is not None else j.next_run_at
+            for j in jobs
+            if j.lease_until is not None or (not j.paused and j.next_run_at is not None)
+        ]
+        return min(t for t in times if t is not None) if times else None
 
     def claim(self, job: JobRecord, now: float, owner: str, lease: float) -> Claim | None:
         """Take the job's occurrence `job.next_run_at` for `owner`, or None when another process has it."""
