@@ -408,3 +408,35 @@ def test_the_schedule_tool_is_off_by_default_and_when_enabled_adds_lists_and_ref
     assert results[0].startswith("scheduled " + job.id)
     assert "not a webhook the operator allows" in results[1]
     assert job.id in results[2] and "cron 0 9 * * 1 (Europe/Paris)" in results[2]
+
+
+def test_a_job_uses_its_own_model_and_a_missing_preloaded_skill_fails_the_run_with_the_reason(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = cron_settings(tmp_path, fake_llm.url)
+    scheduler = Scheduler(settings)
+    own = scheduler.jobs.add(
+        settings.profile, JobSpec(schedule="every 1h", prompt="p", model="openai/other"), tz="UTC"
+    )
+    missing = scheduler.jobs.add(
+        settings.profile, JobSpec(schedule="every 1h", prompt="p", skills=["nope"], max_retries=0), tz="UTC"
+    )
+    fake_llm.load([{"text": "from the other model"}])
+
+    async def main() -> None:
+        try:
+            done = await scheduler.run_now(own.id)
+            assert done is not None and done.status == "ok"
+            failed = await scheduler.run_now(missing.id)
+            assert failed is not None and failed.status == "failed" and "nope" in (failed.error or "")
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(main())
+    assert [r["model"] for r in fake_llm.requests] == [
+        "other"
+    ]  # the job's model; the failed run asked nothing
+    session = scheduler.store.get_session(
+        scheduler.jobs.history(settings.profile, own.id)[0].session_id or "", "default"
+    )
+    assert session is not None and session.model == "openai/other"

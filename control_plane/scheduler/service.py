@@ -110,13 +110,12 @@ class Scheduler:
         while True:
             self._wake.clear()
             try:
-                claims = await asyncio.to_thread(self.tick, time.time())
-            except Exception:  # the database away for a moment must not end the scheduler
-                log.exception("profile %s: scheduler tick failed", self.profile)
-                claims = []
-            for claim in claims:
-                self._spawn(claim)
-            wake_at = await asyncio.to_thread(self.jobs.next_wake, self.profile)
+                for claim in await asyncio.to_thread(self.tick, time.time()):
+                    self._spawn(claim)
+                wake_at = await asyncio.to_thread(self.jobs.next_wake, self.profile)
+            except Exception:  # the database away for a while must not end the scheduler
+                log.exception("profile %s: scheduler tick failed; trying again in %ss", self.profile, poll)
+                wake_at = None
             full = len(self.running) >= self.settings.scheduler.max_concurrent
             delay = poll if wake_at is None or full else min(max(wake_at - time.time(), 0.0), poll)
             if delay > 0:
