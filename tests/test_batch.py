@@ -213,3 +213,40 @@ def test_a_result_line_torn_by_a_crash_is_cut_off_and_its_prompt_runs_again(tmp_
     path.write_text('{"id": "a", "status": "completed"}\n{"id": "b", "status": "failed"}\n{"id": "c", "sta')
     assert finished_ids(path) == {"a"}  # failed ones run again; the torn one never finished
     assert path.read_text().endswith('"failed"}\n')
+
+
+def test_on_modal_the_workers_fan_out_to_one_modal_sandbox_per_prompt(tmp_path: Path) -> None:
+    """The real Modal backend against the stand-in of Modal's service (in-process: the CLI's subprocess
+    cannot be handed it): each prompt gets its own Modal sandbox, never more at once than workers."""
+    import asyncio
+
+    from modal_standin import FakeSandbox
+
+    from control_plane.agent.agent import Agent
+    from control_plane.batch import BatchItem, BatchRunner
+    from control_plane.sandbox_manager import SandboxManager
+    from control_plane.settings import load_settings
+
+    backend = get_backend("modal-standin")
+    alive: list[int] = []
+
+    class Counting(PerConversation):
+        def _next(self, body: dict[str, Any]) -> tuple[int, Turn | None]:
+            alive.append(sum(1 for sb in FakeSandbox.created[start:] if sb.poll() is None))
+            return super()._next(body)
+
+    start = len(FakeSandbox.created)
+    with Counting(delay=0.1) as server:
+        model = {"name": "openai/scripted", "api_base": server.url, "api_key": "k-123456", "retries": 0}
+        settings = load_settings(root=tmp_path, model=model, backend="modal", learning={"enabled": False})
+        agent = Agent(settings, sandboxes=SandboxManager(settings, backend=lambda: backend))
+        runner = BatchRunner(agent, tmp_path / "results.jsonl", workers=4, timeout=120)
+        try:
+            summary = asyncio.run(runner.run([BatchItem(id=f"m{i}", prompt=f"say m{i}") for i in range(8)]))
+        finally:
+            agent.close()
+    assert summary.completed == 8 and summary.tool_calls == 8
+    made = FakeSandbox.created[start:]
+    assert len(made) == 8 and all(sb.poll() is not None for sb in made)  # one each, all terminated after
+    assert max(alive) <= 4
+    assert {r["id"] for r in results(tmp_path / "results.jsonl")} == {f"m{i}" for i in range(8)}

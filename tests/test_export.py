@@ -226,3 +226,41 @@ def test_export_refuses_bad_options_with_the_reason(tmp_path: Path) -> None:
 def test_an_empty_profile_exports_nothing_and_says_so(tmp_path: Path, fmt: str) -> None:
     done = hermetic("sessions", "export", "--format", fmt, root=tmp_path)
     assert done.returncode == 0 and done.stdout == "" and "exported 0 trajectories" in done.stderr
+
+
+def test_a_selection_by_source_and_time_exports_only_those_sessions(store: Store) -> None:
+    from control_plane.trajectories import parse_since
+
+    done = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    made = {}
+    for source in ("cli", "cron", "cron"):
+        session = store.create_session("default", source=source)
+        store.add_messages(session.id, done)
+        made.setdefault(source, []).append(session.id)
+    other = store.create_session("someone-else", source="cron")
+    store.add_messages(other.id, done)
+
+    def ids(selection: Selection) -> list[str]:
+        out = io.StringIO()
+        export(
+            store,
+            "default",
+            selection,
+            "chatml",
+            out,
+            Quality(known_tools=set(), max_iterations=90),
+            Redactor(),
+            {},
+        )
+        return [json.loads(line)["id"] for line in out.getvalue().splitlines()]
+
+    assert ids(Selection(sources=["cron"])) == made["cron"]  # oldest first; another profile's never
+    assert ids(Selection()) == made["cli"] + made["cron"]
+    assert ids(Selection(since=parse_since("1h"))) == made["cli"] + made["cron"]
+    assert ids(Selection(since=parse_since("2999-01-01"))) == []
+    with pytest.raises(ValueError, match="--since"):
+        parse_since("next week")
