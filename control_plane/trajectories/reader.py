@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from ..store import MessageRecord, SessionRecord, Store, ToolCallRecord
@@ -63,30 +65,35 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
         query = query.where(col(SessionRecord.source).in_(list(selection.sources)))
     with Session(store.engine, expire_on_commit=False) as db:
         sessions = list(db.exec(query.order_by(col(SessionRecord.created_at), col(SessionRecord.id))))
+    m = MessageRecord
+    columns = [col(c) for c in (m.session_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name)]
     for start in range(0, len(sessions), chunk):
         part = sessions[start : start + chunk]
         ids = [s.id for s in part]
-        with Session(store.engine, expire_on_commit=False) as db:
-            messages = db.exec(
-                select(MessageRecord)
-                .where(col(MessageRecord.session_id).in_(ids))
-                .order_by(col(MessageRecord.session_id), col(MessageRecord.id))
+        by_session: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+        failed: Counter[str] = Counter()
+        counted: Counter[str] = Counter()
+        # Core rows, not ORM objects: building a model per message cost most of an export.
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                sa_select(*columns).where(col(m.session_id).in_(ids)).order_by(col(m.session_id), col(m.id))
             )
-            by_session: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-            for message in messages:
-                by_session[message.session_id].append(message.to_chat())
-            calls = db.exec(
-                select(ToolCallRecord.session_id, ToolCallRecord.ok).where(
+            for session_id, role, content, tool_calls, tool_call_id, name in rows:
+                message: dict[str, Any] = {"role": role, "content": content}
+                if tool_calls is not None:
+                    message["tool_calls"] = tool_calls
+                if tool_call_id is not None:
+                    message["tool_call_id"] = tool_call_id
+                if name is not None:
+                    message["name"] = name
+                by_session[session_id].append(message)
+            calls = conn.execute(
+                sa_select(col(ToolCallRecord.session_id), col(ToolCallRecord.ok)).where(
                     col(ToolCallRecord.session_id).in_(ids)
                 )
             )
-            failed: dict[str, int] = {}
-            counted: dict[str, int] = {}
             for session_id, ok in calls:
-                counted[session_id] = counted.get(session_id, 0) + 1
-                if not ok:
-                    failed[session_id] = failed.get(session_id, 0) + 1
+                counted[session_id] += 1
+                failed[session_id] += not ok
         for record in part:
-            yield Trajectory(
-                record, by_session[record.id], failed.get(record.id, 0), counted.get(record.id, 0)
-            )
+            yield Trajectory(record, by_session[record.id], failed[record.id], counted[record.id])
