@@ -440,3 +440,62 @@ def test_a_job_uses_its_own_model_and_a_missing_preloaded_skill_fails_the_run_wi
         scheduler.jobs.history(settings.profile, own.id)[0].session_id or "", "default"
     )
     assert session is not None and session.model == "openai/other"
+
+
+def test_a_gateway_plugs_in_a_chat_target_and_the_tool_delivers_back_to_the_chat_it_came_from(
+    tmp_path: Path, fake_llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What control_plane/gateway does: register its chat kind and say which chat a session is in."""
+    from control_plane.scheduler import delivery
+
+    sent: list[tuple[str, delivery.Message]] = []
+
+    class Chat:
+        def check(self, address: str) -> None:
+            if not address.lstrip("-").isdigit():
+                raise delivery.DeliveryError(f"telegram chat ids are numbers, not {address!r}")
+
+        async def send(self, address: str, message: delivery.Message, ctx: delivery.DeliveryContext) -> str:
+            sent.append((address, message))
+            return f"sent to chat {address}"
+
+    chat_of: dict[str, str] = {}
+    monkeypatch.setitem(delivery._KINDS, "telegram", Chat())
+    monkeypatch.setattr(delivery, "_ORIGINS", [])
+    delivery.register_origin(chat_of.get)
+
+    settings = cron_settings(tmp_path, fake_llm.url, toolsets=["schedule"])
+    remind = {
+        "name": "schedule",
+        "arguments": {"action": "add", "schedule": "0 9 * * 1", "prompt": "water the plants"},
+    }
+    elsewhere = {**remind, "arguments": {**remind["arguments"], "deliver": ["telegram:99"]}}
+    fake_llm.load(
+        [{"tool_calls": [remind, elsewhere]}, {"text": "Every Monday at 9."}, {"text": "Water the plants!"}]
+    )
+    agent = Agent(settings)
+    conversation = agent.new_conversation(source="telegram")
+    chat_of[conversation.id] = "telegram:42"
+    asyncio.run(conversation.run("remind me every Monday to water the plants", lambda e: None))
+    conversation.close()
+    agent.close()
+    results = [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert results[0].startswith("scheduled") and "deliver: telegram:42" in results[0]
+    assert "not to another one" in results[1]
+    scheduler = Scheduler(settings)
+    [job] = scheduler.jobs.all(settings.profile)
+
+    async def main() -> None:
+        try:
+            await scheduler.run_now(job.id)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(main())
+    assert [(address, m.text) for address, m in sent] == [("42", "Water the plants!")]
+    [run] = scheduler.jobs.history(settings.profile, job.id)
+    assert run.deliveries == [{"target": "telegram:42", "ok": True, "detail": "sent to chat 42"}]
+    with pytest.raises(JobError, match="numbers"):  # the kind's own check runs when a job is saved
+        scheduler.jobs.add(
+            settings.profile, JobSpec(schedule="every 1h", prompt="p", deliver=["telegram:me"]), tz="UTC"
+        )

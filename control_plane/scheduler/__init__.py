@@ -2,7 +2,7 @@
 webhook or a file, once per occurrence across processes. Importing it registers the `schedule` tool."""
 
 from . import tool
-from .delivery import DeliveryContext, DeliveryError, Message, TargetKind, register_target
+from .delivery import DeliveryContext, DeliveryError, Message, TargetKind, register_origin, register_target
 from .jobs import JobError, JobStore
 from .records import JobRecord, JobSpec, RunRecord
 from .schedules import ScheduleError, parse
@@ -22,6 +22,7 @@ __all__ = [
     "TargetKind",
     "parse",
     "profiles_on_disk",
+    "register_origin",
     "register_target",
     "tool",
     "wake",

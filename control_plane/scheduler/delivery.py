@@ -3,7 +3,8 @@
 Built in: `file:NAME` (appended to deliveries/NAME in the profile home) and `webhook:URL` (a JSON POST
 signed with HMAC-SHA256). A chat platform plugs in by `register_target("telegram", handler)` from the
 gateway; until one is registered in the process, its targets are accepted when a job is saved and fail,
-saying so, when a result is delivered.
+saying so, when a result is delivered. The gateway also registers an origin resolver, so the agent's
+schedule tool can deliver to the chat a conversation came from (`here`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -70,6 +72,18 @@ class TargetKind(Protocol):
 
 
 _KINDS: dict[str, TargetKind] = {}
+_ORIGINS: list[Callable[[str], str | None]] = []
+
+
+def register_origin(resolver: Callable[[str], str | None]) -> None:
+    """Let the schedule tool deliver back to where a conversation came from: `resolver(session_id)` gives
+    the session's chat as a target ('telegram:CHAT') or None. The gateway registers one."""
+    _ORIGINS.append(resolver)
+
+
+def origin_of(session_id: str) -> str | None:
+    """The chat a session belongs to, as a delivery target, when a registered resolver knows it."""
+    return next((found for resolver in _ORIGINS if (found := resolver(session_id))), None)
 
 
 def register_target(kind: str, handler: TargetKind) -> None:
