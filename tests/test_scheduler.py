@@ -499,3 +499,20 @@ def test_a_gateway_plugs_in_a_chat_target_and_the_tool_delivers_back_to_the_chat
         scheduler.jobs.add(
             settings.profile, JobSpec(schedule="every 1h", prompt="p", deliver=["telegram:me"]), tz="UTC"
         )
+
+
+def test_servers_opening_a_new_postgresql_database_at_once_all_get_the_schema(
+    postgres: LocalPostgres,
+) -> None:
+    """Found by the two-process test: concurrent CREATE ... IF NOT EXISTS collided in pg_type."""
+    name = postgres.create_database()
+    try:
+
+        def open_both(_: int) -> int:
+            with Store(postgres.url(name)) as store:
+                return len(JobStore(store).all("default"))
+
+        with ThreadPoolExecutor(6) as pool:
+            assert list(pool.map(open_both, range(6))) == [0] * 6
+    finally:
+        postgres.drop_database(name)

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, and_, delete, insert, or_, update
+from sqlalchemy import Connection, Engine, and_, delete, insert, or_, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
 from ..store import Store, StoreError
-from ..store.engine import WRITE
+from ..store.engine import SCHEMA_LOCK, WRITE
 from .delivery import check_target
 from .records import JobRecord, JobSpec, RunRecord
 from .schedules import Schedule, parse
@@ -63,6 +63,8 @@ class JobStore:
     def __init__(self, store: Store) -> None:
         self.engine: Engine = store.engine
         with self._write() as conn:
+            if self.engine.dialect.name == "postgresql":
+                conn.execute(text(SCHEMA_LOCK))  # servers starting at once on a new database
             SQLModel.metadata.create_all(conn, tables=_TABLES, checkfirst=True)
 
     # -- jobs ------------------------------------------------------------------------------
