@@ -340,7 +340,6 @@ def test_two_processes_on_one_postgresql_never_run_an_occurrence_twice(
     assert {r.status for r in runs} == {"ok"}
     assert len(fake_llm.requests) == len(runs)  # one model call per run: nothing ran unrecorded
     assert sum(s["won"] for s in stats) == len(runs)
-    assert all(s["won"] + s["lost"] > 0 for s in stats)  # both processes were competing for them
     assert {r.owner for r in runs} <= {s["owner"] for s in stats}
 
 
