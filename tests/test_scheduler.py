@@ -515,3 +515,26 @@ def test_servers_opening_a_new_postgresql_database_at_once_all_get_the_schema(
             assert list(pool.map(open_both, range(6))) == [0] * 6
     finally:
         postgres.drop_database(name)
+
+
+def test_catching_up_all_replays_at_most_the_latest_hundred_missed_occurrences(store: Store) -> None:
+    from control_plane.scheduler.jobs import REPLAY_LIMIT
+
+    jobs = JobStore(store)
+    spec = JobSpec(schedule="every 1m", prompt="p", catch_up="all")
+    job = jobs.add("default", spec, tz="UTC", now=1000.0)  # first at 1060, then every 60 s
+    now = 1060.0 + 60 * 500 + 30  # 501 occurrences missed
+    claims = []
+    for _ in range(REPLAY_LIMIT + 5):
+        found = jobs.due("default", now)
+        if not found:
+            break
+        claim = jobs.claim(found[0], now, "me:1:x", lease=30)
+        assert claim is not None
+        claims.append(claim.scheduled_for)
+        jobs.release(job.id, "me:1:x", "ok", now)
+    assert len(claims) == REPLAY_LIMIT and claims == sorted(claims)
+    assert claims[0] == 1060.0 + 60 * (500 - REPLAY_LIMIT + 1) and claims[-1] == 1060.0 + 60 * 500
+    cron = jobs.add("default", JobSpec(schedule="*/5 * * * *", prompt="p", catch_up="all"), tz="UTC", now=0.0)
+    claim = jobs.claim(cron, 86400.0 + 10, "me:1:y", lease=30)  # a day down: 288 occurrences missed
+    assert claim is not None and claim.scheduled_for == 86400.0 - 300 * (REPLAY_LIMIT - 1)

@@ -32,6 +32,9 @@ from .schedules import Schedule, parse
 
 GRACE_SECONDS = 60.0
 """An occurrence later than this counts as missed (catch_up 'none' skips it)."""
+REPLAY_LIMIT = 100
+"""catch_up 'all' runs at most this many missed occurrences (the latest ones), not three days of a job
+every minute."""
 _TABLES = [JobRecord.__table__, RunRecord.__table__]  # type: ignore[attr-defined]
 
 
@@ -188,7 +191,11 @@ class JobStore:
             return None
         schedule = schedule_of(job)
         missed = due < now - GRACE_SECONDS
-        following = schedule.next_after(due if job.catch_up == "all" else now)
+        occurrence = due
+        if missed and job.catch_up == "all":  # replay the missed ones, but only the latest REPLAY_LIMIT
+            floor = schedule.nth_latest(REPLAY_LIMIT, now)
+            occurrence = max(due, floor) if floor is not None else due
+        following = schedule.next_after(occurrence if job.catch_up == "all" else now)
         skip = missed and job.catch_up == "none"
         values: dict[str, Any] = {"next_run_at": following}
         if not skip:
@@ -206,7 +213,7 @@ class JobStore:
             )
             if done.rowcount != 1:
                 return None
-        return Claim(job, due, skip)
+        return Claim(job, occurrence, skip)
 
     def claim_now(self, job: JobRecord, now: float, owner: str, lease: float) -> Claim | None:
         """Take the lease to run the job now ('cron run'), leaving its schedule as it is."""

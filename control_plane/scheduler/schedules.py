@@ -48,6 +48,21 @@ class Schedule:
         start = dt.datetime.fromtimestamp(after, ZoneInfo(self.tz))
         return float(croniter(self.expr, start).get_next(float))
 
+    def nth_latest(self, n: int, before: float) -> float | None:
+        """The n-th latest occurrence at or before `before` (n=1: the latest); None when there are fewer."""
+        if self.kind == "once":
+            return None
+        if self.kind == "every":
+            interval = float(self.expr)
+            latest = self.anchor + ((before - self.anchor) // interval) * interval
+            found = latest - (n - 1) * interval
+            return found if found >= self.anchor else None
+        walk = croniter(self.expr, dt.datetime.fromtimestamp(before + 1e-6, ZoneInfo(self.tz)))
+        found = before
+        for _ in range(n):
+            found = float(walk.get_prev(float))
+        return found if found >= self.anchor else None
+
     def describe(self) -> str:
         if self.kind == "cron":
             return f"cron {self.expr} ({self.tz})"
