@@ -137,7 +137,21 @@ def test_jobs_made_over_the_api_run_inside_the_server_and_stay_in_their_profile(
         assert client.post("/cron/jobs", json={"schedule": "every 1h"}, headers=alpha).status_code == 422
         assert client.get("/cron/jobs").status_code == 401
         assert client.post("/cron/jobs/j-none/run", headers=alpha).status_code == 404
+
+        def settled() -> list[dict[str, Any]]:
+            """The history once no run holds the job's lease (one may have started before the pause)."""
+            while client.get(f"/cron/jobs/{job['id']}", headers=alpha).json()["lease_owner"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            return client.get(f"/cron/jobs/{job['id']}/history", headers=alpha).json()
+
+        before = len(settled())
         started = client.post(f"/cron/jobs/{job['id']}/run", headers=alpha)
-        assert started.status_code == 202
+        assert started.status_code == 202  # run now, although paused
+        deadline = time.monotonic() + 60
+        while len(runs := settled()) == before or runs[0]["status"] == "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert runs[0]["status"] == "ok"
         assert client.delete(f"/cron/jobs/{job['id']}", headers=alpha).status_code in (204, 200)
         assert client.get(f"/cron/jobs/{job['id']}", headers=alpha).status_code == 404
