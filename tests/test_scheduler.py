@@ -538,3 +538,25 @@ def test_catching_up_all_replays_at_most_the_latest_hundred_missed_occurrences(s
     cron = jobs.add("default", JobSpec(schedule="*/5 * * * *", prompt="p", catch_up="all"), tz="UTC", now=0.0)
     claim = jobs.claim(cron, 86400.0 + 10, "me:1:y", lease=30)  # a day down: 288 occurrences missed
     assert claim is not None and claim.scheduled_for == 86400.0 - 300 * (REPLAY_LIMIT - 1)
+
+
+def test_a_job_removed_after_its_claim_runs_nothing_and_leaves_no_open_session(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = cron_settings(tmp_path, fake_llm.url)
+    scheduler = Scheduler(settings)
+    job = scheduler.jobs.add(settings.profile, JobSpec(schedule="every 1m", prompt="p"), tz="UTC", now=1000.0)
+    [claim] = scheduler.tick(1061.0)
+    assert scheduler.jobs.remove(settings.profile, job.id)
+
+    async def main() -> None:
+        try:
+            with pytest.raises(JobError, match="was removed"):
+                await scheduler.runner.run(claim)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(main())
+    assert fake_llm.requests == []
+    sessions = scheduler.store.list_sessions(settings.profile)
+    assert [s.source for s in sessions] == ["cron"] and sessions[0].ended_at is not None

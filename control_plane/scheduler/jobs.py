@@ -283,9 +283,15 @@ class JobStore:
                 done = conn.execute(insert(RunRecord).returning(col(RunRecord.id)), row)
                 return cast(int, done.scalar_one())
         except IntegrityError:
+            if not self._job_exists(job_id):
+                raise JobError(f"job {job_id} was removed") from None
             raise JobError(
                 f"job {job_id}: occurrence {scheduled_for} attempt {attempt} already ran"
             ) from None
+
+    def _job_exists(self, job_id: str) -> bool:
+        with self._read() as db:
+            return db.exec(select(JobRecord.id).where(JobRecord.id == job_id)).first() is not None
 
     def finish_run(self, run_id: int, **fields: Any) -> None:
         with self._write() as conn:

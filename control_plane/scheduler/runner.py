@@ -15,6 +15,7 @@ from backends import SandboxError
 from ..agent.agent import Agent
 from ..agent.events import Event
 from ..skills.library import SkillError
+from ..store import StoreError
 from .delivery import DeliveryContext, Message, deliver
 from .jobs import Claim, JobStore
 from .records import SILENT, JobRecord
@@ -100,9 +101,13 @@ class Runner:
         conversation = await asyncio.to_thread(
             agent.new_conversation, title=f"cron: {job.name}", source="cron", toolsets=job.toolsets
         )
-        run_id = await asyncio.to_thread(
-            self.jobs.start_run, job.id, scheduled_for, number, self.owner, session_id=conversation.id
-        )
+        try:
+            run_id = await asyncio.to_thread(
+                self.jobs.start_run, job.id, scheduled_for, number, self.owner, session_id=conversation.id
+            )
+        except StoreError:  # the job was removed meanwhile (or this attempt exists): nothing to run
+            await asyncio.to_thread(conversation.close)
+            raise
         started = time.perf_counter()
         errors: list[str] = []
 
