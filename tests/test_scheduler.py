@@ -560,3 +560,38 @@ def test_a_job_removed_after_its_claim_runs_nothing_and_leaves_no_open_session(
     assert fake_llm.requests == []
     sessions = scheduler.store.list_sessions(settings.profile)
     assert [s.source for s in sessions] == ["cron"] and sessions[0].ended_at is not None
+
+
+def test_a_pending_retry_is_kept_in_the_database_and_run_by_the_next_process(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = cron_settings(tmp_path, fake_llm.url)
+    first = Scheduler(settings)
+    spec = JobSpec(schedule="every 1h", prompt="p", deliver=["file:r.md"], max_retries=1, retry_backoff=600)
+    now = time.time()  # the runner schedules the retry on the wall clock
+    job = first.jobs.add(settings.profile, spec, tz="UTC", now=now - 3630)  # first occurrence 30 s ago
+    due = job.anchor
+    fake_llm.load([{"error": 500, "message": "down"}, {"text": "fine now"}])
+    [claim] = first.tick(now)
+
+    async def run(scheduler: Scheduler, claim: Any) -> None:
+        try:
+            await scheduler.runner.run(claim)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(run(first, claim))  # the first attempt fails; then this process goes away
+    pending = first.jobs.get(settings.profile, job.id)
+    assert pending is not None and pending.retry_for == due and pending.retry_attempt == 1
+    assert pending.retry_at is not None and pending.lease_owner is None
+    assert not (settings.home / "deliveries" / "r.md").exists()  # not the last attempt: nothing said yet
+    second = Scheduler(settings)
+    assert second.tick(pending.retry_at - 1) == []
+    [retry] = second.tick(pending.retry_at + 0.1)
+    assert retry.attempt == 1 and retry.scheduled_for == due
+    asyncio.run(run(second, retry))
+    runs = second.jobs.history(settings.profile, job.id)[::-1]
+    assert [(r.attempt, r.status) for r in runs] == [(0, "failed"), (1, "ok")]
+    assert "fine now" in (settings.home / "deliveries" / "r.md").read_text()
+    after = second.jobs.get(settings.profile, job.id)
+    assert after is not None and after.retry_at is None and after.next_run_at == due + 3600

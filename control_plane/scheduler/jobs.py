@@ -58,6 +58,8 @@ class Claim:
     job: JobRecord
     scheduled_for: float
     skip: bool = False
+    attempt: int = 0
+    """0 for the occurrence itself, then 1, 2, ... for its retries."""
 
 
 class JobStore:
@@ -166,7 +168,7 @@ class JobStore:
         query = select(JobRecord).where(
             JobRecord.profile == profile,
             col(JobRecord.paused).is_(False),
-            col(JobRecord.next_run_at) <= now,
+            or_(col(JobRecord.next_run_at) <= now, col(JobRecord.retry_at) <= now),
             _lease_free(now),
         )
         with self._read() as db:
@@ -178,14 +180,25 @@ class JobStore:
             jobs = list(db.exec(select(JobRecord).where(JobRecord.profile == profile)))
         # A leased job's next occurrence waits for the lease: its end (or expiry) is the time to look.
         times = [
-            j.lease_until if j.lease_until is not None else j.next_run_at
+            j.lease_until if j.lease_until is not None else min(_known(j.next_run_at, j.retry_at))
             for j in jobs
-            if j.lease_until is not None or (not j.paused and j.next_run_at is not None)
+            if j.lease_until is not None or (not j.paused and _known(j.next_run_at, j.retry_at))
         ]
-        return min(t for t in times if t is not None) if times else None
+        return min(times) if times else None
 
     def claim(self, job: JobRecord, now: float, owner: str, lease: float) -> Claim | None:
-        """Take the job's occurrence `job.next_run_at` for `owner`, or None when another process has it."""
+        """Take the job's due retry, else its occurrence `job.next_run_at`, for `owner`; None when another
+        process has it."""
+        if job.retry_at is not None and job.retry_at <= now and job.retry_for is not None:
+            with self._write() as conn:
+                done = conn.execute(
+                    update(JobRecord)
+                    .where(
+                        col(JobRecord.id) == job.id, col(JobRecord.retry_at) == job.retry_at, _lease_free(now)
+                    )
+                    .values(retry_at=None, lease_owner=owner, lease_until=now + lease)
+                )
+            return Claim(job, job.retry_for, attempt=job.retry_attempt) if done.rowcount == 1 else None
         due = job.next_run_at
         if due is None:
             return None
@@ -234,12 +247,29 @@ class JobStore:
             )
             return done.rowcount == 1
 
-    def release(self, job_id: str, owner: str, status: str, finished: float) -> None:
+    def release(
+        self,
+        job_id: str,
+        owner: str,
+        status: str,
+        finished: float,
+        retry: tuple[float, float, int] | None = None,
+    ) -> None:
+        """Free the job; `retry` = (when, occurrence, attempt) keeps a failed occurrence's next try."""
+        when, occurrence, attempt = retry or (None, None, 0)
         with self._write() as conn:
             conn.execute(
                 update(JobRecord)
                 .where(col(JobRecord.id) == job_id, col(JobRecord.lease_owner) == owner)
-                .values(lease_owner=None, lease_until=None, last_run_at=finished, last_status=status)
+                .values(
+                    lease_owner=None,
+                    lease_until=None,
+                    last_run_at=finished,
+                    last_status=status,
+                    retry_at=when,
+                    retry_for=occurrence,
+                    retry_attempt=attempt,
+                )
             )
 
     def reap(self, profile: str, now: float) -> int:
@@ -320,6 +350,10 @@ class JobStore:
     def _read(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as db:
             yield db
+
+
+def _known(*times: float | None) -> list[float]:
+    return [t for t in times if t is not None]
 
 
 def _lease_free(now: float) -> Any:

@@ -53,6 +53,10 @@ class JobRecord(SQLModel, table=True):
     last_status: str | None = None
     lease_owner: str | None = None
     lease_until: float | None = None
+    retry_at: float | None = None
+    """When the failed occurrence `retry_for` is tried again (kept here, so a restart does not lose it)."""
+    retry_for: float | None = None
+    retry_attempt: int = 0
 
 
 class RunRecord(SQLModel, table=True):

@@ -56,7 +56,8 @@ class Runner:
         self.run_timeout = run_timeout
 
     async def run(self, claim: Claim) -> Attempt | None:
-        """Run the claim (every attempt), deliver, and free the job. None for a skipped occurrence."""
+        """Run one attempt of the claim and free the job: a failure with retries left keeps its next try
+        in the job's row (backoff doubling), the last attempt's outcome is delivered. None when skipped."""
         job = claim.job
         if claim.skip:
             now = time.time()
@@ -73,28 +74,26 @@ class Runner:
             return None
         renewing = asyncio.create_task(self._renew(job.id))
         attempt: Attempt | None = None
+        retry: tuple[float, float, int] | None = None
         try:
-            for number in range(job.max_retries + 1):
-                attempt = await self._attempt(job, claim.scheduled_for, number)
-                if attempt.status != "failed":
-                    break
-                if number < job.max_retries:
-                    delay = job.retry_backoff * 2**number
-                    log.info(
-                        "job %s: attempt %d failed (%s); retrying in %.0fs",
-                        job.id,
-                        number + 1,
-                        attempt.error,
-                        delay,
-                    )
-                    await asyncio.sleep(delay)
-            assert attempt is not None
-            await self._deliver(job, claim.scheduled_for, attempt, tries=number + 1)
+            attempt = await self._attempt(job, claim.scheduled_for, claim.attempt)
+            if attempt.status == "failed" and claim.attempt < job.max_retries:
+                delay = job.retry_backoff * 2**claim.attempt
+                log.info(
+                    "job %s: attempt %d failed (%s); retry in %.0fs",
+                    job.id,
+                    claim.attempt + 1,
+                    attempt.error,
+                    delay,
+                )
+                retry = (time.time() + delay, claim.scheduled_for, claim.attempt + 1)
+            else:
+                await self._deliver(job, claim.scheduled_for, attempt, tries=claim.attempt + 1)
             return attempt
         finally:
             renewing.cancel()
             status = attempt.status if attempt else "failed"
-            await asyncio.to_thread(self.jobs.release, job.id, self.owner, status, time.time())
+            await asyncio.to_thread(self.jobs.release, job.id, self.owner, status, time.time(), retry)
 
     async def _attempt(self, job: JobRecord, scheduled_for: float, number: int) -> Attempt:
         agent = self.agent_for(job.model)

@@ -174,7 +174,18 @@ class Scheduler:
         claim = await asyncio.to_thread(self.jobs.claim_now, job, time.time(), self.owner, lease)
         if claim is None:
             raise JobError(f"job {job_id} is running right now (lease held by {job.lease_owner})")
-        return await self.runner.run(claim)
+        while True:  # here, in the foreground: its retries too, each when its backoff has passed
+            attempt = await self.runner.run(claim)
+            job = await asyncio.to_thread(self.jobs.get, self.profile, job_id)
+            if job is None or job.retry_at is None or job.retry_for != claim.scheduled_for:
+                return attempt
+            await asyncio.sleep(max(job.retry_at - time.time(), 0.0))
+            retry = await asyncio.to_thread(
+                self.jobs.claim, job, max(time.time(), job.retry_at), self.owner, lease
+            )
+            if retry is None:  # a server took the retry meanwhile
+                return attempt
+            claim = retry
 
 
 def profiles_on_disk(root: Path, first: str) -> list[str]:
