@@ -130,6 +130,7 @@ def show(job_id: JobId) -> None:
 
 @app.command("pause")
 def pause(job_id: JobId) -> None:
+    """Stop running the job until it is resumed."""
     with jobs() as (settings, store):
         store.set_paused(settings.profile, job_id, True)
 
