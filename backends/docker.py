@@ -18,7 +18,9 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
+from .docker_volumes import copy_volume, remove_volume
 from .errors import BackendUnavailable, UnsupportedSpec
+from .snapshots import SNAPSHOT_LABEL, Snapshot
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -73,7 +75,7 @@ class DockerBackend(Backend):
                 "needs an egress proxy, which is not built yet"
             )
         self.ensure_image(spec.image)
-        return DockerSandbox(self, new_sandbox_id(), spec).open()
+        return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
     def ensure_image(self, image: str) -> None:
         try:
@@ -91,6 +93,9 @@ class DockerBackend(Backend):
 
         log.warning("image %s is missing; building it offline (about a minute)", image)
         ensure_image(variant or "slim", client=self.client)
+
+    def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
+        remove_volume(self.client, snapshot.location["volume"])
 
     def runtime_hash(self, image: str) -> str:
         """The runtime code hash an image was built with (its label), cached per image."""
@@ -129,6 +134,8 @@ class DockerSandbox(Sandbox):
         self._client = backend.client
         self.container_id: str | None = None
         self.volume_name = f"{sandbox_id}-workspace"
+        self.paused_seconds = 0.0
+        """How long the last snapshot or fork kept the container paused."""
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
@@ -216,6 +223,28 @@ class DockerSandbox(Sandbox):
             "the sandbox's container vanished and a new one was created: shell sessions and background "
             "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too")
         )
+
+    # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
+
+    def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        volume = f"hm-{snapshot_id}"
+        labels = {**self.spec.labels, SNAPSHOT_LABEL: snapshot_id, "org.hermetic.snapshot-of": self.id}
+        size, self.paused_seconds = copy_volume(
+            self._client, self.spec.image, self.volume_name, volume, labels, pause=self.id
+        )
+        return {"volume": volume}, size
+
+    def _seed_workspace(self, location: dict[str, str]) -> None:
+        copy_volume(self._client, self.spec.image, location["volume"], self.volume_name, self.labels)
+
+    def _fork_workspace(self) -> DockerSandbox:
+        child = DockerSandbox(
+            self._backend, new_sandbox_id(), self.spec.model_copy(update={"from_snapshot": None})
+        )
+        _, self.paused_seconds = copy_volume(
+            self._client, self.spec.image, self.volume_name, child.volume_name, child.labels, pause=self.id
+        )
+        return self._backend.opened(child)  # its container mounts the copied volume
 
     def _volume_exists(self) -> bool:
         try:

@@ -78,6 +78,8 @@ class Server:
             "shell.interrupt": self.shell_interrupt,
             "shell.close": lambda req, session: {"closed": self.shells.close(session)},
             "shell.list": lambda req: {"sessions": self.shells.names()},
+            "shell.state": lambda req: self.shells.state(),
+            "shell.restore": lambda req, state: {"restored": self.shells.restore(state)},
             "proc.spawn": self.proc_spawn,
             "proc.poll": lambda req, id: self.procs.get(id).status(),
             "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),

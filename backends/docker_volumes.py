@@ -1,0 +1,150 @@
+"""Copying a Docker volume into another with a short-lived helper container, pausing a sandbox only
+while the bytes move.
+
+The helper runs the sandbox's own image as root with just the capabilities `cp -a` needs to keep
+owners and modes (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), no network and a read-only root. It is
+started first and waits on its stdin; only then is the source container paused, the helper told
+to copy, and the container unpaused the moment the copy ends: the pause is the copy itself, not a
+container start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from docker.errors import APIError, NotFound
+from docker.types import Mount
+
+from .errors import SandboxError, SandboxGone
+
+log = logging.getLogger("hermetic.backends.docker")
+
+HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
+# Waits for "go", copies, then reports the size (after the copy, so the pause does not include it:
+# the container is unpaused when "copied" arrives).
+SCRIPT = "read go && cp -a /src/. /dst/ && echo copied && du -sb /dst | cut -f1"
+
+
+def copy_volume(
+    client: Any,
+    image: str,
+    source: str,
+    dest: str,
+    dest_labels: dict[str, str],
+    pause: str | None = None,
+) -> tuple[int, float]:
+    """Copy volume `source` into volume `dest` (created with `dest_labels`); `pause` names a container
+    paused during the copy. Returns (bytes, seconds paused). On failure `dest` is removed and
+    SandboxGone (the paused container vanished) or SandboxError is raised."""
+    api = client.api
+    try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
+        api.inspect_volume(source)
+    except NotFound as exc:
+        raise SandboxError(f"volume {source} is gone") from exc
+    try:
+        api.create_volume(dest, labels=dest_labels)
+        helper = api.create_container(
+            image,
+            command=["sh", "-c", SCRIPT],
+            user="0:0",
+            stdin_open=True,
+            network_disabled=True,
+            labels=dest_labels,
+            host_config=api.create_host_config(
+                mounts=[
+                    Mount("/src", source, type="volume", read_only=True),
+                    Mount("/dst", dest, type="volume"),
+                ],
+                cap_drop=["ALL"],
+                cap_add=HELPER_CAPS,
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                network_mode="none",
+                pids_limit=64,
+            ),
+        )["Id"]
+    except (APIError, NotFound) as exc:
+        remove_volume(client, dest)
+        raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
+    paused = 0.0
+    try:
+        sock = api.attach_socket(helper, params={"stdin": 1, "stdout": 1, "stream": 1})
+        raw = getattr(sock, "_sock", sock)
+        api.start(helper)
+        if pause is not None:
+            try:
+                api.pause(pause)
+            except (NotFound, APIError) as exc:
+                raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
+        started = time.monotonic()
+        try:
+            raw.sendall(b"go\n")
+            out = _read_until(raw, b"copied\n")
+        finally:
+            if pause is not None:
+                try:
+                    api.unpause(pause)
+                except NotFound as exc:
+                    raise SandboxGone(f"container {pause} vanished during the copy") from exc
+                paused = time.monotonic() - started
+        out += _read_rest(raw)
+        status = api.wait(helper, timeout=600)["StatusCode"]
+        if status != 0 or b"copied\n" not in out:
+            logs = api.logs(helper, stdout=False, stderr=True).decode("utf-8", "replace").strip()
+            raise SandboxError(f"copying volume {source} failed (exit {status}): {logs[-500:]}")
+        size = int(_payload(out).split(b"copied\n", 1)[1].strip() or 0)
+    except BaseException:
+        _remove_container(client, helper)
+        remove_volume(client, dest)
+        raise
+    _remove_container(client, helper)
+    return size, paused
+
+
+def _read_until(raw: Any, marker: bytes) -> bytes:
+    data = b""
+    while marker not in _payload(data):
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _read_rest(raw: Any) -> bytes:
+    data = b""
+    while chunk := raw.recv(65536):
+        data += chunk
+    raw.close()
+    return data
+
+
+def _payload(framed: bytes) -> bytes:
+    """The stdout payload of attach frames (tty off: an 8-byte header per frame: stream, 0, 0, 0, size)."""
+    out, pos = b"", 0
+    while pos + 8 <= len(framed):
+        size = int.from_bytes(framed[pos + 4 : pos + 8], "big")
+        if pos + 8 + size > len(framed):
+            break
+        if framed[pos] == 1:
+            out += framed[pos + 8 : pos + 8 + size]
+        pos += 8 + size
+    return out
+
+
+def remove_volume(client: Any, name: str) -> None:
+    try:
+        client.api.remove_volume(name, force=True)
+    except NotFound:
+        pass
+    except APIError as exc:
+        log.warning("volume %s not removed: %s", name, exc)
+
+
+def _remove_container(client: Any, container: str) -> None:
+    try:
+        client.api.remove_container(container, force=True)
+    except (NotFound, APIError) as exc:
+        log.debug("ignored: %s", exc)
