@@ -140,7 +140,9 @@ class Sandbox(ABC):
             return False
         return True
 
-    def snapshot(self, label: str | None = None, *, owner: str | None = None) -> Snapshot:
+    def snapshot(
+        self, label: str | None = None, *, owner: str | None = None, meta: dict[str, str] | None = None
+    ) -> Snapshot:
         """Save the workspace and the shell sessions' cwd and exported variables (not processes).
 
         Raises SnapshotError (nothing is kept) when the sandbox vanishes during the copy."""
@@ -160,6 +162,7 @@ class Sandbox(ABC):
             workdir=self.spec.workdir,
             location=location,
             shells=shells,
+            meta=meta or {},
         )
         if self._closed or not self._alive():
             backend.drop_snapshot_copy(snapshot)
@@ -199,7 +202,7 @@ class Sandbox(ABC):
         except (SnapshotError, UnsupportedSpec):
             raise
         except (SandboxError, OSError) as exc:
-            if self._closed or not self._alive():
+            if isinstance(exc, SandboxGone) or self._closed or not self._alive():
                 raise SnapshotError(
                     f"sandbox {self.id} vanished while its workspace was copied; nothing was kept"
                 ) from exc

@@ -78,6 +78,8 @@ class Snapshot(BaseModel):
     location: dict[str, str]
     shells: dict[str, Any] = {}
     """What `shell.state` returned: {workspace, sessions: {name: {cwd, env}}, skipped: {name: why}}."""
+    meta: dict[str, str] = {}
+    """The caller's own notes (a checkpoint's number, tool and workspace fingerprint)."""
 
     @property
     def holds(self) -> dict[str, Any]:

@@ -1,20 +1,26 @@
 """Each session's sandbox: taken from the warm pool (when `pool.size` > 0) or created from the configured
 backend on first use, kept for the session, released at its end (or left running when `keep_sandbox` is
-set; its ttl still applies)."""
+set; its ttl still applies). A session can be told to start its next sandbox from a snapshot (a rollback
+or a fork of a session whose sandbox is gone); that wish is kept on disk, so another process honours it."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxError, SandboxSpec, create_backend
 from backends.pool import WarmPool
+from backends.snapshots import SnapshotStore
 
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"
+SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend, str | None]:
@@ -56,6 +62,8 @@ class SandboxManager:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.notices: list[str] = []
+        self.snapshots = SnapshotStore(settings.home / "snapshots")
+        """This profile's snapshot registry (the backend is given it when built)."""
 
     @property
     def backend(self) -> Backend:
@@ -68,6 +76,7 @@ class SandboxManager:
                     self._backend, notice = choose_backend(self.settings)
                     if notice:
                         self.notices.append(notice)
+                self._backend.snapshots = self.snapshots
                 pool = self.settings.pool
                 if pool.size:
                     self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
@@ -90,7 +99,15 @@ class SandboxManager:
                 if session_id in self._sandboxes:
                     return self._sandboxes[session_id]
             backend = self.backend
-            if self._pool is not None:
+            start = self._pending_start(session_id)
+            if start is not None:  # never pooled: a snapshot's sandbox is made for this session
+                snapshot_id, notice = start
+                sandbox = backend.create(
+                    session_spec(self.settings, session_id).model_copy(update={"from_snapshot": snapshot_id})
+                )
+                self._pending_path(session_id).unlink(missing_ok=True)
+                sandbox.notices.append(notice)  # per sandbox: the manager's own notices are everyone's
+            elif self._pool is not None:
                 sandbox = self._pool.acquire(base_spec(self.settings))
             else:
                 sandbox = backend.create(session_spec(self.settings, session_id))
@@ -98,6 +115,40 @@ class SandboxManager:
             with self._lock:
                 self._sandboxes[session_id] = sandbox
             return sandbox
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def _pending_path(self, session_id: str) -> Path:
+        if not SESSION_ID.match(session_id):
+            raise ValueError(f"not a session id: {session_id!r}")
+        return self.snapshots.root / "pending" / f"{session_id}.json"
+
+    def start_next_from(self, session_id: str, snapshot_id: str, notice: str) -> None:
+        """The session's next sandbox starts from this snapshot, and the agent is told `notice` then."""
+        path = self._pending_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"snapshot": snapshot_id, "notice": notice}))
+
+    def _pending_start(self, session_id: str) -> tuple[str, str] | None:
+        try:
+            pending = json.loads(self._pending_path(session_id).read_text())
+            return str(pending["snapshot"]), str(pending["notice"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def replace(self, session_id: str, sandbox: Sandbox, notice: str | None = None) -> None:
+        """Give the session this sandbox (a rollback's, a fork's); its previous one is closed. `notice`
+        is told to the agent with its next tool result."""
+        if notice:
+            sandbox.notices.append(notice)
+        with self._lock:
+            old = self._sandboxes.get(session_id)
+            self._sandboxes[session_id] = sandbox
+        if old is not None and old is not sandbox:
+            try:
+                old.close()
+            except SandboxError as exc:
+                log.warning("session %s: closing sandbox %s failed: %s", session_id, old.id, exc)
 
     def pop_notices(self) -> list[str]:
         with self._lock:

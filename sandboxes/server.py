@@ -94,6 +94,7 @@ class Server:
             "fs.stat": _plain(self.files.stat),
             "fs.search": _plain(self.files.search),
             "fs.upload": _plain(self.files.upload),
+            "fs.fingerprint": lambda req: self.files.fingerprint(),
             "fs.download": lambda req, path: self.files.download(
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),

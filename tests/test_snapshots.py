@@ -4,6 +4,7 @@ does not, that the original lives on independently, retention, and clear errors 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +187,37 @@ def test_a_record_is_only_written_once_the_copy_is_whole(original: Sandbox, stor
     raw = json.loads((store.root / f"{snapshot.id}.json").read_text())
     assert raw["bytes"] == snapshot.bytes and not list(store.root.glob("*.partial"))
     assert not list((store.root / "data").glob("*.partial")) if (store.root / "data").exists() else True
+
+
+def test_docker_a_sandbox_that_vanishes_mid_copy_is_refused_and_nothing_is_kept(
+    backend: Backend, store: SnapshotStore
+) -> None:
+    """The copy is held still (its helper paused) while the sandbox's container is removed, so the
+    vanishing lands inside the copy every time."""
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: pausing the copy's helper container")
+    api = backend.client.api
+    sb = backend.create(SPEC)
+    sb.run("echo x > f.txt")
+    helper = {"label": f"org.hermetic.snapshot-of={sb.id}"}
+    events = backend.client.events(decode=True, filters={"type": "container", "event": "start", **helper})
+
+    def vanish() -> None:
+        for event in events:
+            api.pause(event["id"])  # the helper: it cannot copy now
+            api.remove_container(sb.id, force=True)  # the sandbox vanishes, paused or not
+            api.unpause(event["id"])
+            return
+
+    thread = threading.Thread(target=vanish)
+    thread.start()
+    try:
+        with pytest.raises(SnapshotError, match="vanished"):
+            sb.snapshot()
+    finally:
+        thread.join(30)
+        events.close()
+        sb.close()
+    assert store.list() == [] and store.damaged() == []
+    assert backend.client.volumes.list(filters={"label": helper["label"]}) == []
+    assert backend.client.containers.list(all=True, filters={"label": helper["label"]}) == []

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ..checkpoints import Checkpoints
 from ..memory.store import Memory
 from ..models.router import Router
 from ..safety.redaction import SECRET_NAME, Redactor
@@ -41,6 +42,7 @@ class AgentBase:
         self.store = store or Store(str(settings.database_url))
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
+        self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)
         self.registry = registry
         self.tools = registry.select(settings.toolsets)
         self.redact = Redactor(_known_secrets(settings))
