@@ -18,9 +18,9 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
-from .docker_volumes import copy_volume, remove_volume
+from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
 from .errors import BackendUnavailable, UnsupportedSpec
-from .snapshots import SNAPSHOT_LABEL, Snapshot
+from .snapshots import Snapshot
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -120,8 +120,9 @@ class DockerBackend(Backend):
             owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
             if _owner_dead(owner):
                 _quietly(volume.remove)  # refused while a live container still uses it
-        if removed:
-            log.info("reaped %d orphaned sandbox containers", removed)
+        snapshots = reap_orphaned_snapshots(self.client)
+        if removed or snapshots:
+            log.info("reaped %d orphaned sandbox containers, %d snapshot volumes", removed, snapshots)
         return removed
 
 
@@ -228,7 +229,8 @@ class DockerSandbox(Sandbox):
 
     def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
         volume = f"hm-{snapshot_id}"
-        labels = {**self.spec.labels, SNAPSHOT_LABEL: snapshot_id, "org.hermetic.snapshot-of": self.id}
+        store = self._backend.snapshots.root
+        labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
         size, self.paused_seconds = copy_volume(
             self._client, self.spec.image, self.volume_name, volume, labels, pause=self.id
         )

@@ -10,14 +10,24 @@ container start.
 
 from __future__ import annotations
 
+import datetime
 import logging
+import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from docker.errors import APIError, NotFound
 from docker.types import Mount
 
 from .errors import SandboxError, SandboxGone
+from .snapshots import SNAPSHOT_LABEL
+
+STORE_LABEL = "org.hermetic.snapshot-store"
+"""On a snapshot's volume: the registry directory its record is in, and the host it is on."""
+HOST_LABEL = "org.hermetic.snapshot-host"
+ORPHAN_GRACE = 600.0
+"""Seconds a snapshot volume may lack its record (a copy in flight writes the record last)."""
 
 log = logging.getLogger("hermetic.backends.docker")
 
@@ -148,3 +158,37 @@ def _remove_container(client: Any, container: str) -> None:
         client.api.remove_container(container, force=True)
     except (NotFound, APIError) as exc:
         log.debug("ignored: %s", exc)
+
+
+def snapshot_labels(snapshot_id: str, source: str, store: Path, labels: dict[str, str]) -> dict[str, str]:
+    """The labels of a snapshot's volume: whose it is and where its record lives, for the reaper."""
+    return {
+        **labels,
+        SNAPSHOT_LABEL: snapshot_id,
+        "org.hermetic.snapshot-of": source,
+        STORE_LABEL: str(store.resolve()),
+        HOST_LABEL: socket.gethostname(),
+    }
+
+
+def reap_orphaned_snapshots(client: Any) -> int:
+    """Remove snapshot volumes of this host whose record is gone (deleted by hand, a test's registry
+    removed, a control plane that died mid-copy); returns how many."""
+    removed = 0
+    now = datetime.datetime.now(datetime.UTC)
+    for volume in client.volumes.list(filters={"label": SNAPSHOT_LABEL}):
+        labels = volume.attrs.get("Labels") or {}
+        store = labels.get(STORE_LABEL)
+        if not store or labels.get(HOST_LABEL) != socket.gethostname():
+            continue
+        if (Path(store) / f"{labels.get(SNAPSHOT_LABEL)}.json").exists():
+            continue
+        try:
+            age = (now - datetime.datetime.fromisoformat(volume.attrs["CreatedAt"])).total_seconds()
+        except (KeyError, ValueError):
+            age = ORPHAN_GRACE
+        if Path(store).is_dir() and age < ORPHAN_GRACE:
+            continue
+        remove_volume(client, volume.name)
+        removed += 1
+    return removed

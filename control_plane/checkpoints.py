@@ -112,14 +112,14 @@ class Checkpoints:
         if live is not None:
             try:
                 self.sandboxes.replace(target, live.fork(), notice)
-                return f"forked sandbox {live.id}"
+                return f"forked from its running sandbox {live.id}"
             except SandboxError as exc:
                 log.warning(
                     "session %s: forking sandbox %s failed (%s); using its checkpoint", source, live.id, exc
                 )
         taken = self.list(source)
         if not taken:
-            return "no sandbox to copy (the session has none running and no checkpoint): it starts fresh"
+            return "starts fresh (the session has no running sandbox and no checkpoint to copy)"
         self.sandboxes.start_next_from(
             target, taken[-1].id, notice + f" (its checkpoint {taken[-1].meta['n']})"
         )

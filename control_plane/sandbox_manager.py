@@ -37,6 +37,11 @@ def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend
         return create_backend("local"), f"docker unavailable ({exc}); using the local backend"
 
 
+def snapshot_store(settings: Settings) -> SnapshotStore:
+    """The profile's snapshot registry: its home's snapshots/ directory."""
+    return SnapshotStore(settings.home / "snapshots")
+
+
 def base_spec(settings: Settings) -> SandboxSpec:
     """The configured spec; the browser image when browser tools are on. What the pool warms: a warm
     sandbox cannot carry its future session's label (docker fixes labels at create)."""
@@ -62,7 +67,7 @@ class SandboxManager:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.notices: list[str] = []
-        self.snapshots = SnapshotStore(settings.home / "snapshots")
+        self.snapshots = snapshot_store(settings)
         """This profile's snapshot registry (the backend is given it when built)."""
 
     @property

@@ -4,6 +4,7 @@ does not, that the original lives on independently, retention, and clear errors 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,17 @@ def test_docker_a_sandbox_that_vanishes_mid_copy_is_refused_and_nothing_is_kept(
     assert store.list() == [] and store.damaged() == []
     assert backend.client.volumes.list(filters={"label": helper["label"]}) == []
     assert backend.client.containers.list(all=True, filters={"label": helper["label"]}) == []
+
+
+def test_docker_the_reaper_removes_snapshot_volumes_whose_registry_is_gone(
+    backend: Backend, original: Sandbox, store: SnapshotStore, tmp_path: Path
+) -> None:
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: snapshot volumes")
+    kept = original.snapshot()
+    backend.snapshots = SnapshotStore(tmp_path / "elsewhere")
+    orphan = original.snapshot()
+    shutil.rmtree(tmp_path / "elsewhere")  # its registry is gone: nothing can use the volume now
+    backend.snapshots = store
+    backend.reap()
+    assert not copy_exists(backend, orphan) and copy_exists(backend, kept)

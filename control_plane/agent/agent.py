@@ -50,7 +50,9 @@ class Agent(AgentBase):
         self.store.add_messages(fork.id, history)
         conversation = Conversation(self, fork.id, history)
         conversation.rebuild_system = self.system_prompt
-        self.checkpoints.fork_sandbox(session_id, fork.id)
+        conversation.notices.append(
+            f"forked from session {session_id}: sandbox {self.checkpoints.fork_sandbox(session_id, fork.id)}"
+        )
         return conversation
 
 

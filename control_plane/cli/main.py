@@ -12,6 +12,7 @@ from . import agent as agent_cli
 from . import demo, dev, doctor
 from . import sandbox as sandbox_cli
 from . import skills as skills_cli
+from . import snapshots as snapshots_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
@@ -20,6 +21,7 @@ app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
+app.add_typer(snapshots_cli.app, name="snapshot")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
