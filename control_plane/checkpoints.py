@@ -59,8 +59,7 @@ class Checkpoints:
             owner=session_id,
             meta={"kind": KIND, "n": str(n), "tool": tool, "fingerprint": fingerprint},
         )
-        if self.settings.reap:
-            self.sandboxes.backend.prune_snapshots(self.settings.keep, self.settings.max_age)
+        self.sandboxes.reap_snapshots()
         return checkpoint
 
     def before_tool_call(

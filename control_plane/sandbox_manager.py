@@ -82,6 +82,7 @@ class SandboxManager:
                     if notice:
                         self.notices.append(notice)
                 self._backend.snapshots = self.snapshots
+                self.reap_snapshots()
                 pool = self.settings.pool
                 if pool.size:
                     self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
@@ -127,6 +128,17 @@ class SandboxManager:
         if not SESSION_ID.match(session_id):
             raise ValueError(f"not a session id: {session_id!r}")
         return self.snapshots.root / "pending" / f"{session_id}.json"
+
+    def reap_snapshots(self) -> list[str]:
+        """Apply the profile's retention to its snapshots on this backend (when `snapshots.reap`)."""
+        rules = self.settings.snapshots
+        if not rules.reap or self._backend is None:
+            return []
+        try:
+            return self._backend.prune_snapshots(rules.keep, rules.max_age)
+        except SandboxError as exc:
+            log.warning("snapshot retention failed: %s", exc)
+            return []
 
     def start_next_from(self, session_id: str, snapshot_id: str, notice: str) -> None:
         """The session's next sandbox starts from this snapshot, and the agent is told `notice` then."""

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from test_agent import call, run, settings_for
+from test_doctor import doctor, status
 
-from backends import Backend
+from backends import Backend, SandboxSpec, create_backend
 from backends.ssh import SSHBackend
 from control_plane.agent.agent import Agent
 from control_plane.sandbox_manager import snapshot_store
@@ -122,3 +123,17 @@ def test_sessions_checkpoints_rollback_and_fork_from_the_command_line(tmp_path: 
         for snapshot in again.sandboxes.snapshots.list():
             again.sandboxes.backend.delete_snapshot(snapshot.id)
         again.close()
+
+
+def test_doctor_counts_snapshots_and_warns_of_damaged_records(tmp_path: Path) -> None:
+    local = create_backend("local")
+    local.snapshots = snapshot_store(load_settings(root=tmp_path))
+    with local.create(SandboxSpec()) as sb:
+        sb.run("head -c 30000 /dev/zero > blob")
+        snapshot = sb.snapshot()
+    out = doctor(tmp_path).stdout
+    assert status(out, "snapshots") == "ok" and re.search(r"1 snapshots, 3\d\.\d KB", out), out
+    (local.snapshots.root / "snap-000000000000.json").write_text("{")
+    out = doctor(tmp_path).stdout
+    assert status(out, "snapshots") == "warn" and "1 damaged records" in out
+    local.delete_snapshot(snapshot.id)

@@ -19,6 +19,7 @@ from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .profiles import Auth, Hub, Live, LiveSession
 from .skills import router as skills_router
+from .snapshots import router as snapshots_router
 from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.state.tokens = tokens
 
     app.include_router(skills_router)
+    app.include_router(snapshots_router)
 
     @app.get("/health")
     def health() -> dict[str, str]:
