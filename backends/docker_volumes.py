@@ -1,11 +1,11 @@
 """Copying a Docker volume into another with a short-lived helper container, pausing a sandbox only
-while the bytes move.
+for the last, small part of the copy.
 
-The helper runs the sandbox's own image as root with just the capabilities `cp -a` needs to keep
-owners and modes (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), no network and a read-only root. It is
-started first and waits on its stdin; only then is the source container paused, the helper told
-to copy, and the container unpaused the moment the copy ends: the pause is the copy itself, not a
-container start.
+The helper runs the sandbox's own image as root with just the capabilities a faithful copy needs to
+keep owners and modes (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), no network and a read-only root. It copies
+in two passes: `cp -a` of everything while the sandbox runs on, then, with the sandbox paused, a sync
+of what changed meanwhile (by type, size, mtime, mode and owner; extra entries removed). The pause is
+that second pass over unchanged files, not a container start nor the bulk of the bytes.
 """
 
 from __future__ import annotations
@@ -32,9 +32,73 @@ ORPHAN_GRACE = 600.0
 log = logging.getLogger("hermetic.backends.docker")
 
 HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
-# Waits for "go", copies, then reports the size (after the copy, so the pause does not include it:
-# the container is unpaused when "copied" arrives).
-SCRIPT = "read go && cp -a /src/. /dst/ && echo copied && du -sb /dst | cut -f1"
+# The helper's program (stdlib python3, as in every sandbox image): the bulk copy, "precopied", wait
+# for "go" (the source is paused then), sync the changes, "copied", then the copy's size in bytes.
+SYNC = r"""
+import os, shutil, stat, subprocess, sys
+
+def attrs(src, dst, st):
+    os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(dst, stat.S_IMODE(st.st_mode))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+def same(s, d, src, dst):
+    if (s.st_mode, s.st_uid, s.st_gid) != (d.st_mode, d.st_uid, d.st_gid):
+        return False
+    if stat.S_ISLNK(s.st_mode):
+        return os.readlink(src) == os.readlink(dst)
+    return (s.st_size, s.st_mtime_ns) == (d.st_size, d.st_mtime_ns)
+
+def remove(path, st):
+    shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+
+def sync(src, dst):
+    names = set(os.listdir(src))
+    for name in os.listdir(dst):
+        if name not in names:
+            remove(os.path.join(dst, name), os.lstat(os.path.join(dst, name)))
+    for name in names:
+        s_path, d_path = os.path.join(src, name), os.path.join(dst, name)
+        s = os.lstat(s_path)
+        try:
+            d = os.lstat(d_path)
+        except FileNotFoundError:
+            d = None
+        if d is not None and stat.S_IFMT(s.st_mode) != stat.S_IFMT(d.st_mode):
+            remove(d_path, d)
+            d = None
+        if stat.S_ISDIR(s.st_mode):
+            if d is None:
+                os.mkdir(d_path)
+            sync(s_path, d_path)
+            attrs(s_path, d_path, s)
+        elif d is None or not same(s, d, s_path, d_path):
+            if d is not None:
+                os.unlink(d_path)
+            if stat.S_ISLNK(s.st_mode):
+                os.symlink(os.readlink(s_path), d_path)
+            elif stat.S_ISREG(s.st_mode):
+                shutil.copyfile(s_path, d_path)
+            elif stat.S_ISFIFO(s.st_mode):
+                os.mkfifo(d_path)
+            else:
+                continue
+            attrs(s_path, d_path, s)
+
+subprocess.run(["cp", "-a", "/src/.", "/dst/"], check=True)
+print("precopied", flush=True)
+if sys.stdin.readline().strip() != "go":
+    sys.exit(2)
+sync("/src", "/dst")
+attrs("/src", "/dst", os.lstat("/src"))
+print("copied", flush=True)
+total = 0
+for root, dirs, files in os.walk("/dst"):
+    for name in dirs + files:
+        total += os.lstat(os.path.join(root, name)).st_size
+print(total, flush=True)
+"""
 
 
 def copy_volume(
@@ -57,7 +121,7 @@ def copy_volume(
         api.create_volume(dest, labels=dest_labels)
         helper = api.create_container(
             image,
-            command=["sh", "-c", SCRIPT],
+            command=["python3", "-c", SYNC],
             user="0:0",
             stdin_open=True,
             network_disabled=True,
@@ -83,15 +147,18 @@ def copy_volume(
         sock = api.attach_socket(helper, params={"stdin": 1, "stdout": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
         api.start(helper)
+        out = _read_until(raw, b"precopied\n")
+        if b"precopied\n" not in _payload(out):
+            raise SandboxError(f"copying volume {source} failed: {_logs(api, helper)}")
+        started = time.monotonic()
         if pause is not None:
             try:
                 api.pause(pause)
             except (NotFound, APIError) as exc:
                 raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
-        started = time.monotonic()
         try:
             raw.sendall(b"go\n")
-            out = _read_until(raw, b"copied\n")
+            out += _read_until(raw, b"\ncopied\n", out)
         finally:
             if pause is not None:
                 try:
@@ -101,10 +168,9 @@ def copy_volume(
                 paused = time.monotonic() - started
         out += _read_rest(raw)
         status = api.wait(helper, timeout=600)["StatusCode"]
-        if status != 0 or b"copied\n" not in out:
-            logs = api.logs(helper, stdout=False, stderr=True).decode("utf-8", "replace").strip()
-            raise SandboxError(f"copying volume {source} failed (exit {status}): {logs[-500:]}")
-        size = int(_payload(out).split(b"copied\n", 1)[1].strip() or 0)
+        if status != 0 or b"\ncopied\n" not in _payload(out):
+            raise SandboxError(f"copying volume {source} failed (exit {status}): {_logs(api, helper)}")
+        size = int(_payload(out).split(b"\ncopied\n", 1)[1].strip() or 0)
     except BaseException:
         _remove_container(client, helper)
         remove_volume(client, dest)
@@ -113,9 +179,14 @@ def copy_volume(
     return size, paused
 
 
-def _read_until(raw: Any, marker: bytes) -> bytes:
+def _logs(api: Any, helper: str) -> str:
+    return str(api.logs(helper, stdout=False, stderr=True).decode("utf-8", "replace").strip()[-500:])
+
+
+def _read_until(raw: Any, marker: bytes, before: bytes = b"") -> bytes:
+    """Frames read until the payload (with what came `before`) holds `marker`, or the stream ends."""
     data = b""
-    while marker not in _payload(data):
+    while marker not in _payload(before + data):
         chunk = raw.recv(65536)
         if not chunk:
             break

@@ -236,3 +236,68 @@ def test_docker_the_reaper_removes_snapshot_volumes_whose_registry_is_gone(
     backend.snapshots = store
     backend.reap()
     assert not copy_exists(backend, orphan) and copy_exists(backend, kept)
+
+
+def test_a_session_running_a_command_is_listed_as_not_kept(backend: Backend, original: Sandbox) -> None:
+    original.run("export READY=1")
+    started = original.call(
+        "shell.run",
+        {"command": "echo started; sleep 60", "session": "busy", "interactive": True, "idle": 0.3},
+    )
+    assert started["running"]  # an interactive run returns when output pauses; sleep goes on
+    try:
+        snapshot = original.snapshot()
+    finally:
+        original.call("shell.interrupt", {"session": "busy"})
+    assert snapshot.holds["shell_sessions"] == ["default"]
+    assert snapshot.holds["sessions_not_kept"] == {"busy": "running a command"}
+    with backend.create(SPEC.model_copy(update={"from_snapshot": snapshot.id})) as restored:
+        assert restored.call("shell.list")["sessions"] == ["default"]
+        assert restored.run("echo $READY")["output"] == "1\n"
+
+
+def test_docker_changes_made_during_the_bulk_copy_are_in_the_snapshot(
+    backend: Backend, original: Sandbox
+) -> None:
+    """The bulk copy runs while the sandbox does; whatever changes meanwhile is synced while it is
+    paused. The helper is held still (paused) while the sandbox edits, deletes, adds and retypes."""
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: the two-pass volume copy")
+    api = backend.client.api
+    original.run(
+        "mkdir -p tree/sub && for i in $(seq 50); do echo $i > tree/f$i; done"
+        " && echo aaaa > tree/same-size && echo gone > tree/deleted && echo file > tree/becomes-dir"
+        " && ln -s f1 tree/link && chmod 600 tree/f2"
+    )
+    helper = {"label": f"org.hermetic.snapshot-of={original.id}"}
+    events = backend.client.events(decode=True, filters={"type": "container", "event": "start", **helper})
+    changes = (
+        "cd tree && echo bbbb > same-size && touch -d '2001-01-01' same-size && rm deleted"
+        " && echo new > added && rm becomes-dir && mkdir becomes-dir && echo in > becomes-dir/x"
+        " && ln -sfn f3 link"
+        " && chmod 644 f2 && rm -r sub"
+    )
+
+    def change_meanwhile() -> None:
+        for event in events:
+            api.pause(event["id"])
+            try:
+                original.run(changes, session="changer")
+            finally:
+                api.unpause(event["id"])
+            return
+
+    thread = threading.Thread(target=change_meanwhile)
+    thread.start()
+    try:
+        snapshot = original.snapshot()
+    finally:
+        thread.join(60)
+        events.close()
+    listing = (
+        "cd tree && find . | sort && cat same-size added becomes-dir/x && readlink link && stat -c %a f2"
+    )
+    expected = original.run(listing, session="check")["output"]
+    assert "./added" in expected and "./deleted" not in expected and "bbbb" in expected
+    with backend.create(SPEC.model_copy(update={"from_snapshot": snapshot.id})) as restored:
+        assert restored.run(listing, session="check")["output"] == expected
