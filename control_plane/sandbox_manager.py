@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -130,10 +131,14 @@ class SandboxManager:
         return self.snapshots.root / "pending" / f"{session_id}.json"
 
     def reap_snapshots(self) -> list[str]:
-        """Apply the profile's retention to its snapshots on this backend (when `snapshots.reap`)."""
+        """Apply the profile's retention to its snapshots on this backend (when `snapshots.reap`), and
+        remove copies on this host that a control plane dying mid-copy left without a record."""
         rules = self.settings.snapshots
         if not rules.reap or self._backend is None:
             return []
+        for leftover in self.snapshots.leftovers():
+            log.info("removing %s: a snapshot copy without a record", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
         try:
             return self._backend.prune_snapshots(rules.keep, rules.max_age)
         except SandboxError as exc:

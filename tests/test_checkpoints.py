@@ -4,14 +4,18 @@ and the agent is told, a forked session gets a copy of the history and of the sa
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_agent import call, run, settings_for, tool_messages
 
+from backends import SandboxSpec
 from control_plane.agent.agent import Agent
 from control_plane.checkpoints import NoSuchCheckpoint
+from control_plane.sandbox_manager import SandboxManager
 
 BACKENDS = ["local", "docker"]
 
@@ -137,3 +141,31 @@ def test_a_forked_session_has_the_history_and_a_copy_of_the_sandbox(agent_on: An
     run(original, "check")
     assert "shared\n" in tool_messages(fake_llm.requests[-1])[-1]
     assert "fork-side" not in tool_messages(fake_llm.requests[-1])[-1]
+
+
+@pytest.mark.parametrize("reap", [True, False])
+def test_the_reaper_applies_the_profiles_retention_when_the_profile_says_so(
+    tmp_path: Path, fake_llm: Any, reap: bool
+) -> None:
+    settings = settings_for(tmp_path, fake_llm.url, backend="local", snapshots={"keep": 2, "reap": reap})
+    first = SandboxManager(settings)
+    with first.backend.create(SandboxSpec()) as sb:
+        taken = [sb.snapshot(owner="s-one") for _ in range(3)]
+    data = first.snapshots.root / "data"
+    crashed = data / "snap-aaaaaaaaaaaa.partial"  # a control plane died while copying this one
+    crashed.mkdir()
+    os.utime(crashed, (time.time() - 7200, time.time() - 7200))
+    in_flight = data / "snap-bbbbbbbbbbbb.partial"
+    in_flight.mkdir()
+    later = SandboxManager(settings)  # the next control plane on this profile
+    _ = later.backend
+    kept = [s.id for s in later.snapshots.list()]
+    try:
+        if reap:
+            assert kept == [taken[1].id, taken[2].id] and not Path(taken[0].location["path"]).exists()
+            assert not crashed.exists() and in_flight.exists()
+        else:
+            assert kept == [s.id for s in taken] and crashed.exists()
+    finally:
+        for snapshot_id in kept:
+            later.backend.delete_snapshot(snapshot_id)
