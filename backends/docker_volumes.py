@@ -14,6 +14,7 @@ import datetime
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,12 @@ def copy_volume(
     dest: str,
     dest_labels: dict[str, str],
     pause: str | None = None,
+    after_bulk: Callable[[], None] | None = None,
 ) -> tuple[int, float]:
     """Copy volume `source` into volume `dest` (created with `dest_labels`); `pause` names a container
-    paused during the copy. Returns (bytes, seconds paused). On failure `dest` is removed and
-    SandboxGone (the paused container vanished) or SandboxError is raised."""
+    paused for the second pass. `after_bulk` runs between the passes (what the source does while the
+    bulk is copied; tests change it there). Returns (bytes, seconds paused). On failure `dest` is
+    removed and SandboxGone (the paused container vanished) or SandboxError is raised."""
     api = client.api
     try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
         api.inspect_volume(source)
@@ -150,6 +153,8 @@ def copy_volume(
         out = _read_until(raw, b"precopied\n")
         if b"precopied\n" not in _payload(out):
             raise SandboxError(f"copying volume {source} failed: {_logs(api, helper)}")
+        if after_bulk is not None:
+            after_bulk()
         started = time.monotonic()
         if pause is not None:
             try:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from backends import Backend, Sandbox, SandboxSpec
-from backends.docker import OWNER, OWNER_LABEL, DockerBackend
+from backends.docker import OWNER, OWNER_LABEL, DockerBackend, DockerSandbox
+from backends.docker_volumes import copy_volume, remove_volume
 from backends.snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore
 
 SPEC = SandboxSpec(memory="512m", pids=256)
@@ -256,48 +257,49 @@ def test_a_session_running_a_command_is_listed_as_not_kept(backend: Backend, ori
         assert restored.run("echo $READY")["output"] == "1\n"
 
 
-def test_docker_changes_made_during_the_bulk_copy_are_in_the_snapshot(
+def test_docker_changes_made_during_the_bulk_copy_are_in_the_copy(
     backend: Backend, original: Sandbox
 ) -> None:
-    """The bulk copy runs while the sandbox does; whatever changes meanwhile is synced while it is
-    paused. The helper is held still (paused) while the sandbox edits, deletes, adds and retypes."""
+    """The bulk copy runs while the sandbox does; whatever changes meanwhile (edited with the same
+    size and an older mtime, deleted, added, retyped, relinked, chmodded) is synced while it is paused."""
     if not isinstance(backend, DockerBackend):
         pytest.skip("docker-only: the two-pass volume copy")
-    api = backend.client.api
+    assert isinstance(original, DockerSandbox)
     original.run(
         "mkdir -p tree/sub && for i in $(seq 50); do echo $i > tree/f$i; done"
         " && echo aaaa > tree/same-size && echo gone > tree/deleted && echo file > tree/becomes-dir"
         " && ln -s f1 tree/link && chmod 600 tree/f2"
     )
-    helper = {"label": f"org.hermetic.snapshot-of={original.id}"}
-    events = backend.client.events(decode=True, filters={"type": "container", "event": "start", **helper})
     changes = (
         "cd tree && echo bbbb > same-size && touch -d '2001-01-01' same-size && rm deleted"
         " && echo new > added && rm becomes-dir && mkdir becomes-dir && echo in > becomes-dir/x"
-        " && ln -sfn f3 link"
-        " && chmod 644 f2 && rm -r sub"
+        " && ln -sfn f3 link && chmod 644 f2 && rm -r sub"
     )
-
-    def change_meanwhile() -> None:
-        for event in events:
-            api.pause(event["id"])
-            try:
-                original.run(changes, session="changer")
-            finally:
-                api.unpause(event["id"])
-            return
-
-    thread = threading.Thread(target=change_meanwhile)
-    thread.start()
-    try:
-        snapshot = original.snapshot()
-    finally:
-        thread.join(60)
-        events.close()
     listing = (
         "cd tree && find . | sort && cat same-size added becomes-dir/x && readlink link && stat -c %a f2"
     )
-    expected = original.run(listing, session="check")["output"]
-    assert "./added" in expected and "./deleted" not in expected and "bbbb" in expected
-    with backend.create(SPEC.model_copy(update={"from_snapshot": snapshot.id})) as restored:
-        assert restored.run(listing, session="check")["output"] == expected
+    copy = f"hm-test-copy-{original.id}"
+    labels = {"org.hermetic.snapshot-of": original.id}
+    _, paused = copy_volume(
+        backend.client,
+        original.spec.image,
+        original.volume_name,
+        copy,
+        labels,
+        pause=original.id,
+        after_bulk=lambda: original.run(changes, session="changer"),
+    )
+    try:
+        expected = original.run(listing, session="check")["output"]
+        assert "./added" in expected and "./deleted" not in expected and "bbbb" in expected
+        seen = backend.client.containers.run(
+            original.spec.image,
+            ["sh", "-c", listing],
+            working_dir="/workspace",
+            volumes={copy: {"bind": "/workspace", "mode": "ro"}},
+            network_mode="none",
+            remove=True,
+        )
+        assert seen.decode() == expected and paused > 0
+    finally:
+        remove_volume(backend.client, copy)
