@@ -15,7 +15,7 @@ from pathlib import Path
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxError, SandboxSpec, create_backend
 from backends.pool import WarmPool
-from backends.snapshots import SnapshotStore
+from backends.snapshots import SnapshotError, SnapshotStore
 
 from .settings import Settings
 
@@ -106,18 +106,13 @@ class SandboxManager:
                 if session_id in self._sandboxes:
                     return self._sandboxes[session_id]
             backend = self.backend
-            start = self._pending_start(session_id)
-            if start is not None:  # never pooled: a snapshot's sandbox is made for this session
-                snapshot_id, notice = start
-                sandbox = backend.create(
-                    session_spec(self.settings, session_id).model_copy(update={"from_snapshot": snapshot_id})
-                )
-                self._pending_path(session_id).unlink(missing_ok=True)
-                sandbox.notices.append(notice)  # per sandbox: the manager's own notices are everyone's
-            elif self._pool is not None:
+            sandbox, notice = self._from_pending(session_id)
+            if sandbox is None and self._pool is not None:
                 sandbox = self._pool.acquire(base_spec(self.settings))
-            else:
+            elif sandbox is None:
                 sandbox = backend.create(session_spec(self.settings, session_id))
+            if notice:  # per sandbox: the manager's own notices go to whichever session calls next
+                sandbox.notices.append(notice)
             log.info("session %s: sandbox %s on %s", session_id, sandbox.id, backend.name)
             with self._lock:
                 self._sandboxes[session_id] = sandbox
@@ -150,6 +145,22 @@ class SandboxManager:
         path = self._pending_path(session_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"snapshot": snapshot_id, "notice": notice}))
+
+    def _from_pending(self, session_id: str) -> tuple[Sandbox | None, str | None]:
+        """The session's sandbox from the snapshot it was told to start from (never pooled: it is made
+        for this session) and what to tell the agent; (None, why) when that snapshot is gone, (None,
+        None) when there was no such wish. The wish is used up either way."""
+        pending = self._pending_start(session_id)
+        if pending is None:
+            return None, None
+        snapshot_id, notice = pending
+        self._pending_path(session_id).unlink(missing_ok=True)
+        spec = session_spec(self.settings, session_id).model_copy(update={"from_snapshot": snapshot_id})
+        try:
+            return self.backend.create(spec), notice
+        except SnapshotError as exc:
+            log.warning("session %s: not started from snapshot %s: %s", session_id, snapshot_id, exc)
+            return None, f"the sandbox could not be restored as asked ({exc}); it starts fresh"
 
     def _pending_start(self, session_id: str) -> tuple[str, str] | None:
         try:

@@ -169,3 +169,27 @@ def test_the_reaper_applies_the_profiles_retention_when_the_profile_says_so(
     finally:
         for snapshot_id in kept:
             later.backend.delete_snapshot(snapshot_id)
+
+
+def test_a_rollback_to_a_checkpoint_deleted_since_starts_fresh_and_says_so(
+    agent_on: Any, fake_llm: Any
+) -> None:
+    fake_llm.load(
+        [
+            {"tool_calls": [call("write_file", path="a.txt", content="v1\n")]},
+            {"text": "one"},
+            {"tool_calls": [call("terminal", command="ls")]},
+            {"text": "two"},
+        ]
+    )
+    agent = agent_on()
+    conversation = agent.new_conversation()
+    run(conversation, "v1")
+    conversation.close()
+    agent.checkpoints.rollback(conversation.id, 1)
+    agent.sandboxes.backend.delete_snapshot(agent.checkpoints.get(conversation.id, 1).id)
+    resumed = agent.resume(conversation.id)
+    run(resumed, "list")
+    result = tool_messages(fake_llm.requests[-1])[-1]
+    assert "could not be restored as asked" in result and "no snapshot" in result
+    assert "a.txt" not in result.split("]", 1)[1]  # a fresh workspace
