@@ -54,6 +54,7 @@ class Sandbox(ABC):
         self._ttl_timer: threading.Timer | None = None
         self.origin: Backend | None = None
         """The backend that made it (set by `Backend.opened`): snapshots and forks go through it."""
+        self._copying = threading.Lock()  # one snapshot or fork at a time: docker cannot pause twice
         self.restoring: Snapshot | None = None
         """The snapshot this sandbox is being started from (spec.from_snapshot), while it opens."""
         if spec.ttl:  # destroyed at its ttl even if nobody uses or closes it
@@ -146,6 +147,10 @@ class Sandbox(ABC):
         """Save the workspace and the shell sessions' cwd and exported variables (not processes).
 
         Raises SnapshotError (nothing is kept) when the sandbox vanishes during the copy."""
+        with self._copying:
+            return self._snapshot(label, owner, meta or {})
+
+    def _snapshot(self, label: str | None, owner: str | None, meta: dict[str, str]) -> Snapshot:
         backend = self._backend_for_snapshots()
         shells = self.call("shell.state", timeout=60)
         snapshot_id = new_snapshot_id()
@@ -162,7 +167,7 @@ class Sandbox(ABC):
             workdir=self.spec.workdir,
             location=location,
             shells=shells,
-            meta=meta or {},
+            meta=meta,
         )
         if self._closed or not self._alive():
             backend.drop_snapshot_copy(snapshot)
@@ -175,8 +180,9 @@ class Sandbox(ABC):
         """A new sandbox with a copy of this one's workspace and shell sessions (cwd, exported
         variables; no processes). Both then change independently; the caller closes the new one."""
         backend = self._backend_for_snapshots()
-        shells = self.call("shell.state", timeout=60)
-        child = self._copy_or_refuse(self._fork_workspace)
+        with self._copying:
+            shells = self.call("shell.state", timeout=60)
+            child = self._copy_or_refuse(self._fork_workspace)
         if child is None:  # snapshot + create, the snapshot removed again
             snapshot = self.snapshot(label=f"fork of {self.id}")
             try:

@@ -7,6 +7,7 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,14 @@ def test_docker_changes_made_during_the_bulk_copy_are_in_the_copy(
         assert seen.decode() == expected and paused > 0
     finally:
         remove_volume(backend.client, copy)
+
+
+def test_snapshots_and_forks_asked_at_once_all_succeed(backend: Backend, original: Sandbox) -> None:
+    original.run("echo shared > f.txt")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        snaps = [pool.submit(original.snapshot, label=str(i)) for i in range(2)]
+        fork = pool.submit(original.fork)
+        taken = [s.result() for s in snaps]
+        with fork.result() as forked:
+            assert forked.run("cat f.txt")["output"] == "shared\n"
+    assert len({s.id for s in taken}) == 2
