@@ -27,6 +27,8 @@ from .snapshots import SNAPSHOT_LABEL
 STORE_LABEL = "org.hermetic.snapshot-store"
 """On a snapshot's volume: the registry directory its record is in, and the host it is on."""
 HOST_LABEL = "org.hermetic.snapshot-host"
+COPY_TIMEOUT = 1800.0
+"""Seconds a copy may go without a word from its helper before it is abandoned."""
 ORPHAN_GRACE = 600.0
 """Seconds a snapshot volume may lack its record (a copy in flight writes the record last)."""
 
@@ -149,6 +151,7 @@ def copy_volume(
     try:
         sock = api.attach_socket(helper, params={"stdin": 1, "stdout": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
+        raw.settimeout(COPY_TIMEOUT)  # not the SDK's 60 s: a big copy on a busy host takes longer
         api.start(helper)
         out = _read_until(raw, b"precopied\n")
         if b"precopied\n" not in _payload(out):
@@ -172,7 +175,7 @@ def copy_volume(
                     raise SandboxGone(f"container {pause} vanished during the copy") from exc
                 paused = time.monotonic() - started
         out += _read_rest(raw)
-        status = api.wait(helper, timeout=600)["StatusCode"]
+        status = api.wait(helper, timeout=COPY_TIMEOUT)["StatusCode"]
         if status != 0 or b"\ncopied\n" not in _payload(out):
             raise SandboxError(f"copying volume {source} failed (exit {status}): {_logs(api, helper)}")
         size = int(_payload(out).split(b"\ncopied\n", 1)[1].strip() or 0)
