@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import docker
@@ -137,6 +138,8 @@ class DockerSandbox(Sandbox):
         self.volume_name = f"{sandbox_id}-workspace"
         self.paused_seconds = 0.0
         """How long the last snapshot or fork kept the container paused."""
+        self.between_passes: Callable[[], None] | None = None
+        """Called between the copy's two passes, the container still running (tests change it there)."""
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
@@ -232,7 +235,13 @@ class DockerSandbox(Sandbox):
         store = self._backend.snapshots.root
         labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
         size, self.paused_seconds = copy_volume(
-            self._client, self.spec.image, self.volume_name, volume, labels, pause=self.id
+            self._client,
+            self.spec.image,
+            self.volume_name,
+            volume,
+            labels,
+            pause=self.id,
+            after_bulk=self.between_passes,
         )
         return {"volume": volume}, size
 
