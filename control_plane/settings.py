@@ -267,6 +267,25 @@ class SchedulerSettings(BaseModel):
     @classmethod
     def _prefixes(cls, value: Any) -> Any:
         return _comma_list(value)
+class SnapshotSettings(BaseModel):
+    """Snapshots and the agent's checkpoints (backends/snapshots.py, control_plane/checkpoints.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep: int | None = Field(20, ge=1)
+    """Most snapshots kept per owner (a session's checkpoints count as one owner); older ones go first."""
+    max_age_days: float | None = Field(30.0, gt=0)
+    """Snapshots older than this are deleted."""
+    reap: bool = True
+    """Apply keep and max_age_days after each snapshot and when the reaper runs; false keeps them all."""
+    checkpoints: bool = True
+    """Checkpoint a session's sandbox before a tool call that writes (at most once per turn)."""
+    checkpoint_terminal: bool = True
+    """Count terminal commands as writing (they may change anything); false checkpoints only file tools."""
+
+    @property
+    def max_age(self) -> float | None:
+        return self.max_age_days * 86400 if self.max_age_days is not None else None
 
 
 class APISettings(BaseModel):
@@ -401,6 +420,8 @@ class Settings(BaseSettings):
 
     scheduler: SchedulerSettings = SchedulerSettings()
     """HERMETIC_SCHEDULER__TIMEZONE=Europe/Paris, HERMETIC_SCHEDULER__ENABLED=false, ..."""
+    snapshots: SnapshotSettings = SnapshotSettings()
+    """HERMETIC_SNAPSHOTS__KEEP=20, HERMETIC_SNAPSHOTS__MAX_AGE_DAYS=30, HERMETIC_SNAPSHOTS__REAP=false"""
 
     @field_validator("profile")
     @classmethod
