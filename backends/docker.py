@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -39,7 +40,9 @@ OWNER_LABEL = "org.hermetic.owner"
 EXPIRES_LABEL = "org.hermetic.expires"
 RUNTIME_HASH_LABEL = "org.hermetic.runtime-hash"
 HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid=1000,gid=1000,mode=0755"
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
+OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+"""host:pid:run. The run tells this process from an earlier one with the same pid on the same host: in a
+container the control plane is pid 1 after every restart, and its predecessor's sandboxes are orphans."""
 
 
 class DockerConfig(BaseModel):
@@ -285,9 +288,11 @@ class DockerSandbox(Sandbox):
 
 
 def _owner_dead(owner: str) -> bool:
-    host, _, pid = owner.rpartition(":")
+    host, pid, run = (owner.split(":") + ["", ""])[:3]
     if host != socket.gethostname() or not pid.isdigit():
         return False
+    if int(pid) == os.getpid():
+        return run != OWNER.rsplit(":", 1)[1]  # our pid, another run: a predecessor of this process
     try:
         os.kill(int(pid), 0)
         return False

@@ -41,6 +41,8 @@ IDLE_NOTICE = (
 
 class SandboxLimit(SandboxError):
     """Another sandbox would exceed the profile's limits.max_sandboxes."""
+
+
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

@@ -267,6 +267,8 @@ class SchedulerSettings(BaseModel):
     @classmethod
     def _prefixes(cls, value: Any) -> Any:
         return _comma_list(value)
+
+
 class SnapshotSettings(BaseModel):
     """Snapshots and the agent's checkpoints (backends/snapshots.py, control_plane/checkpoints.py)."""
 
