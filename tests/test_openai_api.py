@@ -319,6 +319,11 @@ def test_errors_come_in_openais_envelope(served: Served, fake_llm: Any) -> None:
         url, content=b"{not json", headers={**served.headers(), "Content-Type": "application/json"}
     )
     assert broken.status_code == 400 and "error" in broken.json()
+    # not UTF-8: FastAPI refuses it before validation (with Starlette's HTTPException), still enveloped
+    garbled = httpx.post(
+        url, content=b"\xff\x05\xfe", headers={**served.headers(), "Content-Type": "application/json"}
+    )
+    assert garbled.status_code == 400 and garbled.json()["error"]["type"] == "invalid_request_error"
     assert httpx.get(f"{served.url}/v1/embeddings", headers=served.headers()).json()["error"]["type"]
     allowed = httpx.get(f"{served.url}/v1/models", headers=served.headers(Origin="http://localhost:3000"))
     assert allowed.status_code == 200

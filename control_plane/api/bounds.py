@@ -1,8 +1,9 @@
 """What every API router shares about input from outside: bounded field types (lengths, ranges, no NUL,
 all in the OpenAPI document) and the error answers, each documented with its model.
 
-A route declares its fields with these types and its errors with `errors(401, 404, ...)`, so the
-document lists every status the route can answer and a client (or a fuzzer) can rely on it.
+A route declares its fields with these types and its errors with `errors(401, 404, ...)` (a router
+of authenticated routes starts from `AUTHENTICATED`), so the document lists every status the route can
+answer and a client (or a fuzzer) can rely on it.
 """
 
 from __future__ import annotations
