@@ -62,13 +62,14 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     for code in codes:
         documented[code] = {"model": ErrorBody, "description": DESCRIPTIONS[code]}
         if code == 429:
-            documented[code]["headers"] = {
-                "Retry-After": {
-                    "description": "Seconds to wait before retrying",
-                    "schema": {"type": "integer"},
-                }
-            }
+            documented[code]["headers"] = RETRY_AFTER
     return documented
+
+
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
+}
+"""The headers of a 429."""
 
 
 AUTHENTICATED = errors(400, 401)

@@ -23,6 +23,7 @@ from fastapi.sse import format_sse_event
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as StarletteResponse
 
+from ..bounds import RETRY_AFTER
 from ..profiles import Auth, LiveSession, Profile
 from .conversations import (
     ConversationKeys,
@@ -68,6 +69,7 @@ _ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
+    429: "rate_limit_error",
     502: "server_error",
     503: "server_error",
 }
@@ -100,7 +102,12 @@ class OpenAIRoute(APIRoute):
                 )
                 return error_response(400, f"invalid request: {problems}", "invalid_request")
             except StarletteHTTPException as exc:
-                code = {401: "invalid_api_key", 404: "not_found", 409: "session_busy"}.get(exc.status_code)
+                code = {
+                    401: "invalid_api_key",
+                    404: "not_found",
+                    409: "session_busy",
+                    429: "rate_limit_exceeded",
+                }.get(exc.status_code)
                 return error_response(exc.status_code, str(exc.detail), code, headers=exc.headers)
 
         return enveloped
@@ -114,11 +121,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         403: "A browser Origin not in openai.allowed_origins",
         404: "No such session (header or previous_response_id)",
         409: "The session is answering another request",
+        429: "A limit of the profile is reached; retry after Retry-After seconds",
         502: "The model failed",
         503: "No model is configured",
     }.items()
 }
 """Every /v1 route's documented errors (the router's default), all in OpenAI's envelope."""
+_ERRORS[429]["headers"] = RETRY_AFTER
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute, responses=_ERRORS)
 _STREAMED = "The answer; with `stream: true` as server-sent events (text/event-stream)"
 
@@ -174,7 +183,7 @@ async def chat_completions(
 ) -> StarletteResponse:
     """The agent answers the newest user message; `stream: true` for SSE (text/event-stream)."""
     live, text = chat_session(profile, ConversationKeys(profile.settings.home), body.messages, session)
-    after = start_turn(live, text)
+    after = start_turn(profile, live, text)
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
         return StreamingResponse(
@@ -247,7 +256,7 @@ async def responses(request: Request, profile: V1, body: ResponsesRequest) -> St
     live, new = open_session(profile, session_id, text)
     if new:  # like a chat's first message: the history it brings is told once, as context
         text = transcript(earlier) + text
-    after = start_turn(live, text)
+    after = start_turn(profile, live, text)
     ids = (f"resp_{live.conversation.id}_{secrets.token_hex(6)}", f"msg_{secrets.token_hex(12)}")
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
