@@ -12,6 +12,8 @@ import pytest
 import schemathesis
 from conftest import get_backend
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute, iter_route_contexts
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -23,6 +25,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from control_plane.api.app import create_app
+from control_plane.api.profiles import current_profile, live_session
 from control_plane.api.tokens import TokenStore
 from control_plane.settings import Settings, load_settings
 
@@ -89,3 +92,33 @@ def test_generated_requests_get_documented_answers(
             ) as exc:  # collect every operation's failure, not just the first
                 failures.append(f"{operation.label} ({mode}, known={bool(path_parameters)}): {exc}")
     assert not failures, "\n\n".join(failures)
+
+
+def _calls(dependant: Dependant) -> Iterator[Any]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from _calls(sub)
+
+
+def test_every_route_documents_its_token_and_body_errors(served: tuple[FastAPI, str, str]) -> None:
+    """What any new route answers before its own code runs: 401 when it takes a bearer token, 404 when
+    it takes a live session, 400 when it takes a JSON body FastAPI cannot parse. Checked here route by
+    route, whatever the fuzzer's examples happen to try (a router's `responses=bounds.AUTHENTICATED`
+    gives 400 and 401)."""
+    app = served[0]
+    document = app.openapi()["paths"]
+    missing = []
+    for route in iter_route_contexts(app.routes):  # the routes of included routers too
+        if not isinstance(route.original_route, APIRoute) or not route.include_in_schema:
+            continue
+        calls = set(_calls(route.dependant))
+        needed = {
+            code
+            for dependency, code in ((current_profile, "401"), (live_session, "404"))
+            if dependency in calls
+        }
+        needed |= {"400"} if route.body_field is not None else set()
+        for method in route.methods or ():
+            documented = document[route.path_format][method.lower()]["responses"]
+            missing += [f"{method} {route.path_format}: {code}" for code in sorted(needed - set(documented))]
+    assert not missing, "undocumented: " + ", ".join(missing)

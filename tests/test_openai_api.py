@@ -41,8 +41,10 @@ class Served:
 
 
 @pytest.fixture
-def served(tmp_path: Path, fake_llm: Any) -> Iterator[Served]:
+def served(request: pytest.FixtureRequest, tmp_path: Path, fake_llm: Any) -> Iterator[Served]:
+    """The server on a free port; `limits` of the profiles from an indirect parameter, if any."""
     get_backend("local")
+    limits = getattr(request, "param", {})
     model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
 
     def settings_for(profile: str) -> Settings:
@@ -53,6 +55,7 @@ def served(tmp_path: Path, fake_llm: Any) -> Iterator[Served]:
             backend="local",
             learning={"enabled": False},
             openai={"model_id": "hermetic-agent", "allowed_origins": ["http://localhost:3000"]},
+            limits=limits,
         )
 
     tokens = TokenStore(tmp_path)
@@ -319,6 +322,11 @@ def test_errors_come_in_openais_envelope(served: Served, fake_llm: Any) -> None:
         url, content=b"{not json", headers={**served.headers(), "Content-Type": "application/json"}
     )
     assert broken.status_code == 400 and "error" in broken.json()
+    # not UTF-8: FastAPI refuses it before validation (with Starlette's HTTPException), still enveloped
+    garbled = httpx.post(
+        url, content=b"\xff\x05\xfe", headers={**served.headers(), "Content-Type": "application/json"}
+    )
+    assert garbled.status_code == 400 and garbled.json()["error"]["type"] == "invalid_request_error"
     assert httpx.get(f"{served.url}/v1/embeddings", headers=served.headers()).json()["error"]["type"]
     allowed = httpx.get(f"{served.url}/v1/models", headers=served.headers(Origin="http://localhost:3000"))
     assert allowed.status_code == 200
@@ -354,6 +362,22 @@ def test_a_busy_session_is_a_409(served: Served, fake_llm: Any) -> None:
         )
         assert busy.status_code == 409 and busy.json()["error"]["code"] == "session_busy"
         assert sse(response)[-1] == (None, "[DONE]")
+
+
+@pytest.mark.parametrize("served", [{"max_running_sessions": 1}], indirect=True)
+def test_a_run_over_the_profiles_limit_is_a_429(served: Served, fake_llm: Any) -> None:
+    fake_llm.load([{"text": "slow", "delay": 3}])
+    url = f"{served.url}/v1/chat/completions"
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "first"}]}
+    with httpx.stream("POST", url, json=body, headers=served.headers(), timeout=60) as response:
+        with pytest.raises(openai.RateLimitError) as refused:  # another conversation: a second session
+            served.client().chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "another conversation"}]
+            )
+        assert refused.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
+        assert "max_running_sessions" in refused.value.message
+        assert int(refused.value.response.headers["Retry-After"]) > 0
+        assert sse(response)[-1] == (None, "[DONE]")  # the running one was not disturbed
 
 
 def test_a_client_that_disconnects_interrupts_the_run_and_its_command(served: Served, fake_llm: Any) -> None:

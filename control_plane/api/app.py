@@ -11,6 +11,7 @@ from pathlib import Path as FilePath
 from typing import Annotated
 
 from fastapi import FastAPI, Header, HTTPException, Path, Query, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
@@ -20,7 +21,7 @@ from ..agent.status import Status
 from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
-from .bounds import AnswerText, MessageText, Offset, SearchText, SessionId, Title, errors
+from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
 from .openai import router as openai_router
@@ -160,21 +161,25 @@ def create_app(
     def interrupt(live: Live) -> dict[str, bool]:
         return {"interrupted": live.conversation.interrupt()}
 
-    @app.get("/sessions/{session_id}/questions")
+    @app.get("/sessions/{session_id}/questions", responses=errors(401, 404))
     def open_questions(live: Live) -> list[Question]:
         """The questions the running turn waits on (also sent as `question` events)."""
         return live.conversation.questions.open()
 
     @app.post(
         "/sessions/{session_id}/questions/{question_id}",
-        responses=errors(401, 404),
+        responses=errors(400, 401, 404),
     )
-    def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
-        """Answer a question of the running turn (a clarification, an approval) by its id."""
+    def answer_question(
+        live: Live, question_id: Annotated[QuestionId, Path()], body: QuestionAnswer
+    ) -> dict[str, bool]:
+        """Answer a question of the running turn (a clarification, an approval) by its id; an answer
+        that is not one of its choices is a 422 on `body.answer`."""
         try:
             answered = live.conversation.answer(question_id, body.answer)
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+        except ValueError as exc:  # FastAPI's own 422 body, as documented, not an ErrorBody
+            error = {"type": "value_error", "loc": ("body", "answer"), "msg": str(exc), "input": body.answer}
+            raise RequestValidationError([error]) from None
         if not answered:
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND, f"no open question {question_id} (answered or timed out)"

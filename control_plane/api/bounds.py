@@ -1,8 +1,9 @@
 """What every API router shares about input from outside: bounded field types (lengths, ranges, no NUL,
 all in the OpenAPI document) and the error answers, each documented with its model.
 
-A route declares its fields with these types and its errors with `errors(401, 404, ...)`, so the
-document lists every status the route can answer and a client (or a fuzzer) can rely on it.
+A route declares its fields with these types and its errors with `errors(401, 404, ...)` (a router
+of authenticated routes starts from `AUTHENTICATED`), so the document lists every status the route can
+answer and a client (or a fuzzer) can rely on it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ AnswerText = Annotated[str, _text(1, 10_000)]
 """An answer to a question of a running turn (a choice, or free text)."""
 RelativePath = Annotated[str, _text(1, 1024)]
 SessionId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+QuestionId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 SkillName = Annotated[
     str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
 ]
+SourceText = Annotated[str, _text(1, 4000)]
+"""Where skills come from: a directory, an archive file or URL, a git repository[#REF][:SUBDIR], TAP/NAME."""
+FindingRef = Annotated[str, _text(1, 500)]
+"""A threat finding accepted for an install: FILE:LINE or the finding's id."""
 Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
 Version = Annotated[int, Field(ge=1, le=MAX_OFFSET)]
 
@@ -56,10 +62,16 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     for code in codes:
         documented[code] = {"model": ErrorBody, "description": DESCRIPTIONS[code]}
         if code == 429:
-            documented[code]["headers"] = {
-                "Retry-After": {
-                    "description": "Seconds to wait before retrying",
-                    "schema": {"type": "integer"},
-                }
-            }
+            documented[code]["headers"] = RETRY_AFTER
     return documented
+
+
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
+}
+"""The headers of a 429."""
+
+
+AUTHENTICATED = errors(400, 401)
+"""The `responses=` of a router whose routes take a bearer token (401) and may take a JSON body (400
+when it cannot be parsed); each route adds its own (`responses=errors(404)`): route entries win."""

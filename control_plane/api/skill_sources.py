@@ -6,27 +6,30 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any
+from pathlib import Path as FilePath
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from ..skills.install import Installer, Plan
 from ..skills.library import SkillError, UnknownSkill
 from ..skills.sources import Limits, SourceError
-from ..skills.taps import TapError
+from ..skills.taps import TAP_NAME, TapError
+from .bounds import AUTHENTICATED, FindingRef, SearchText, SkillName, SourceText, errors
 from .profiles import Auth
 
-router = APIRouter(prefix="/skills", tags=["skills"])
+router = APIRouter(prefix="/skills", tags=["skills"], responses=AUTHENTICATED)
+Name = Annotated[SkillName, Path()]
+TapName = Annotated[str, StringConstraints(pattern=TAP_NAME.pattern)]
 
 
 class InstallRequest(BaseModel):
-    source: str = Field(min_length=1, max_length=4000)
+    source: SourceText
     """DIR, FILE.tar.gz|.zip, URL, git repository[#REF][:SUBDIR], or TAP/NAME."""
     all: bool = False
-    accept: list[str] = Field(default_factory=list, max_length=100)
+    accept: list[FindingRef] = Field(default_factory=list, max_length=100)
     """Threat findings accepted for this install: FILE:LINE or finding ids."""
     allow_unverified: bool = False
     confirm: bool = False
@@ -35,14 +38,14 @@ class InstallRequest(BaseModel):
 
 class UpdateRequest(BaseModel):
     force: bool = False
-    accept: list[str] = Field(default_factory=list, max_length=100)
+    accept: list[FindingRef] = Field(default_factory=list, max_length=100)
     allow_unverified: bool = False
     confirm: bool = False
 
 
 class TapRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
-    url: str = Field(min_length=1, max_length=4000)
+    name: TapName
+    url: SourceText
 
 
 def _run(profile: Auth, action: Any) -> Any:
@@ -87,7 +90,7 @@ def outdated(profile: Auth) -> list[dict[str, Any]]:
 
 
 @router.get("/search")
-def search(profile: Auth, q: str) -> dict[str, Any]:
+def search(profile: Auth, q: Annotated[SearchText, Query()]) -> dict[str, Any]:
     def action(installer: Installer) -> dict[str, Any]:
         words = q.lower().split()
         local = [
@@ -112,13 +115,13 @@ def tap_add(profile: Auth, body: TapRequest) -> dict[str, Any]:
 
 
 @router.delete("/taps/{name}")
-def tap_remove(profile: Auth, name: str) -> dict[str, str]:
+def tap_remove(profile: Auth, name: Annotated[TapName, Path()]) -> dict[str, str]:
     _run(profile, lambda inst: inst.taps.remove(name))
     return {"removed": name}
 
 
-@router.post("/{name}/update")
-def update(profile: Auth, name: str, body: UpdateRequest) -> dict[str, Any]:
+@router.post("/{name}/update", responses=errors(404))
+def update(profile: Auth, name: Name, body: UpdateRequest) -> dict[str, Any]:
     def action(installer: Installer) -> dict[str, Any]:
         plan = installer.plan_update(
             name, force=body.force, accept=tuple(body.accept), allow_unverified=body.allow_unverified
@@ -128,19 +131,23 @@ def update(profile: Auth, name: str, body: UpdateRequest) -> dict[str, Any]:
     return _run(profile, action)  # type: ignore[no-any-return]
 
 
-@router.post("/{name}/uninstall")
-def uninstall(profile: Auth, name: str) -> dict[str, str]:
+@router.post("/{name}/uninstall", responses=errors(404))
+def uninstall(profile: Auth, name: Name) -> dict[str, str]:
     _run(profile, lambda inst: inst.uninstall(name))
     return {"state": "archived"}
 
 
-@router.get("/{name}/export")
-def export(profile: Auth, name: str) -> Response:
+@router.get(
+    "/{name}/export",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}}}, **errors(404)},
+)
+def export(profile: Auth, name: Name) -> Response:
     """The skill's current version with its manifest, as a .tar.gz."""
 
     def action(installer: Installer) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
-            return installer.export(name, Path(tmp) / f"{name}.tar.gz").read_bytes()
+            return installer.export(name, FilePath(tmp) / f"{name}.tar.gz").read_bytes()
 
     data: bytes = _run(profile, action)
     headers = {"Content-Disposition": f'attachment; filename="{name}.tar.gz"'}

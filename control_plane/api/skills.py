@@ -13,10 +13,10 @@ from ..skills.curation import duplicates, unmerge
 from ..skills.library import SkillError, SkillLibrary, UnknownSkill
 from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
-from .bounds import RelativePath, SkillName, Version, errors
+from .bounds import AUTHENTICATED, RelativePath, SkillName, Version, errors
 from .profiles import Auth
 
-router = APIRouter(prefix="/skills", tags=["skills"], responses=errors(400, 401))
+router = APIRouter(prefix="/skills", tags=["skills"], responses=AUTHENTICATED)
 Name = Annotated[SkillName, Path()]
 
 

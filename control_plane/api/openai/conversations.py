@@ -131,12 +131,14 @@ class Outcome:
     error: Error | None = None
 
 
-def start_turn(live: LiveSession, text: str) -> int:
-    """Start a run in the session; the number to follow its events after. 409 while one runs."""
+def start_turn(profile: Profile, live: LiveSession, text: str) -> int:
+    """Start a run in the session; the number to follow its events after. 409 while one runs, 429 over
+    the profile's limits (as POST /sessions/{id}/messages)."""
     if live.conversation.running or (live.task is not None and not live.task.done()):
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"session {live.conversation.id} is already answering; wait for it"
         )
+    profile.admit_run(live)
     after = live.seq
     live.task = asyncio.create_task(live.conversation.run(text, live.publish))
     return after

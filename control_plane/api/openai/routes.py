@@ -15,13 +15,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Request, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.sse import format_sse_event
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as StarletteResponse
 
+from ..bounds import RETRY_AFTER
 from ..profiles import Auth, LiveSession, Profile
 from .conversations import (
     ConversationKeys,
@@ -35,7 +37,9 @@ from .conversations import (
     whole_turn,
 )
 from .wire import (
+    DONE,
     SESSION_HEADER,
+    TOOL_EVENT,
     AssistantReply,
     ChatCompletion,
     ChatCompletionChunk,
@@ -47,21 +51,25 @@ from .wire import (
     ErrorEnvelope,
     Model,
     ModelList,
+    Name,
     OpenAIError,
     OutputMessage,
     OutputText,
     Response,
+    ResponseEventType,
     ResponsesRequest,
     ResponseUsage,
+    chat_stream_content,
+    responses_stream_content,
 )
 
-TOOL_EVENT = "hermetic.tool"
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
+    429: "rate_limit_error",
     502: "server_error",
     503: "server_error",
 }
@@ -78,7 +86,8 @@ def error_response(
 
 class OpenAIRoute(APIRoute):
     """A route whose validation and HTTP errors answer in OpenAI's envelope (400 for a bad body, as
-    OpenAI does, not FastAPI's 422)."""
+    OpenAI does, not FastAPI's 422). Starlette's HTTPException is caught, not only FastAPI's subclass:
+    FastAPI raises Starlette's for a body it cannot parse."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, StarletteResponse]]:
         handler = super().get_route_handler()
@@ -92,14 +101,18 @@ class OpenAIRoute(APIRoute):
                     for err in exc.errors()[:10]
                 )
                 return error_response(400, f"invalid request: {problems}", "invalid_request")
-            except HTTPException as exc:
-                code = {401: "invalid_api_key", 404: "not_found", 409: "session_busy"}.get(exc.status_code)
+            except StarletteHTTPException as exc:
+                code = {
+                    401: "invalid_api_key",
+                    404: "not_found",
+                    409: "session_busy",
+                    429: "rate_limit_exceeded",
+                }.get(exc.status_code)
                 return error_response(exc.status_code, str(exc.detail), code, headers=exc.headers)
 
         return enveloped
 
 
-router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorEnvelope, "description": text}
     for code, text in {
@@ -108,10 +121,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         403: "A browser Origin not in openai.allowed_origins",
         404: "No such session (header or previous_response_id)",
         409: "The session is answering another request",
+        429: "A limit of the profile is reached; retry after Retry-After seconds",
         502: "The model failed",
         503: "No model is configured",
     }.items()
 }
+"""Every /v1 route's documented errors (the router's default), all in OpenAI's envelope."""
+_ERRORS[429]["headers"] = RETRY_AFTER
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute, responses=_ERRORS)
+_STREAMED = "The answer; with `stream: true` as server-sent events (text/event-stream)"
 
 
 def v1_profile(request: Request, profile: Auth) -> Profile:
@@ -127,14 +145,14 @@ def v1_profile(request: Request, profile: Auth) -> Profile:
 V1 = Annotated[Profile, Depends(v1_profile)]
 
 
-@router.get("/models", responses=_ERRORS)
+@router.get("/models")
 def list_models(profile: V1) -> ModelList:
     """The profile's agent, as one model."""
     return ModelList(data=[Model(id=profile.settings.openai.model_id, created=int(time.time()))])
 
 
-@router.get("/models/{model_id}", responses=_ERRORS)
-def get_model(profile: V1, model_id: str) -> Model:
+@router.get("/models/{model_id}")
+def get_model(profile: V1, model_id: Annotated[Name, Path()]) -> Model:
     if model_id != profile.settings.openai.model_id:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no model {model_id!r}")
     return Model(id=model_id, created=int(time.time()))
@@ -152,7 +170,11 @@ def _failure(outcome: Outcome, session: str) -> JSONResponse | None:
     )
 
 
-@router.post("/chat/completions", response_model=ChatCompletion, responses=_ERRORS)
+@router.post(
+    "/chat/completions",
+    response_model=ChatCompletion,
+    responses={200: {"description": _STREAMED, "content": chat_stream_content()}},
+)
 async def chat_completions(
     request: Request,
     profile: V1,
@@ -161,7 +183,7 @@ async def chat_completions(
 ) -> StarletteResponse:
     """The agent answers the newest user message; `stream: true` for SSE (text/event-stream)."""
     live, text = chat_session(profile, ConversationKeys(profile.settings.home), body.messages, session)
-    after = start_turn(live, text)
+    after = start_turn(profile, live, text)
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
         return StreamingResponse(
@@ -206,7 +228,7 @@ async def _chat_stream(live: LiveSession, after: int, model: str) -> AsyncIterat
         yield format_sse_event(data_str=json.dumps({"error": error.model_dump()}))
     else:
         yield chunk(choices=[ChunkChoice(finish_reason=_finish(outcome))], usage=_usage(outcome))
-    yield format_sse_event(data_str="[DONE]")
+    yield format_sse_event(data_str=DONE)
 
 
 def _finish(outcome: Outcome) -> Any:
@@ -220,7 +242,11 @@ def _usage(outcome: Outcome) -> CompletionUsage:
     )
 
 
-@router.post("/responses", response_model=Response, responses=_ERRORS)
+@router.post(
+    "/responses",
+    response_model=Response,
+    responses={200: {"description": _STREAMED, "content": responses_stream_content()}},
+)
 async def responses(request: Request, profile: V1, body: ResponsesRequest) -> StarletteResponse:
     """One turn; `previous_response_id` continues that response's session, without it a new session.
     `stream: true` sends the Responses API's events (response.created, response.output_text.delta, ...,
@@ -230,7 +256,7 @@ async def responses(request: Request, profile: V1, body: ResponsesRequest) -> St
     live, new = open_session(profile, session_id, text)
     if new:  # like a chat's first message: the history it brings is told once, as context
         text = transcript(earlier) + text
-    after = start_turn(live, text)
+    after = start_turn(profile, live, text)
     ids = (f"resp_{live.conversation.id}_{secrets.token_hex(6)}", f"msg_{secrets.token_hex(12)}")
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
@@ -271,7 +297,7 @@ async def _responses_stream(
     numbers = itertools.count()
     item = {"item_id": ids[1], "output_index": 0, "content_index": 0}
 
-    def event(kind: str, **fields: Any) -> bytes:
+    def event(kind: ResponseEventType, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": next(numbers), **fields}
         return format_sse_event(data_str=json.dumps(data), event=kind)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 MAX_TEXT = 200_000
 """Characters of one message's text (what POST /sessions/{id}/messages takes too)."""
@@ -13,6 +13,10 @@ MAX_TOTAL = 2_000_000
 """Characters of all the messages of one request."""
 MAX_MESSAGES = 2_000
 MAX_PARTS = 200
+TOOL_EVENT: Literal["hermetic.tool"] = "hermetic.tool"
+"""The SSE event name of tool activity in either stream."""
+DONE = "[DONE]"
+"""The data of a chat stream's last event."""
 SESSION_HEADER = "X-Hermetic-Session"
 """Sent with every answer; a client that echoes it stays in that session whatever its history says."""
 
@@ -210,3 +214,73 @@ class OpenAIError(BaseModel):
 
 class ErrorEnvelope(BaseModel):
     error: OpenAIError
+
+
+# -- what a stream sends (`stream: true`) ----------------------------------------------------
+
+ResponseEventType = Literal[
+    "response.created",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+    "error",
+    "hermetic.tool",
+]
+
+
+class ResponseStreamEvent(BaseModel):
+    """The data of each event of a streamed /v1/responses, whose SSE event name is its `type`; the
+    other fields are the type's, as in OpenAI's reference (`hermetic` on a hermetic.tool event)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: ResponseEventType
+    sequence_number: int
+
+
+def chat_stream_content() -> dict[str, Any]:
+    """The OpenAPI `content` of a streamed chat completion: unnamed chunk events (a `hermetic.tool`
+    event on tool activity), an error envelope when the model fails, then [DONE]."""
+    json_data = {"anyOf": [_inline(ChatCompletionChunk), _inline(ErrorEnvelope)]}
+    data = {"anyOf": [{"const": DONE}, _json_string(json_data)]}
+    return _sse_content(data, TypeAdapter(Literal["hermetic.tool"]).json_schema(), named=False)
+
+
+def responses_stream_content() -> dict[str, Any]:
+    """The OpenAPI `content` of a streamed /v1/responses: every event named for its type."""
+    event = TypeAdapter(ResponseEventType).json_schema()
+    return _sse_content(_json_string(_inline(ResponseStreamEvent)), event, named=True)
+
+
+def _sse_content(data: dict[str, Any], event: dict[str, Any], named: bool) -> dict[str, Any]:
+    item = {
+        "type": "object",
+        "properties": {"data": data, "event": event},
+        "required": ["data", "event"] if named else ["data"],
+    }
+    return {"text/event-stream": {"itemSchema": item}}
+
+
+def _json_string(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": schema}
+
+
+def _inline(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its $defs put in place: a schema embedded in the OpenAPI document
+    (an SSE event's contentSchema) cannot refer to definitions of its own."""
+    schema = model.model_json_schema(mode="serialization")
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(value) for value in node]
+        return node
+
+    return resolve(schema)  # type: ignore[no-any-return]
