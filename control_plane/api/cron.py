@@ -14,9 +14,10 @@ from ..scheduler import JobError, JobRecord, JobSpec, JobStore, RunRecord, Sched
 from ..settings import Settings
 from ..store import Store
 from ..tools import TOOLS
+from .bounds import AUTHENTICATED
 from .profiles import Auth, Hub, Profile
 
-router = APIRouter(prefix="/cron", tags=["cron"])
+router = APIRouter(prefix="/cron", tags=["cron"], responses=AUTHENTICATED)
 
 
 async def start_schedulers(app: FastAPI, hub: Hub, base: Settings, root: Path) -> None:

@@ -14,9 +14,10 @@ from backends.snapshots import NoSuchSnapshot, SnapshotError
 from ..checkpoints import NoSuchCheckpoint
 from ..sandbox_manager import choose_backend
 from ..store import SessionRecord
+from .bounds import AUTHENTICATED
 from .profiles import Auth, LiveSession
 
-router = APIRouter(tags=["snapshots"])
+router = APIRouter(tags=["snapshots"], responses=AUTHENTICATED)
 Responses = dict[int | str, dict[str, Any]]
 NOT_FOUND: Responses = {404: {"description": "No such snapshot, session or checkpoint in this profile"}}
 REFUSED: Responses = {400: {"description": "The snapshot's record is damaged or it cannot be used here"}}
