@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..agent.agent import Agent
+from ..agent.commands import run_command, status_line
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
@@ -130,6 +131,7 @@ def chat(
     if resume:
         turns = sum(1 for m in conversation.history if m["role"] == "user")
         err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")
+    err.print(f"[dim]{escape(status_line(agent))}[/]")
     printer = EventPrinter(console)
     try:
         while True:
@@ -139,7 +141,11 @@ def chat(
                 break
             if text in ("/exit", "/quit"):
                 break
-            if text:
+            command = run_command(agent, conversation, text, source="chat")
+            if command is not None:
+                console.print(command.text, markup=False, highlight=False)
+                conversation = command.conversation or conversation
+            elif text:
                 asyncio.run(drive(conversation, text, printer))
     finally:
         finish(conversation, agent)

@@ -54,6 +54,8 @@ class Turn(BaseModel):
     """The error's message."""
     delay: float = Field(0.0, ge=0)
     """Seconds to wait before answering."""
+    pace: float = Field(0.0, ge=0)
+    """Seconds between a stream's chunks (0: the whole stream in one write), for consumers of deltas."""
     drop: bool = False
     """Drop the connection mid-reply (a provider failing): after half of a stream's chunks, or, when not
     streaming, before any answer."""
@@ -250,8 +252,15 @@ class _Handler(BaseHTTPRequestHandler):
         events = [f"data: {json.dumps(chunk)}\n\n" for chunk in _chunks(body, turn)] + ["data: [DONE]\n\n"]
         if turn.drop:
             events = events[: len(events) // 2]
-        # One write for the whole reply: the scripted text is all there, and it keeps the server fast
-        self.wfile.write(b"".join(_http_chunk(event.encode()) for event in events))
+        if turn.pace:
+            for event in events:  # token by token, as a slow model writes
+                self.wfile.write(_http_chunk(event.encode()))
+                self.wfile.flush()
+                if self.server.fake._stopping.wait(turn.pace):
+                    return
+        else:
+            # One write for the whole reply: the scripted text is all there, and it keeps the server fast
+            self.wfile.write(b"".join(_http_chunk(event.encode()) for event in events))
         if turn.drop:
             self._drop()
         else:
