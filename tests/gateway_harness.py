@@ -20,10 +20,17 @@ OWNER = 1001
 
 
 def gateway_settings(
-    root: Path, llm_url: str, standin: TelegramStandin | None, *, backend: str = "local", **telegram: Any
+    root: Path,
+    llm_url: str,
+    standin: TelegramStandin | None,
+    *,
+    backend: str = "local",
+    toolsets: list[str] | None = None,
+    gateway: dict[str, Any] | None = None,
+    **telegram: Any,
 ) -> Settings:
     get_backend(backend)  # skips, with the reason, when the backend cannot run here
-    gateway: dict[str, Any] = {"lock_ttl": 5, "reconnect_max": 0.5}
+    gateway = {"lock_ttl": 5, "reconnect_max": 0.5} | (gateway or {})
     if standin is not None:
         gateway["telegram"] = {
             "token": TOKEN,
@@ -34,8 +41,9 @@ def gateway_settings(
             "poll_timeout": 2,
         } | telegram
     model = {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0}
+    extra: dict[str, Any] = {"toolsets": toolsets} if toolsets else {}
     return load_settings(
-        root=root, model=model, backend=backend, learning={"enabled": False}, gateway=gateway
+        root=root, model=model, backend=backend, learning={"enabled": False}, gateway=gateway, **extra
     )
 
 

@@ -108,8 +108,8 @@ class TelegramStandin:
         return self._push({"message": message})
 
     def redeliver(self, update: dict[str, Any]) -> None:
-        """The same update again (Telegram resends what was not confirmed)."""
-        self._push(dict(update), same_id=True)
+        """The same message again, in a new update (as after a lost confirmation)."""
+        self._push({k: v for k, v in update.items() if k != "update_id"})
 
     def press(self, chat: int, message_id: int, data: str, *, user: int | None = None) -> dict[str, Any]:
         """A user presses an inline button under one of the bot's messages."""
@@ -181,9 +181,8 @@ class TelegramStandin:
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
-    def _push(self, update: dict[str, Any], same_id: bool = False) -> dict[str, Any]:
-        if not same_id:
-            update = {"update_id": next(self._update_ids), **update}
+    def _push(self, update: dict[str, Any]) -> dict[str, Any]:
+        update = {"update_id": next(self._update_ids), **update}
         with self._changed:
             self._updates.append(update)
         self._loop.call_soon_threadsafe(self._wake)

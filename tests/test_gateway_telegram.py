@@ -34,6 +34,17 @@ def final_text(standin: TelegramStandin, chat: int, contains: str, timeout: floa
     return standin.wait_for(found, timeout)
 
 
+def running_command(command: str, timeout: float = 30) -> None:
+    """Until a process with this command line runs (local sandboxes' processes are visible on the host)."""
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["pgrep", "-f", command], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, f"{command!r} never started"
+        time.sleep(0.05)
+
+
 def test_a_message_is_answered_in_a_session_streamed_by_editing_one_message(
     tmp_path: Path, fake_llm: Any, standin: TelegramStandin
 ) -> None:
@@ -79,3 +90,200 @@ def test_a_second_message_continues_the_same_session_and_new_starts_another(
         )
         assert users == [["one", "two"], ["three"]]
         assert len(fake_llm.requests) == 3, "/new went to no model"
+
+
+def test_an_unknown_user_gets_a_pairing_code_and_gateway_pair_admits_them(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    import re
+    import subprocess
+    import sys
+
+    stranger = 2002
+    fake_llm.load([{"text": "welcome aboard"}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(stranger, "hello?")
+        told = final_text(standin, stranger, "hermetic gateway pair")
+        code = re.search(r"gateway pair ([A-Z0-9]{8})", told).group(1)  # type: ignore[union-attr]
+        standin.user_says(stranger, "hello again?")
+        standin.user_says(OWNER, "/help")  # a later message, to know the one before was handled
+        final_text(standin, OWNER, "/status")
+        assert len(standin.bot_messages(stranger)) == 1, "one code per user, not one per message"
+        assert fake_llm.requests == [], "nothing of a stranger's reaches the model"
+        wrong = subprocess.run(
+            [sys.executable, "-m", "control_plane", "gateway", "pair", "WRONG123"],
+            env={"HERMETIC_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        )  # fmt: skip
+        assert wrong.returncode == 2 and "no such pairing code" in wrong.stderr
+        done = subprocess.run(
+            [sys.executable, "-m", "control_plane", "gateway", "pair", code],
+            env={"HERMETIC_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"admitted telegram user {stranger}" in done.stdout
+        again = subprocess.run(
+            [sys.executable, "-m", "control_plane", "gateway", "pair", code],
+            env={"HERMETIC_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        )  # fmt: skip
+        assert again.returncode == 2, "a code works once"
+        standin.user_says(stranger, "now?")
+        final_text(standin, stranger, "welcome aboard")
+        assert gateway.store.admitted("telegram", str(stranger))
+
+
+def test_group_chats_are_answered_only_when_allowed(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load([{"text": "hello group"}])
+    settings = gateway_settings(tmp_path, fake_llm.url, standin, allow_chats=["-600"])
+    with Running(settings) as gateway:
+        standin.user_says(-500, "anyone?", user=OWNER, chat_type="group")
+        standin.user_says(-600, "anyone here?", user=3003, chat_type="supergroup")
+        final_text(standin, -600, "hello group")
+        wait_answered(gateway, 1)
+        assert standin.bot_messages(-500) == [], "a group not allowed gets no answer at all"
+        assert len(fake_llm.requests) == 1
+
+
+def test_a_long_reply_is_split_at_4096_utf16_units_with_code_fences_reopened(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    code = "\n".join(f"print('line {i} 😀')" for i in range(400))
+    reply = "Here is the program 😀:\n\n```python\n" + code + "\n```\n\nThat is all. " + "🎉 " * 200 + "END"
+    fake_llm.load([{"text": reply}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "write a long program")
+        wait_answered(gateway, 1)
+        parts = [m.text for m in standin.bot_messages(OWNER)]
+        assert len(parts) >= 3
+        assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
+        for part in parts:
+            fences = [line for line in part.splitlines() if line.startswith("```")]
+            assert len(fences) % 2 == 0, f"a part with an unclosed fence: {part[:80]!r}"
+        assert parts[1].startswith("```python"), "the fence is reopened, with its language"
+        assert parts[-1].endswith("END")
+        joined = "\n".join(parts)
+        assert all(f"print('line {i} 😀')" in joined for i in range(400)), "nothing is lost at the cuts"
+
+
+def test_a_429_on_an_edit_is_waited_out_and_the_reply_completes(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    reply = " ".join(f"token{i}" for i in range(80))
+    fake_llm.load([{"text": reply, "pace": 0.01}])
+    standin.rate_limit_edits(2, retry_after=1)
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "go")
+        wait_answered(gateway, 1)
+        (message,) = standin.bot_messages(OWNER)
+        assert message.text == reply
+        edits = standin.called("editMessageText")
+        assert len(edits) >= 3, "two refused edits, then the ones that went through"
+        assert message.edits >= 1
+
+
+def test_stop_interrupts_the_run(tmp_path: Path, fake_llm: Any, standin: TelegramStandin) -> None:
+    fake_llm.load([{"text": "Sleeping.", "tool_calls": [call("terminal", command="sleep 61.15")]}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "take a nap")
+        final_text(standin, OWNER, "▸ terminal sleep 61.15")
+        running_command("sleep 61.15")
+        standin.user_says(OWNER, "/stop")
+        final_text(standin, OWNER, "Stopping.")
+        final_text(standin, OWNER, "(stopped)")
+        wait_answered(gateway, 2)
+        assert len(fake_llm.requests) == 1
+
+
+def test_a_message_during_a_run_steers_it(tmp_path: Path, fake_llm: Any, standin: TelegramStandin) -> None:
+    fake_llm.load(
+        [
+            {"tool_calls": [call("terminal", command="sleep 1.5; echo slept")]},
+            {"text": "Done, and noted the second message."},
+        ]
+    )
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "nap a little")
+        final_text(standin, OWNER, "▸ terminal")
+        standin.user_says(OWNER, "and then say hi")
+        wait_answered(gateway, 2)
+        assert len(fake_llm.requests) == 2
+        last = fake_llm.requests[1]["messages"]
+        assert [m["role"] for m in last[-2:]] == ["tool", "user"] and last[-1]["content"] == "and then say hi"
+        final_text(standin, OWNER, "noted the second message")
+
+
+def test_an_uploaded_file_lands_in_the_sandbox_and_the_agent_reads_it(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load(
+        [{"tool_calls": [call("read_file", path="uploads/notes.txt")]}, {"text": "It says pelican."}]
+    )
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "what does my file say?", document=("notes.txt", b"the word is pelican\n"))
+        wait_answered(gateway, 1)
+        first = fake_llm.requests[0]["messages"][-1]["content"]
+        assert "what does my file say?" in first and "uploads/notes.txt" in first
+        tool_result = fake_llm.requests[1]["messages"][-1]["content"]
+        assert "the word is pelican" in tool_result
+        final_text(standin, OWNER, "It says pelican.")
+
+
+def test_the_agent_sends_a_file_from_its_sandbox(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load(
+        [
+            {"tool_calls": [call("write_file", path="out/report.txt", content="quarterly numbers\n")]},
+            {"tool_calls": [call("send_file", path="out/report.txt")]},
+            {"text": "Sent you the report."},
+        ]
+    )
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "make me a report")
+        wait_answered(gateway, 1)
+        (document,) = [m for m in standin.bot_messages(OWNER) if m.document is not None]
+        assert document.document == b"quarterly numbers\n" and document.filename == "report.txt"
+        assert "sent report.txt" in fake_llm.requests[2]["messages"][-1]["content"]
+
+
+def test_redelivered_message_is_answered_once(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load([{"text": "answer one"}, {"text": "answer two"}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        update = standin.user_says(OWNER, "question one")
+        wait_answered(gateway, 1)
+        standin.redeliver(update)
+        standin.user_says(OWNER, "question two")
+        wait_answered(gateway, 2)
+        final_text(standin, OWNER, "answer two")
+        assert len(fake_llm.requests) == 2
+        users = [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "user"]
+        assert users == ["question one", "question two"]
+
+
+def test_an_agent_error_ends_as_a_short_message(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load([{"error": 500, "message": "the model is on fire"}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "hello")
+        wait_answered(gateway, 1)
+        text = final_text(standin, OWNER, "Sorry")
+        assert "could not finish" in text and len(text) < 400
+
+
+def test_chat_commands_answer_without_the_model(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        for command in ("/help", "/status", "/model", "/memory", "/skills"):
+            standin.user_says(OWNER, command)
+        wait_answered(gateway, 5)
+        texts = [m.text for m in standin.bot_messages(OWNER)]
+        assert "/new" in texts[0] and "/stop" in texts[0]
+        assert texts[1].startswith("session s-") and "openai/scripted" in texts[1]
+        assert "openai/scripted" in texts[2]
+        assert "MEMORY.md" in texts[3]
+        assert fake_llm.requests == []

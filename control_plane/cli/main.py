@@ -10,6 +10,7 @@ import typer
 
 from . import agent as agent_cli
 from . import demo, dev, doctor
+from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
 from . import skills as skills_cli
 
@@ -20,6 +21,7 @@ app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
+app.add_typer(gateway_cli.app, name="gateway")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
