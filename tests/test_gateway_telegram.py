@@ -9,9 +9,15 @@ from typing import Any
 
 import pytest
 from gateway_harness import OWNER, Running, gateway_settings, wait_answered
+from pydantic import BaseModel
 from telegram_standin import TelegramStandin
 
 from control_plane.gateway.records import GatewayStore
+from control_plane.tools import TOOLS, Registry, Tool, ToolContext, ToolResult
+
+
+class PortArgs(BaseModel):
+    port: int
 
 
 @pytest.fixture
@@ -287,3 +293,63 @@ def test_chat_commands_answer_without_the_model(
         assert "openai/scripted" in texts[2]
         assert "MEMORY.md" in texts[3]
         assert fake_llm.requests == []
+
+
+def _asking_registry(timeout: float) -> Registry:
+    """The built-in tools plus one that asks for an approval, as a tool opening a port would."""
+
+    def open_port(ctx: ToolContext, args: PortArgs) -> ToolResult:
+        answer = ctx.ask(
+            kind="approval", prompt=f"Expose port {args.port}?", choices=["once", "always", "no"],
+            timeout=timeout, detail={"port": str(args.port)},
+        )  # fmt: skip
+        return ToolResult(f"answer: {answer}")
+
+    registry = Registry()
+    for found in TOOLS.select(sorted(TOOLS.toolsets)).values():
+        registry.register(found)
+    registry.register(Tool("open_port", "Expose a port of the sandbox.", PortArgs, open_port, "test"))
+    return registry
+
+
+@pytest.mark.parametrize("press", [True, False], ids=["pressed", "timed-out"])
+def test_an_approval_renders_as_buttons_and_no_answer_means_no(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin, press: bool
+) -> None:
+    fake_llm.load([{"tool_calls": [call("open_port", port=8080)]}, {"text": "Done."}])
+    settings = gateway_settings(tmp_path, fake_llm.url, standin, toolsets=["terminal", "files", "test"])
+    with Running(settings, _asking_registry(timeout=30 if press else 0.5)) as gateway:
+        standin.user_says(OWNER, "open 8080")
+        asked = standin.wait_for(lambda: next((m for m in standin.bot_messages(OWNER) if m.buttons), None))
+        assert asked.text == "Expose port 8080?"
+        labels = [button["text"] for button in asked.buttons[0]]
+        assert labels == ["once", "always", "no"]
+        if press:
+            standin.press(OWNER, asked.message_id, asked.buttons[0][0]["callback_data"])
+        wait_answered(gateway, 2 if press else 1)
+        result = fake_llm.requests[1]["messages"][-1]["content"]
+        assert result == ("answer: once" if press else "answer: None")
+        shown = standin.wait_for(lambda: "→" in standin.messages[(OWNER, asked.message_id)].text and asked)
+        assert shown.buttons == [], "the buttons go once answered"
+        assert shown.text.endswith("→ once" if press else "treated as no")
+
+
+def test_twenty_chats_at_once_are_each_answered_in_order(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    users = [5000 + n for n in range(20)]
+    fake_llm.load([{"text": f"reply {n}"} for n in range(200)])
+    settings = gateway_settings(tmp_path, fake_llm.url, standin, allow_users=[str(u) for u in users])
+    with Running(settings) as gateway:
+        for round_ in range(5):
+            for user in users:
+                standin.user_says(user, f"message {round_} from {user}")
+        wait_answered(gateway, 100, timeout=120)
+        store = gateway.agent.store
+        for user in users:
+            (session,) = [
+                s for s in store.list_sessions("default", limit=100) if s.title == f"telegram user{user}"
+            ]
+            said = [m["content"] for m in store.history(session.id) if m["role"] == "user"]
+            assert said == [f"message {r} from {user}" for r in range(5)]
+            assert standin.bot_messages(user), f"user {user} got no answer"
