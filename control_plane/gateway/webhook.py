@@ -71,7 +71,11 @@ class WebhookAdapter(Adapter):
 
     async def receive(self, deliver: Deliver) -> None:
         app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_post(self.settings.path, lambda request: self._handle(request, deliver))
+
+        async def handle(request: web.Request) -> web.Response:
+            return await self._handle(request, deliver)
+
+        app.router.add_post(self.settings.path, handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
