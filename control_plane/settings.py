@@ -24,6 +24,8 @@ from pydantic_settings import (
 
 from backends import ModalConfig, SandboxSpec, SSHConfig
 
+from .keys import load_env_file
+
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _yaml_file: ContextVar[Path | None] = ContextVar("_yaml_file", default=None)
@@ -376,10 +378,13 @@ def load_settings(profile: str | None = None, **overrides: Any) -> Settings:
     """Settings for `profile` (else HERMETIC_PROFILE, else default), reading its config.yaml.
 
     `overrides` win over everything (the CLI's options). The home is created, private to the user.
+    The profile's .env is read into the environment first (a variable already set wins). Raises
+    KeyFileError when that file is readable by others.
     """
     root = Path(overrides.get("root") or os.environ.get("HERMETIC_ROOT") or Path.home() / ".hermetic")
     name = profile or os.environ.get("HERMETIC_PROFILE") or DEFAULT_PROFILE
     Settings._valid_profile(name)
+    load_env_file(profile_home(root, name))  # the profile's keys, beneath the environment
     if profile:
         overrides["profile"] = profile
     token = _yaml_file.set(profile_home(root, name) / "config.yaml")

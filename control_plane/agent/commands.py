@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from backends import SandboxError
 
-from ..memory.store import FILES, MemoryFileError, Target
+from ..memory.store import FILES, MemoryFileError
 from ..models.router import Router
 from .agent import Agent
 from .loop import Conversation
@@ -18,7 +18,7 @@ from .loop import Conversation
 HELP = {
     "/new": "start a new session (this one stays searchable)",
     "/stop": "interrupt the running reply",
-    "/status": "session, model, sandbox and tokens",
+    "/status": "profile, session, model, sandbox and tokens",
     "/model": "list the configured models; /model NAME switches this session to NAME",
     "/memory": "what the agent remembers, and how full its memory is",
     "/skills": "the skills the agent has",
@@ -63,15 +63,6 @@ def run_command(agent: Agent, conversation: Conversation, text: str, *, source: 
     return CommandResult(_skills(agent))
 
 
-def status_line(agent: Agent) -> str:
-    """One line for the start of a chat: model, backend, memory usage, skill count."""
-    memory = ", ".join(_usage(agent, target) for target in FILES)
-    skills = len(agent.skills.list_skills())
-    return (
-        f"model {agent.settings.model.name} · backend {_backend(agent)} · memory {memory} · {skills} skills"
-    )
-
-
 def session_status(agent: Agent, conversation: Conversation) -> str:
     record = agent.store.get_session(conversation.id, agent.settings.profile)
     tokens = (record.prompt_tokens + record.completion_tokens) if record else 0
@@ -81,7 +72,7 @@ def session_status(agent: Agent, conversation: Conversation) -> str:
     state = "running" if conversation.running else "idle"
     return (
         f"session {conversation.id} ({state})\nmodel {conversation.router.settings.name}\n{where}\n"
-        f"{tokens:,} tokens{cost}"
+        f"{tokens:,} tokens{cost}\n{agent.status().line()}"
     )
 
 
@@ -114,14 +105,6 @@ def _model(agent: Agent, conversation: Conversation, wanted: str) -> str:
     )
     agent.store.update_session(conversation.id, model=wanted)
     return f"This session now uses {wanted}."
-
-
-def _usage(agent: Agent, target: Target) -> str:
-    try:
-        outcome = agent.memory.read(target)
-    except MemoryFileError:
-        return f"{FILES[target]} unreadable"
-    return f"{outcome.usage.percent:.0f}% of {FILES[target]}"
 
 
 def _memory(agent: Agent) -> str:

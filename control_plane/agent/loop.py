@@ -107,7 +107,7 @@ class Conversation:
         agent.store.add_message(record.id, prompt)
         tools = agent.registry.select(toolsets) if toolsets is not None else agent.tools
         conversation = cls(agent, record.id, [prompt], tools=tools, learns=toolsets is None)
-        conversation.notices += agent.memory.problems()
+        conversation.notices += agent.problems()
         conversation.rebuild_system = lambda: agent.system_prompt(system)
         return conversation
 

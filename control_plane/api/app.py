@@ -15,9 +15,10 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
-from .profiles import Auth, Hub, Live, LiveSession
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skills import router as skills_router
 from .tokens import TokenStore
 
@@ -40,6 +41,13 @@ class Posted(BaseModel):
     """started: a new run; steered: added to the running one after its current tool batch."""
     after: int
     """Follow /events?after=this to get exactly this message's events."""
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    profile: Status | None = None
+    """The caller's profile (with a valid bearer token only)."""
 
 
 class SessionDetail(BaseModel):
@@ -69,8 +77,11 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.include_router(skills_router)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    async def health(profile: OptionalAuth) -> Health:
+        """Liveness for anyone; with a valid token, also the caller's profile status (model, backend,
+        memory use, skill count)."""
+        status = await asyncio.to_thread(profile.agent.status) if profile is not None else None
+        return Health(status="ok", version=__version__, profile=status)
 
     @app.post("/sessions", status_code=status.HTTP_201_CREATED)
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:
@@ -115,6 +126,8 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         after = live.seq
         if live.conversation.steer(body.content):
             return Posted(status="steered", after=after)
+        if live.task is not None and not live.task.done():  # its reply is in, it is only saving: a new turn
+            await asyncio.gather(live.task, return_exceptions=True)
         live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
         return Posted(status="started", after=after)
 

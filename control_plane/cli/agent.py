@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..agent.agent import Agent
-from ..agent.commands import run_command, status_line
+from ..agent.commands import run_command
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
@@ -100,6 +100,7 @@ def run(
     settings = agent_settings(model, backend, toolsets, **overrides)
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
+    err.print(f"[dim]{escape(agent.status().line())}[/]")
     emit = _json_line if json_events else EventPrinter(console)
     try:
         end = asyncio.run(drive(conversation, task, emit))
@@ -128,10 +129,10 @@ def chat(
     except KeyError:
         err.print(f"[red]no session {resume} in profile {settings.profile}[/] (hermetic sessions list)")
         raise typer.Exit(2) from None
+    err.print(f"[dim]{escape(agent.status().line())}[/]")
     if resume:
         turns = sum(1 for m in conversation.history if m["role"] == "user")
         err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")
-    err.print(f"[dim]{escape(status_line(agent))}[/]")
     printer = EventPrinter(console)
     try:
         while True:
