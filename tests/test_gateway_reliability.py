@@ -30,7 +30,7 @@ def standin() -> Iterator[TelegramStandin]:
     server.close()
 
 
-def _write_config(root: Path, llm_url: str, standin: TelegramStandin) -> dict[str, str]:
+def _write_config(root: Path, llm_url: str, standin: TelegramStandin, **gateway: Any) -> dict[str, str]:
     """A profile whose config.yaml names the token as ${TG_TOKEN}; the environment to run it with."""
     config = {
         "model": {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0},
@@ -38,6 +38,7 @@ def _write_config(root: Path, llm_url: str, standin: TelegramStandin) -> dict[st
         "learning": {"enabled": False},
         "gateway": {
             "lock_ttl": 30,
+            **gateway,
             "telegram": {
                 "token": "${TG_TOKEN}",
                 "base_url": standin.base_url,
@@ -208,3 +209,31 @@ def test_polls_failing_and_the_api_restarting_are_reconnected(
         status = gateway.status["telegram"]
         assert status.state == "connected"
         assert any("Bad Gateway" in error for error in status.errors)
+
+
+def test_hermetic_serve_runs_the_gateway_when_configured(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load([{"text": "answered from inside serve"}])
+    env = _write_config(tmp_path, fake_llm.url, standin, in_serve=True) | {"HERMETIC_API__PORT": "0"}
+    served = subprocess.Popen(
+        [sys.executable, "-m", "control_plane", "serve"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        standin.user_says(OWNER, "are you in there?")
+        standin.wait_for(
+            lambda: any("inside serve" in m.text for m in standin.bot_messages(OWNER)), timeout=60
+        )
+        served.send_signal(signal.SIGINT)
+        assert served.wait(30) == 0, "Ctrl-C ends both"
+    finally:
+        served.kill()
+        _, errors = served.communicate(timeout=10)
+    assert "gateway: serving telegram" in errors and "gateway: stopping" in errors, errors
+    store = GatewayStore(f"sqlite:///{tmp_path / 'hermetic.db'}")
+    try:
+        assert store.lock(create_lock_name()) is None, "the gateway stopped cleanly: its lock is released"
+    finally:
+        store.close()

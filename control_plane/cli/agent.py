@@ -286,7 +286,15 @@ def serve(
     if not tokens.list():
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    uvicorn.run(create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port)
+    config = uvicorn.Config(
+        create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port
+    )
+    if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
+        from .gateway import serve_beside
+
+        serve_beside(settings, config)
+    else:
+        uvicorn.Server(config).run()
 
 
 def register(app: typer.Typer) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import signal
-from typing import Annotated
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -17,6 +19,9 @@ from ..gateway import Gateway, GatewayLocked, create_gateway
 from ..gateway.records import GatewayStore
 from ..gateway.status import PlatformStatus
 from ..settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 app = typer.Typer(help="The messaging gateway: Telegram and a signed webhook.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -59,21 +64,59 @@ def run() -> None:
 
 
 async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) -> None:
-    """Run the gateway until SIGINT/SIGTERM (or `until` is set), then stop it cleanly."""
+    """Run the gateway until SIGINT/SIGTERM (or, when given, until `until` is set), then stop it cleanly."""
     gateway: Gateway = await asyncio.to_thread(create_gateway, settings)
     try:
         await gateway.start()
         err.print(f"gateway: serving {', '.join(gateway.adapters)} for profile {settings.profile}")
         stop = until or asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        if until is None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
         await stop.wait()
         err.print("gateway: stopping")
     finally:
         await gateway.stop()
         await asyncio.to_thread(gateway.agent.close)
         gateway.store.close()
+
+
+def serve_beside(settings: Settings, config: uvicorn.Config) -> None:
+    """`hermetic serve` with `gateway.in_serve`: the API and the gateway in one process and event loop;
+    Ctrl-C (or SIGTERM) ends both, the gateway cleanly (its turns interrupted, its locks released)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own re-raises the signal once it has shut down, which would cut the gateway's
+            # stop short; here the signal only asks both to stop.
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    server = Server(config)
+
+    async def both() -> None:
+        stop = asyncio.Event()
+        gateway = asyncio.create_task(serve_gateway(settings, until=stop))
+        api = asyncio.create_task(server.serve())
+        done, _ = await asyncio.wait({gateway, api}, return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        server.should_exit = True
+        await asyncio.gather(gateway, api, return_exceptions=True)
+        for task in done:
+            task.result()  # a gateway that could not start (GatewayLocked) is said, below
+
+    try:
+        asyncio.run(both())
+    except GatewayLocked as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(3) from None
 
 
 @app.command("status")
