@@ -235,6 +235,20 @@ class TelegramSettings(ChatAccess):
         return _from_env(value)
 
 
+class SlackSettings(ChatAccess):
+    bot_token: SecretStr
+    """The bot's token for the Web API, xoxb-... (`${SLACK_BOT_TOKEN}`)."""
+    app_token: SecretStr
+    """The app-level token for Socket Mode, xapp-... (`${SLACK_APP_TOKEN}`)."""
+    base_url: str = "https://slack.com/api/"
+    """The Web API base (a test stand-in)."""
+
+    @field_validator("bot_token", "app_token", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -258,6 +272,7 @@ class GatewaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     telegram: TelegramSettings | None = None
+    slack: SlackSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""
@@ -274,7 +289,7 @@ class GatewaySettings(BaseModel):
 
     @property
     def platforms(self) -> dict[str, ChatAccess]:
-        found = {"telegram": self.telegram, "webhook": self.webhook}
+        found = {"telegram": self.telegram, "slack": self.slack, "webhook": self.webhook}
         return {name: config for name, config in found.items() if config is not None}
 
 

@@ -25,6 +25,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .telegram import TelegramAdapter
 
         adapters.append(TelegramAdapter(config.telegram, store))
+    if config.slack is not None:
+        from .slack import SlackAdapter
+
+        adapters.append(SlackAdapter(config.slack))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 

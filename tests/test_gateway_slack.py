@@ -1,0 +1,72 @@
+"""The gateway on Slack: slack_sdk's Socket Mode client and Web API client against the stand-in
+(tests/slack_standin.py), the scripted model behind the agent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gateway_harness import Running, gateway_settings, wait_answered
+from slack_standin import APP_TOKEN, BOT_TOKEN, SlackStandin
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackStandin]:
+    server = SlackStandin()
+    yield server
+    server.close()
+
+
+def _settings(tmp_path: Path, llm_url: str, slack: SlackStandin) -> Any:
+    config = {
+        "bot_token": BOT_TOKEN, "app_token": APP_TOKEN, "base_url": slack.base_url,
+        "allow_users": ["U1"], "edit_interval": 0.05,
+    }  # fmt: skip
+    return gateway_settings(tmp_path, llm_url, None, gateway={"slack": config})
+
+
+def test_a_direct_message_is_stored_before_the_ack_and_answered_by_editing_one_message(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    reply = " ".join(f"piece{i}" for i in range(60))
+    fake_llm.load([{"text": reply, "pace": 0.01}])
+    with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+        stored_at_ack: list[bool] = []
+        slack.on_ack = lambda envelope_id: stored_at_ack.append(
+            gateway.store.last_inbound("slack") is not None
+        )
+        slack.limit_updates(1)
+        envelope = slack.user_says("D100", "hello from slack")
+        wait_answered(gateway, 1)
+        assert slack.acks == [envelope["envelope_id"]] and stored_at_ack == [True]
+        assert slack.texts("D100") == [reply]
+        assert len(slack.called("chat.postMessage")) == 1 and len(slack.called("chat.update")) >= 2
+        sessions = [s for s in gateway.agent.store.list_sessions("default") if s.source == "slack"]
+        assert len(sessions) == 1
+
+
+def test_a_redelivered_envelope_is_acknowledged_but_answered_once(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    fake_llm.load([{"text": "only once"}, {"text": "the next one"}])
+    with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+        envelope = slack.user_says("D100", "hi")
+        wait_answered(gateway, 1)
+        slack.send_envelope(envelope["type"], envelope["payload"], envelope_id=envelope["envelope_id"])
+        slack.user_says("D100", "and again")
+        wait_answered(gateway, 2)
+        slack.wait_for(lambda: len(slack.acks) == 3)
+        assert slack.texts("D100") == ["only once", "the next one"]
+        assert len(fake_llm.requests) == 2
+
+
+def test_a_stranger_in_slack_gets_a_pairing_code_and_nothing_else(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    with Running(_settings(tmp_path, fake_llm.url, slack)):
+        slack.user_says("D200", "let me in", user="U999")
+        (told,) = slack.wait_for(lambda: slack.texts("D200"))
+        assert "hermetic gateway pair" in told
+        assert fake_llm.requests == []
