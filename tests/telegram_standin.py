@@ -47,6 +47,8 @@ class TelegramStandin:
     def __init__(self, token: str = TOKEN) -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.call_times: list[float] = []
+        """time.perf_counter() of each call, for benchmarks."""
         self.messages: dict[tuple[int, int], BotMessage] = {}
         self.files: dict[str, bytes] = {}
         self._updates: list[dict[str, Any]] = []
@@ -238,6 +240,7 @@ class TelegramStandin:
         params = await self._params(request)
         with self._changed:
             self.calls.append((method, params))
+            self.call_times.append(time.perf_counter())
             self._changed.notify_all()
         handler = getattr(self, f"_m_{method}", None)
         if handler is None:
@@ -261,6 +264,8 @@ class TelegramStandin:
         offset = int(params.get("offset") or 0)
         deadline = time.monotonic() + float(params.get("timeout") or 0)
         while True:
+            assert self._new_update is not None
+            self._new_update.clear()  # before looking, so an update pushed after the look wakes the wait
             with self._changed:
                 if offset:  # confirmed: forgotten for good
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
@@ -268,8 +273,6 @@ class TelegramStandin:
             left = deadline - time.monotonic()
             if fresh or left <= 0:
                 return _ok(fresh[:100])
-            assert self._new_update is not None
-            self._new_update.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_update.wait(), left)
 

@@ -123,6 +123,8 @@ class FakeLLM:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[dict[str, Any]] = []
+        self.timeline: list[tuple[float, float]] = []
+        """(received, last token sent) per streamed reply, in time.perf_counter() (for benchmarks)."""
         self._httpd = _Server((host, port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -145,6 +147,7 @@ class FakeLLM:
         with self._lock:
             self._turns = parsed
             self.requests = []
+            self.timeline = []
 
     def stop(self) -> None:
         """Stop serving, wake delayed answers and drop open connections (their clients see them close)."""
@@ -215,6 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"the request body is not JSON: {exc}")
             return
         fake = self.server.fake
+        received = time.perf_counter()
         if fake.require_key is not None and self.headers.get("Authorization") != f"Bearer {fake.require_key}":
             self._json(
                 401,
@@ -240,7 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.error is not None:
                 self._error(turn.error, turn.message or f"scripted error {turn.error}")
             elif body.get("stream"):
-                self._stream(body, turn)
+                self._stream(body, turn, received)
             elif turn.drop:
                 self._drop()
             else:
@@ -265,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
         kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "invalid_request"
         self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": str(status)}})
 
-    def _stream(self, body: dict[str, Any], turn: Turn) -> None:
+    def _stream(self, body: dict[str, Any], turn: Turn, received: float) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -282,7 +286,10 @@ class _Handler(BaseHTTPRequestHandler):
                     return
         else:
             # One write for the whole reply: the scripted text is all there, and it keeps the server fast
-            self.wfile.write(b"".join(_http_chunk(event.encode()) for event in events))
+            payload = b"".join(_http_chunk(event.encode()) for event in events)
+            with self.server.fake._lock:
+                self.server.fake.timeline.append((received, time.perf_counter()))
+            self.wfile.write(payload)
         if turn.drop:
             self._drop()
         else:
