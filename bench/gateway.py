@@ -12,14 +12,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlmodel import col
-
 from control_plane.gateway import Gateway, create_gateway
-from control_plane.gateway.records import InboundRecord
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
@@ -45,20 +42,35 @@ def _settings(root: Path, llm: FakeLLM, standin: TelegramStandin, users: list[in
     )
 
 
-def _final(gateway: Gateway, standin: TelegramStandin, chat: int, count: int) -> float:
+class Answers:
+    """Counts the answered messages per chat as the gateway marks them (the store's mark, wrapped), so a
+    waiter wakes on the mark itself instead of polling the database."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.done: Counter[str] = Counter()
+        self.changed = threading.Condition()
+        store, mark = gateway.store, gateway.store.mark
+
+        def marked(inbound_id: int, **fields: Any) -> None:
+            mark(inbound_id, **fields)
+            if fields.get("state") == "answered":
+                found = store.inbound(inbound_id)
+                with self.changed:
+                    self.done[found.chat if found else "?"] += 1
+                    self.changed.notify_all()
+
+        store.mark = marked  # type: ignore[method-assign]
+
+    def wait(self, chat: int, count: int) -> None:
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.done[str(chat)] >= count, timeout=120):
+                raise TimeoutError(f"chat {chat}: {count} answers never came")
+
+
+def _final(answers: Answers, standin: TelegramStandin, chat: int, count: int) -> float:
     """Wait until `count` messages of the chat are answered; the time of the last call that changed the
-    chat (the final edit). The store is polled every millisecond (a benchmark's wait, not the gateway's)."""
-    query = select(func.count()).where(
-        col(InboundRecord.state) == "answered", col(InboundRecord.chat) == str(chat)
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        with gateway.store._engine.connect() as conn:
-            if (conn.scalar(query) or 0) >= count:
-                break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"chat {chat}: {count} answers never came")
-        time.sleep(0.001)
+    chat (the final edit)."""
+    answers.wait(chat, count)
     with standin._changed:
         changes = [
             at
@@ -77,15 +89,16 @@ def collect(chats: int, messages: int, singles: int) -> Results:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
+        answers = Answers(gateway)
         asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
         try:
             standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
-            _final(gateway, standin, users[0], 1)
+            _final(answers, standin, users[0], 1)
             to_model, to_edit = [], []
             for n in range(2, singles + 2):  # one chat, one message at a time
                 sent = time.perf_counter()
                 standin.user_says(users[0], f"question {n}")
-                edited = _final(gateway, standin, users[0], n)
+                edited = _final(answers, standin, users[0], n)
                 received, last_byte = llm.timeline[-1]
                 to_model.append(received - sent)
                 to_edit.append(edited - last_byte)
@@ -97,7 +110,7 @@ def collect(chats: int, messages: int, singles: int) -> Results:
                 for k in range(1, messages + 1):
                     sent = time.perf_counter()
                     standin.user_says(user, f"message {k}")
-                    done = _final(gateway, standin, user, start + k)
+                    done = _final(answers, standin, user, start + k)
                     with lock:
                         latencies.append(done - sent)
 
