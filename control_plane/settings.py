@@ -249,6 +249,18 @@ class SlackSettings(ChatAccess):
         return _from_env(value)
 
 
+class DiscordSettings(ChatAccess):
+    token: SecretStr
+    """The bot token (`${DISCORD_BOT_TOKEN}`)."""
+    api_base: str = "https://discord.com/api/v10"
+    """The REST base; the gateway WebSocket URL comes from its GET /gateway/bot (a test stand-in)."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -273,6 +285,7 @@ class GatewaySettings(BaseModel):
 
     telegram: TelegramSettings | None = None
     slack: SlackSettings | None = None
+    discord: DiscordSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""
@@ -289,7 +302,12 @@ class GatewaySettings(BaseModel):
 
     @property
     def platforms(self) -> dict[str, ChatAccess]:
-        found = {"telegram": self.telegram, "slack": self.slack, "webhook": self.webhook}
+        found = {
+            "telegram": self.telegram,
+            "slack": self.slack,
+            "discord": self.discord,
+            "webhook": self.webhook,
+        }
         return {name: config for name, config in found.items() if config is not None}
 
 

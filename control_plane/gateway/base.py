@@ -73,6 +73,8 @@ class Adapter(ABC):
     """Most characters one message may hold, as `length` counts them."""
     streams: bool = True
     """Replies stream by editing one message (False: one message when the reply is done)."""
+    buttons: bool = True
+    """Buttons can be shown (False: a question's choices are listed and answered by a reply)."""
     authenticates: bool = False
     """Every request is signed by a trusted caller (the webhook): no allowlist or pairing applies."""
 

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from ..agent.agent import Agent
 from ..agent.commands import is_command, run_command
@@ -129,11 +129,14 @@ class Gateway:
         def failed(retry: RetryCallState) -> None:
             error = retry.outcome.exception() if retry.outcome else None
             status.failed(f"{type(error).__name__}: {error}")
-            log.warning("%s: %s; reconnecting", adapter.platform, error)
+            if isinstance(error, ConnectionLost):
+                log.warning("%s: %s; reconnecting", adapter.platform, error)
+            else:  # a bug (ours or the client library's): said in full, then the platform is retried
+                log.error("%s failed; reconnecting", adapter.platform, exc_info=error)
             self._save_status(adapter.platform)
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(ConnectionLost),
+            retry=retry_if_exception(_worth_retrying),
             wait=wait_exponential_jitter(multiplier=0.2, max=self.settings.reconnect_max),
             before_sleep=failed,
             reraise=True,
@@ -229,8 +232,11 @@ class Gateway:
                 except ValueError as exc:
                     log.warning("%s: bad button answer: %s", message.platform, exc)
         elif chat.free_text_question and conversation is not None and not is_command(message.text):
-            conversation.answer(chat.free_text_question, message.text)
-            chat.free_text_question = None
+            try:
+                conversation.answer(chat.free_text_question, message.text.strip())
+                chat.free_text_question = None
+            except ValueError as exc:  # not one of the choices: ask again
+                await self._say(adapter, message, str(exc))
         elif conversation is not None:
             await self._command(adapter, chat, message, conversation)
         await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
@@ -325,6 +331,11 @@ class Gateway:
             log.warning("%s chat %s: cannot send: %s", message.platform, message.chat, exc)
 
 
+def _worth_retrying(error: BaseException) -> bool:
+    """Anything but a refusal (a bad token) or a cancellation (the gateway stopping): connect again."""
+    return isinstance(error, Exception) and not isinstance(error, AdapterError)
+
+
 class _Turn:
     """What one run shows in the chat: the reply streamed by edit, progress lines, question buttons."""
 
@@ -401,9 +412,12 @@ class _Turn:
 
     async def _ask(self, question: Question) -> None:
         buttons = [Button(label=choice, data=f"q:{question.id}:{choice}") for choice in question.choices]
+        if not self.adapter.buttons:
+            buttons = []
         if not buttons:
             self.chat.free_text_question = question.id
-        text = question.prompt + ("" if buttons else "\n(reply with your answer)")
+        listed = f" ({', '.join(question.choices)})" if question.choices else ""
+        text = question.prompt + ("" if buttons else f"\n(reply with your answer{listed})")
         try:
             sent = await patiently(
                 lambda: self.adapter.send(

@@ -29,6 +29,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .slack import SlackAdapter
 
         adapters.append(SlackAdapter(config.slack))
+    if config.discord is not None:
+        from .discord import DiscordAdapter
+
+        adapters.append(DiscordAdapter(config.discord))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
