@@ -353,3 +353,56 @@ def test_twenty_chats_at_once_are_each_answered_in_order(
             said = [m["content"] for m in store.history(session.id) if m["role"] == "user"]
             assert said == [f"message {r} from {user}" for r in range(5)]
             assert standin.bot_messages(user), f"user {user} got no answer"
+
+
+def test_send_message_delivers_to_a_chat_by_target_string(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    import asyncio
+
+    from control_plane.gateway import UnknownTarget, send_message
+
+    settings = gateway_settings(tmp_path, fake_llm.url, standin)
+    text = "Job report:\n" + "line of the report\n" * 400  # over 4,096: two messages
+    ids = asyncio.run(send_message(settings, f"telegram:{OWNER}", text))
+    parts = [m.text for m in standin.bot_messages(OWNER)]
+    assert len(ids) == len(parts) == 2 and "".join(parts).count("line of the report") == 400
+    with pytest.raises(UnknownTarget, match="no 'slack'"):
+        asyncio.run(send_message(settings, "slack:C1", "hi"))
+    with pytest.raises(UnknownTarget, match="platform:chat"):
+        asyncio.run(send_message(settings, "telegram", "hi"))
+
+
+def test_an_idle_direct_chat_starts_a_new_session(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    import time
+
+    fake_llm.load([{"text": "first"}, {"text": "second"}])
+    settings = gateway_settings(
+        tmp_path, fake_llm.url, standin, gateway={"reset": "idle", "idle_hours": 0.0001}
+    )
+    with Running(settings) as gateway:
+        standin.user_says(OWNER, "one")
+        wait_answered(gateway, 1)
+        time.sleep(0.5)  # longer than idle_hours (0.36 s)
+        standin.user_says(OWNER, "two")
+        wait_answered(gateway, 2)
+        sessions = [s for s in gateway.agent.store.list_sessions("default") if s.source == "telegram"]
+        assert len(sessions) == 2, "the idle chat began a new session"
+
+
+def test_topics_in_a_group_are_sessions_of_their_own(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    fake_llm.load([{"text": "in topic 7"}, {"text": "in topic 8"}])
+    settings = gateway_settings(tmp_path, fake_llm.url, standin, allow_chats=["-700"])
+    with Running(settings) as gateway:
+        standin.user_says(-700, "a", user=OWNER, chat_type="supergroup", thread=7)
+        wait_answered(gateway, 1)
+        standin.user_says(-700, "b", user=OWNER, chat_type="supergroup", thread=8)
+        wait_answered(gateway, 2)
+        threads = sorted(m.thread for m in standin.bot_messages(-700))  # type: ignore[type-var]
+        assert threads == [7, 8], "each answer went to its topic"
+        sessions = [s for s in gateway.agent.store.list_sessions("default") if s.source == "telegram"]
+        assert len(sessions) == 2
