@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from conftest import get_backend
+from pydantic import BaseModel
 from telegram_standin import TOKEN, TelegramStandin
 
 from control_plane.gateway import Gateway, create_gateway
 from control_plane.settings import Settings, load_settings
-from control_plane.tools import TOOLS, Registry
+from control_plane.tools import TOOLS, Registry, Tool, ToolContext, ToolResult
 
 OWNER = 1001
 
@@ -96,3 +97,24 @@ def wait_answered(gateway: Gateway, count: int, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{done} of {count} messages answered")
         time.sleep(0.02)
+
+
+class PortArgs(BaseModel):
+    port: int
+
+
+def asking_registry(timeout: float) -> Registry:
+    """The built-in tools plus one that asks for an approval, as a tool opening a port would."""
+
+    def open_port(ctx: ToolContext, args: PortArgs) -> ToolResult:
+        answer = ctx.ask(
+            kind="approval", prompt=f"Expose port {args.port}?", choices=["once", "always", "no"],
+            timeout=timeout, detail={"port": str(args.port)},
+        )  # fmt: skip
+        return ToolResult(f"answer: {answer}")
+
+    registry = Registry()
+    for found in TOOLS.select(sorted(TOOLS.toolsets)).values():
+        registry.register(found)
+    registry.register(Tool("open_port", "Expose a port of the sandbox.", PortArgs, open_port, "test"))
+    return registry

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import Running, gateway_settings, wait_answered
+from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
 from slack_standin import APP_TOKEN, BOT_TOKEN, SlackStandin
 
 
@@ -70,3 +70,33 @@ def test_a_stranger_in_slack_gets_a_pairing_code_and_nothing_else(
         (told,) = slack.wait_for(lambda: slack.texts("D200"))
         assert "hermetic gateway pair" in told
         assert fake_llm.requests == []
+
+
+def test_an_approval_is_a_button_row_and_pressing_one_answers_it(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    settings = _settings(tmp_path, fake_llm.url, slack).model_copy(update={"toolsets": ["files", "test"]})
+    with Running(settings, asking_registry(timeout=30)) as gateway:
+        slack.user_says("D100", "open 9000")
+
+        def asked() -> tuple[str, dict[str, Any]] | None:
+            for ts, message in slack.messages.items():
+                for block in message["blocks"] or []:
+                    if block["type"] == "actions":
+                        return ts, block
+            return None
+
+        ts, actions = slack.wait_for(asked)
+        assert [e["text"]["text"] for e in actions["elements"]] == ["once", "always", "no"]
+        pressed = actions["elements"][1]["value"]
+        slack.send_envelope(
+            "interactive",
+            {
+                "type": "block_actions", "user": {"id": "U1"}, "channel": {"id": "D100"},
+                "container": {"message_ts": ts}, "actions": [{"value": pressed, "action_ts": "1.5"}],
+            },
+        )  # fmt: skip
+        wait_answered(gateway, 2)
+        assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
+        assert slack.messages[ts]["text"].endswith("→ always") and len(slack.messages[ts]["blocks"]) == 1

@@ -8,16 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import OWNER, Running, gateway_settings, wait_answered
-from pydantic import BaseModel
+from gateway_harness import OWNER, Running, asking_registry, gateway_settings, wait_answered
 from telegram_standin import TelegramStandin
 
 from control_plane.gateway.records import GatewayStore
-from control_plane.tools import TOOLS, Registry, Tool, ToolContext, ToolResult
-
-
-class PortArgs(BaseModel):
-    port: int
 
 
 @pytest.fixture
@@ -295,30 +289,13 @@ def test_chat_commands_answer_without_the_model(
         assert fake_llm.requests == []
 
 
-def _asking_registry(timeout: float) -> Registry:
-    """The built-in tools plus one that asks for an approval, as a tool opening a port would."""
-
-    def open_port(ctx: ToolContext, args: PortArgs) -> ToolResult:
-        answer = ctx.ask(
-            kind="approval", prompt=f"Expose port {args.port}?", choices=["once", "always", "no"],
-            timeout=timeout, detail={"port": str(args.port)},
-        )  # fmt: skip
-        return ToolResult(f"answer: {answer}")
-
-    registry = Registry()
-    for found in TOOLS.select(sorted(TOOLS.toolsets)).values():
-        registry.register(found)
-    registry.register(Tool("open_port", "Expose a port of the sandbox.", PortArgs, open_port, "test"))
-    return registry
-
-
 @pytest.mark.parametrize("press", [True, False], ids=["pressed", "timed-out"])
 def test_an_approval_renders_as_buttons_and_no_answer_means_no(
     tmp_path: Path, fake_llm: Any, standin: TelegramStandin, press: bool
 ) -> None:
     fake_llm.load([{"tool_calls": [call("open_port", port=8080)]}, {"text": "Done."}])
     settings = gateway_settings(tmp_path, fake_llm.url, standin, toolsets=["terminal", "files", "test"])
-    with Running(settings, _asking_registry(timeout=30 if press else 0.5)) as gateway:
+    with Running(settings, asking_registry(timeout=30 if press else 0.5)) as gateway:
         standin.user_says(OWNER, "open 8080")
         asked = standin.wait_for(lambda: next((m for m in standin.bot_messages(OWNER) if m.buttons), None))
         assert asked.text == "Expose port 8080?"
