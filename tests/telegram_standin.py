@@ -3,7 +3,7 @@ to talk to through `base_url` / `base_file_url`. It records every call it was se
 
 Implemented, as the reference describes them: getMe; getUpdates (long polling: `offset` confirms every
 update below it, `timeout` waits for the first new one; `allowed_updates`); sendMessage and
-editMessageText (text, reply_markup inline keyboards, message_thread_id); sendDocument (multipart);
+editMessageText (text, entities, reply_markup inline keyboards, message_thread_id); sendDocument (multipart);
 getFile and the file download URL (/file/bot<token>/<file_path>); sendChatAction; answerCallbackQuery.
 Errors use the reference's envelope ({"ok": false, "error_code", "description", "parameters"}): a
 wrong token is 401, an unknown method 404, a flood 429 with parameters.retry_after.
@@ -28,7 +28,7 @@ from aiohttp import web
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 123456, "is_bot": True, "first_name": "Hermetic", "username": "hermetic_test_bot"}
-JSON_FIELDS = {"reply_markup", "allowed_updates"}
+JSON_FIELDS = {"reply_markup", "allowed_updates", "entities"}
 
 
 @dataclass
@@ -39,6 +39,7 @@ class BotMessage:
     thread: int | None = None
     buttons: list[list[dict[str, Any]]] = field(default_factory=list)
     edits: int = 0
+    entities: list[dict[str, Any]] = field(default_factory=list)
     document: bytes | None = None
     filename: str | None = None
 
@@ -282,7 +283,7 @@ class TelegramStandin:
         markup = params.get("reply_markup") or {}
         message = BotMessage(
             chat, next(self._ids), params.get("text", params.get("caption", "")) or "", thread,
-            markup.get("inline_keyboard", []), **extra,
+            markup.get("inline_keyboard", []), entities=params.get("entities") or [], **extra,
         )  # fmt: skip
         with self._changed:
             self.messages[(chat, message.message_id)] = message
@@ -326,6 +327,7 @@ class TelegramStandin:
             if found.text == params["text"] and found.buttons == markup:
                 return _error(400, "Bad Request: message is not modified")
             found.text, found.buttons = params["text"], markup
+            found.entities = params.get("entities") or []
             found.edits += 1
             self._changed.notify_all()
             body = {"message_id": found.message_id, "date": 0, "chat": {"id": found.chat, "type": "private"}}

@@ -145,25 +145,28 @@ def test_group_chats_are_answered_only_when_allowed(
         assert len(fake_llm.requests) == 1
 
 
-def test_a_long_reply_is_split_at_4096_utf16_units_with_code_fences_reopened(
+def test_a_long_reply_is_split_at_4096_utf16_units_with_code_blocks_whole_in_each_part(
     tmp_path: Path, fake_llm: Any, standin: TelegramStandin
 ) -> None:
     code = "\n".join(f"print('line {i} 😀')" for i in range(400))
-    reply = "Here is the program 😀:\n\n```python\n" + code + "\n```\n\nThat is all. " + "🎉 " * 200 + "END"
+    reply = (
+        "Here is the **program** 😀:\n\n```python\n" + code + "\n```\n\nThat is all. " + "🎉 " * 200 + "END"
+    )
     fake_llm.load([{"text": reply}])
     with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
         standin.user_says(OWNER, "write a long program")
         wait_answered(gateway, 1)
-        parts = [m.text for m in standin.bot_messages(OWNER)]
-        assert len(parts) >= 3
-        assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
-        for part in parts:
-            fences = [line for line in part.splitlines() if line.startswith("```")]
-            assert len(fences) % 2 == 0, f"a part with an unclosed fence: {part[:80]!r}"
-        assert parts[1].startswith("```python"), "the fence is reopened, with its language"
-        assert parts[-1].endswith("END")
-        joined = "\n".join(parts)
+        messages = standin.bot_messages(OWNER)
+        assert len(messages) >= 3
+        assert all(len(m.text.encode("utf-16-le")) // 2 <= 4096 for m in messages)
+        assert messages[0].text.startswith("Here is the program"), "Markdown became entities"
+        assert {"type": "bold", "offset": 12, "length": 7} in messages[0].entities
+        for message in messages[:-1]:  # the fence was closed at each cut and reopened after it
+            assert any(e["type"] == "pre" and e.get("language") == "python" for e in message.entities)
+        assert messages[-1].text.endswith("END")
+        joined = "\n".join(m.text for m in messages)
         assert all(f"print('line {i} 😀')" in joined for i in range(400)), "nothing is lost at the cuts"
+        assert "```" not in joined
 
 
 def test_a_429_on_an_edit_is_waited_out_and_the_reply_completes(

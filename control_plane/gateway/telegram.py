@@ -1,5 +1,6 @@
 """Telegram through python-telegram-bot's `Bot` (asyncio): long polling with getUpdates, the offset
-persisted in the store, so updates sent while the gateway was down are answered on return.
+persisted in the store, so updates sent while the gateway was down are answered on return. Replies
+go out as plain text + entities converted from the model's Markdown by telegramify-markdown.
 
 The Bot, not PTB's Application/Updater: the Updater acknowledges an update (the next getUpdates'
 offset) on its own schedule, while the gateway must store each update first. Here the offset moves
@@ -11,17 +12,20 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegramify_markdown import convert
 
 from ..settings import TelegramSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .text import utf16_length
 
 UPDATES = ["message", "callback_query"]
+log = logging.getLogger("hermetic.gateway.telegram")
 
 
 class StateStore(Protocol):
@@ -81,13 +85,27 @@ class TelegramAdapter(Adapter):
         with contextlib.suppress(TelegramError):
             await self.bot.answer_callback_query(query_id)
 
+    def _formatted(self, markdown: str) -> tuple[str, list[MessageEntity]]:
+        """The model's Markdown as Telegram's plain text + entities (telegramify-markdown); each part of
+        a split reply is whole Markdown (fences reopened), so each converts on its own."""
+        try:
+            text, entities = convert(markdown)
+        except Exception:  # a converter bug must not cost the reply: plain text then
+            log.exception("telegram: cannot convert Markdown; sending it as it is")
+            return markdown, []
+        if not text.strip():
+            return markdown, []
+        return text, [MessageEntity.de_json(e.to_dict(), self.bot) for e in entities]
+
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
+        plain, entities = self._formatted(text)
         sent = await _call(
             self.bot.send_message(
                 chat_id=chat,
-                text=text,
+                text=plain,
+                entities=entities or None,
                 message_thread_id=int(thread) if thread else None,
                 reply_markup=_keyboard(buttons),
             )
@@ -98,9 +116,14 @@ class TelegramAdapter(Adapter):
         self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
     ) -> None:
         try:
+            plain, entities = self._formatted(text)
             await _call(
                 self.bot.edit_message_text(
-                    text=text, chat_id=chat, message_id=int(message_id), reply_markup=_keyboard(buttons)
+                    text=plain,
+                    entities=entities or None,
+                    chat_id=chat,
+                    message_id=int(message_id),
+                    reply_markup=_keyboard(buttons),
                 )
             )
         except AdapterError as exc:
