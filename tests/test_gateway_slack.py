@@ -100,3 +100,18 @@ def test_an_approval_is_a_button_row_and_pressing_one_answers_it(
         wait_answered(gateway, 2)
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
         assert slack.messages[ts]["text"].endswith("→ always") and len(slack.messages[ts]["blocks"]) == 1
+
+
+def test_markdown_becomes_mrkdwn_in_a_section_block(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    fake_llm.load([{"text": "**Done**: see [the docs](https://example.invalid/docs)"}])
+    with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+        slack.user_says("D100", "status?")
+        wait_answered(gateway, 1)
+        (message,) = slack.messages.values()
+        (section,) = message["blocks"]
+        assert section["text"] == {
+            "type": "mrkdwn",
+            "text": "*Done*: see <https://example.invalid/docs|the docs>",
+        }

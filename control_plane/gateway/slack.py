@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from markdown_to_mrkdwn import SlackMarkdownConverter
 from slack_sdk.errors import SlackApiError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -28,6 +29,7 @@ from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Del
 
 SECTION_LIMIT = 3000
 """Characters of text one section block may hold."""
+_MRKDWN = SlackMarkdownConverter()
 
 
 class SlackAdapter(Adapter):
@@ -152,7 +154,12 @@ async def _call(call: Any) -> Any:
 
 
 def _blocks(text: str, buttons: list[Button] | None) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text or " "}}]
+    """The message as Block Kit: the model's Markdown as mrkdwn (markdown-to-mrkdwn) in a section,
+    the buttons in an actions block."""
+    mrkdwn = _MRKDWN.convert(text) if text else " "
+    if len(mrkdwn) > SECTION_LIMIT:  # conversion can lengthen links: the part was cut for the source
+        mrkdwn = text
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}]
     if buttons:
         elements = [
             {
