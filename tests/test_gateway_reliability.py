@@ -237,3 +237,29 @@ def test_hermetic_serve_runs_the_gateway_when_configured(
         assert store.lock(create_lock_name()) is None, "the gateway stopped cleanly: its lock is released"
     finally:
         store.close()
+
+
+def test_inbound_messages_and_pairing_codes_in_the_store(database_url: str) -> None:
+    from control_plane.gateway.records import PairingRecord
+
+    store = GatewayStore(database_url)
+    try:
+        first = store.receive("telegram", "42", "7", {"text": "hi"})
+        assert first is not None
+        assert store.receive("telegram", "42", "7", {"text": "hi"}) is None, "a redelivery is recognised"
+        assert store.receive("telegram", "43", "7", {"text": "other chat"}) is not None
+        assert [r.payload["text"] for r in store.unanswered("telegram")] == ["hi", "other chat"]
+        store.mark(first, state="answered", reply_id="99")
+        assert [r.chat for r in store.unanswered("telegram")] == ["43"]
+        assert store.inbound(first).reply_id == "99"  # type: ignore[union-attr]
+        now = time.time()
+        store.add_pairing(PairingRecord(code="ABCD2345", platform="telegram", user="5", created_at=now,
+                                        expires_at=now + 60))  # fmt: skip
+        store.add_pairing(PairingRecord(code="OLDC0DE1", platform="telegram", user="6", created_at=now - 120,
+                                        expires_at=now - 60))  # fmt: skip
+        assert store.pairing_for("telegram", "5") is not None and store.pending_codes() == 1
+        assert store.redeem("OLDC0DE1") is None, "an expired code admits no one"
+        assert store.redeem("ABCD2345") is not None and store.admitted("telegram", "5")
+        assert store.redeem("ABCD2345") is None and not store.admitted("telegram", "6")
+    finally:
+        store.close()
