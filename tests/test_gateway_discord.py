@@ -65,3 +65,40 @@ def test_a_guild_channel_message_is_refused_unless_the_channel_is_allowed(
         discord_api.user_says("888", "anyone here?", guild="1")
         wait_answered(gateway, 1)
         assert discord_api.contents("999") == [] and discord_api.contents("888") == ["hello channel"]
+
+
+def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
+    tmp_path: Path, fake_llm: Any, discord_api: DiscordStandin
+) -> None:
+    from gateway_harness import asking_registry
+
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "open_port", "arguments": {"port": 7000}}]},
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "notes.md", "content": "# notes\n"}}
+                ]
+            },
+            {"tool_calls": [{"name": "send_file", "arguments": {"path": "notes.md"}}]},
+            {"text": "Opened, and sent the notes."},
+        ]
+    )
+    settings = _settings(tmp_path, fake_llm.url, discord_api).model_copy(
+        update={"toolsets": ["files", "test", "gateway"]}
+    )
+    with Running(settings, asking_registry(timeout=30)) as gateway:
+        discord_api.user_says("777", "open 7000 and send me notes")
+        asked = discord_api.wait_for(
+            lambda: [c for c in discord_api.contents("777") if "Expose port 7000?" in c]
+        )
+        assert "(reply with your answer (once, always, no))" in asked[0]
+        discord_api.user_says("777", "maybe")  # not a choice: asked again, the run keeps waiting
+        discord_api.wait_for(
+            lambda: any("answer one of: once, always, no" in c for c in discord_api.contents("777"))
+        )
+        discord_api.user_says("777", "once")
+        wait_answered(gateway, 3)
+        assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: once"
+        (sent,) = [m for m in discord_api.messages.values() if m["file"] is not None]
+        assert sent["file"] == b"# notes\n"
