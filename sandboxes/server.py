@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -37,6 +38,8 @@ log = logging.getLogger("hermetic.runtime")
 
 DEFAULT_LIMIT = int(os.environ.get("HERMETIC_OUTPUT_LIMIT", "50000"))
 _INLINE = {"sys.hello", "sys.ping", "sys.info"}  # cheap: answered on the reader thread
+DRAIN_SECONDS = float(os.environ.get("HERMETIC_DRAIN_SECONDS", "30"))
+"""At the end of the input, how long requests already read may take to finish and be answered."""
 
 
 class Request:
@@ -57,6 +60,8 @@ class Server:
         self._out = chan_out
         self._write_lock = threading.Lock()
         self._reading = threading.Lock()
+        self._inflight = 0  # requests read and not yet answered (counted before the next reader starts)
+        self._answered = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="req")
         self._ready = False
         self.started = time.time()
@@ -83,6 +88,9 @@ class Server:
             "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),
             "proc.wait": lambda req, id, timeout=30.0: self.procs.get(id).wait(float(timeout)),
             "proc.write": self.proc_write,
+            "proc.attach": lambda req, id, offset=0: self.procs.get(id).attach(
+                int(offset), lambda data: req.notify("proc.output", {"data": _b64(data)})
+            ),
             "proc.kill": self.proc_kill,
             "proc.list": lambda req: {"processes": self.procs.list()},
             "fs.read": _plain(self.files.read),
@@ -119,12 +127,25 @@ class Server:
             with self._reading:  # one reader at a time, even if a failed submit left a stray one queued
                 message = self._read_until_handoff()
             if message is not None:
-                self._handle(message)
+                try:
+                    self._handle(message)
+                finally:
+                    self._done()
                 return
         except Exception:  # in a pool thread nobody would see it, and nothing would read any more
             log.exception("reading requests failed")
+        with self._answered:  # answer what was read before the end of the stream, then stop
+            if not self._answered.wait_for(lambda: self._inflight == 0, timeout=DRAIN_SECONDS):
+                log.warning(
+                    "channel closed; %d requests unanswered after %.0f s", self._inflight, DRAIN_SECONDS
+                )
         log.info("channel closed; stopping")
         self._stop()
+
+    def _done(self) -> None:
+        with self._answered:
+            self._inflight -= 1
+            self._answered.notify_all()
 
     def _read_until_handoff(self) -> dict[str, Any] | None:
         """The first request that needs a thread of its own, after starting the next reader; None at
@@ -136,9 +157,12 @@ class Server:
             if message["method"] in _INLINE:
                 self._handle(message)
                 continue
+            with self._answered:
+                self._inflight += 1
             try:
                 self._pool.submit(self._read_requests)
             except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
+                self._done()
                 self.send(
                     error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc))
                 )
@@ -303,8 +327,9 @@ class Server:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         log_limit: int = 1 << 20,
+        separate_stderr: bool = False,
     ) -> dict[str, Any]:
-        return self.procs.spawn(command, cwd, env, int(log_limit))
+        return self.procs.spawn(command, cwd, env, int(log_limit), bool(separate_stderr))
 
     def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> dict[str, Any]:
         self.procs.get(id).write(data, eof)
@@ -316,6 +341,10 @@ class Server:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from exc
         return self.procs.get(id).kill(signum, float(wait))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _plain(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -355,6 +384,17 @@ def _signal_number(name: str) -> int:
     return int(getattr(signal, name))
 
 
+def _widen_pipe(fd: int) -> None:
+    """A 1 MB pipe instead of 64 KB: a large message then crosses in a few writes rather than
+    sixteen, each a wake-up of the process at the other end (docker's shim, the local parent)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):  # not a pipe (a socket), not Linux, or over pipe-max-size
+        pass
+
+
 def main() -> None:
     logging.basicConfig(
         stream=sys.stderr,
@@ -364,6 +404,8 @@ def main() -> None:
     # The channel keeps private copies of fds 0 and 1; what commands inherit is /dev/null and stderr,
     # so nothing a child does can read from or write into the channel.
     chan_in, chan_out = os.dup(0), os.dup(1)
+    for fd in (chan_in, chan_out):
+        _widen_pipe(fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)

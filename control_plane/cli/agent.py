@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import signal
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from ..agent.commands import run_command
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
+from .answers import TerminalAnswers
 from .render import EventPrinter
 
 console = Console(highlight=False)
@@ -24,6 +26,13 @@ err = Console(stderr=True, highlight=False)
 EXIT_CODES = {"done": 0, "error": 1, "budget": 3, "interrupted": 130}
 
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="litellm model id (overrides config)")]
+ApiBaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        help="URL of the model's server, e.g. http://localhost:11434/v1 for Ollama (overrides config)",
+    ),
+]
 BackendOption = Annotated[
     str | None,
     typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
@@ -34,11 +43,16 @@ ToolsetsOption = Annotated[
 
 
 def agent_settings(
-    model: str | None = None, backend: str | None = None, toolsets: str | None = None, **overrides: Any
+    model: str | None = None,
+    backend: str | None = None,
+    toolsets: str | None = None,
+    api_base: str | None = None,
+    **overrides: Any,
 ) -> Settings:
     """Settings with the command line's choices on top; exits with the fix when no model is set."""
-    if model:
-        overrides["model"] = {"name": model}
+    chosen = {"name": model, "api_base": api_base}
+    if any(chosen.values()):  # merged into the configured model: --api-base alone keeps its name
+        overrides["model"] = {key: value for key, value in chosen.items() if value}
     if backend:
         overrides["backend"] = backend
     if toolsets:
@@ -53,7 +67,8 @@ def agent_settings(
 
 
 async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
-    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits."""
+    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits. Questions
+    are answered at the terminal; without one, they get no answer."""
     loop = asyncio.get_running_loop()
     presses = 0
 
@@ -65,11 +80,18 @@ async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
         err.print("\n[yellow]interrupting… (Ctrl-C again to quit)[/]")
         conversation.interrupt()
 
+    answers = TerminalAnswers(conversation, err)
+
+    def emit_and_answer(event: Event) -> None:
+        emit(event)
+        answers(event)
+
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        return await conversation.run(text, emit)
+        return await conversation.run(text, emit_and_answer)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        answers.close()
 
 
 def finish(conversation: Conversation, agent: Agent) -> None:
@@ -87,6 +109,7 @@ def _json_line(event: Event) -> None:
 def run(
     task: Annotated[str, typer.Argument(help="What the agent should do")],
     model: ModelOption = None,
+    api_base: ApiBaseOption = None,
     backend: BackendOption = None,
     toolsets: ToolsetsOption = None,
     max_iterations: Annotated[int | None, typer.Option(help="Most model calls for this task")] = None,
@@ -97,7 +120,7 @@ def run(
     overrides: dict[str, Any] = {"keep_sandbox": keep_sandbox} if keep_sandbox else {}
     if max_iterations:
         overrides["limits"] = {"max_iterations": max_iterations}
-    settings = agent_settings(model, backend, toolsets, **overrides)
+    settings = agent_settings(model, backend, toolsets, api_base, **overrides)
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
     err.print(f"[dim]{escape(agent.status().line())}[/]")
@@ -115,11 +138,12 @@ def chat(
     resume: Annotated[str | None, typer.Option("--resume", "-r", help="Continue this session")] = None,
     last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent session")] = False,
     model: ModelOption = None,
+    api_base: ApiBaseOption = None,
     backend: BackendOption = None,
     toolsets: ToolsetsOption = None,
 ) -> None:
     """An interactive conversation; Ctrl-C interrupts a run, Ctrl-D (or /exit) leaves."""
-    settings = agent_settings(model, backend, toolsets)
+    settings = agent_settings(model, backend, toolsets, api_base)
     agent = Agent(settings)
     if last and not resume:
         recent = agent.store.list_sessions(settings.profile, limit=1)
@@ -283,18 +307,27 @@ def serve(
 
     settings = load_settings()
     tokens = TokenStore(settings.root)
+    host = host or settings.api.host
     if not tokens.list():
+        if not _loopback(host):  # a first token printed to a console is for a local user, not a network
+            err.print(f"refusing to listen on {host} with no API token: run `hermetic token create` first")
+            raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    config = uvicorn.Config(
-        create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port
-    )
+    config = uvicorn.Config(create_app(settings.root), host=host, port=port or settings.api.port)
     if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
         from .gateway import serve_beside
 
         serve_beside(settings, config)
     else:
         uvicorn.Server(config).run()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(app: typer.Typer) -> None:

@@ -38,7 +38,7 @@ def open_backend(name: str | None, settings: Settings) -> Backend:
 
 
 def _spec(settings: Settings, network: str | None) -> SandboxSpec:
-    spec = settings.sandbox
+    spec = settings.sandbox.spec
     return spec.model_copy(update={"network": network}) if network else spec
 
 
@@ -112,7 +112,7 @@ def demo(backend: BackendOption = None) -> None:
     settings = load_settings()
     chosen = open_backend(backend, settings)
     started = time.perf_counter()
-    with chosen.create(settings.sandbox) as sandbox:
+    with chosen.create(settings.sandbox.spec) as sandbox:
         console.print(
             f"[bold]1. Opened a {chosen.name} sandbox[/] {sandbox.id} in "
             f"{time.perf_counter() - started:.2f} s (network: {sandbox.spec.network})"

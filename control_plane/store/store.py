@@ -24,6 +24,8 @@ from .surroundings import Spot, surroundings
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
+MAX_ROW = 2**63 - 1
+"""The largest LIMIT/OFFSET both SQLite and PostgreSQL take (a signed 64-bit integer)."""
 
 
 def new_session_id() -> str:
@@ -87,8 +89,8 @@ class Store:
             select(SessionRecord)
             .where(SessionRecord.profile == profile)
             .order_by(col(SessionRecord.updated_at).desc(), col(SessionRecord.id).desc())
-            .limit(max(limit, 0))
-            .offset(max(offset, 0))
+            .limit(min(max(limit, 0), MAX_ROW))
+            .offset(min(max(offset, 0), MAX_ROW))
         )
         with self._read() as db:
             return list(db.exec(query))

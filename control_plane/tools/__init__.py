@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, files, memory, session_search, skills, terminal
+from . import browser, clarify, delegate, files, memory, session_search, skills, terminal, todo
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -10,11 +10,14 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "browser",
+    "clarify",
+    "delegate",
     "files",
     "invoke",
     "memory",
     "session_search",
     "skills",
     "terminal",
+    "todo",
     "tool",
 ]
