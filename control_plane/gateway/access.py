@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from ..settings import ChatAccess
+from ..chat_settings import ChatAccess
 from .base import Inbound
 from .records import GatewayStore, PairingRecord
 

@@ -22,7 +22,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from ..settings import DiscordSettings
+from ..chat_settings import DiscordSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from ..agent.commands import is_command, run_command
 from ..agent.display import describe_call
 from ..agent.events import Answered, Error, Event, Question, TextDelta, ToolStart, TurnEnd, UserMessage
 from ..agent.loop import Busy, Conversation
-from ..settings import ChatAccess, GatewaySettings
+from ..chat_settings import ChatAccess, GatewaySettings
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
 from .files import close_outbox, open_outbox, store_upload
