@@ -242,6 +242,34 @@ class SandboxSettings(SandboxSpec):
         return SandboxSpec.model_validate(self.model_dump(exclude={"idle_seconds", "root"}))
 
 
+class SchedulerSettings(BaseModel):
+    """The scheduler (control_plane/scheduler): jobs in the profile's database, each run a session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Run due jobs inside `hermetic serve` (and the gateway)."""
+    timezone: str = "UTC"
+    """The profile's IANA time zone for cron expressions and ISO times without an offset."""
+    lease_seconds: float = Field(60.0, gt=0)
+    """How long a claimed run is this process's without renewal (renewed every third of it)."""
+    poll_seconds: float = Field(10.0, gt=0)
+    """Longest wait between looks at the database, for jobs other processes added or changed."""
+    run_timeout: float = Field(1800.0, gt=0)
+    """Seconds one run may take before it is interrupted and counted as failed."""
+    max_concurrent: int = Field(4, ge=1)
+    """Runs of this profile at once."""
+    webhook_secret: SecretStr | None = None
+    """Key signing webhook deliveries; default: a random one kept in scheduler/webhook.key in the home."""
+    tool_webhooks: Annotated[list[str], NoDecode] = []
+    """URL prefixes the agent's schedule tool may deliver to (operators' CLI and API may use any URL)."""
+
+    @field_validator("tool_webhooks", mode="before")
+    @classmethod
+    def _prefixes(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -373,6 +401,9 @@ class Settings(BaseSettings):
             if not MCP_NAME.match(name):
                 raise ValueError(f"MCP server name {name!r}: 1-32 characters of a-z, 0-9, '-' and '_'")
         return value
+
+    scheduler: SchedulerSettings = SchedulerSettings()
+    """HERMETIC_SCHEDULER__TIMEZONE=Europe/Paris, HERMETIC_SCHEDULER__ENABLED=false, ..."""
 
     @field_validator("profile")
     @classmethod

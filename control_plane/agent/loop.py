@@ -413,6 +413,7 @@ class Conversation:
             emit=emit_threadsafe,
             todo=self.todo,
             delegate=self._delegator(call.id, emit_threadsafe),
+            settings=agent.settings,
         )
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)

@@ -21,6 +21,8 @@ from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import AnswerText, MessageText, Offset, SearchText, SessionId, Title, errors
+from .cron import router as cron_router
+from .cron import start_schedulers, stop_schedulers
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
@@ -80,7 +82,9 @@ def create_app(
         await asyncio.to_thread(warm_up)
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
+        await start_schedulers(app, hub, base, root)
         yield
+        await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
@@ -90,6 +94,7 @@ def create_app(
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
     app.include_router(openai_router)
+    app.include_router(cron_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:

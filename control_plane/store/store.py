@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, delete, insert, update
+from sqlalchemy import Connection, Engine, delete, insert, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
@@ -39,6 +39,11 @@ class Store:
     def __init__(self, url: str) -> None:
         self._engine = open_engine(url)
         self.dialect: str = self._engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for parts that keep tables of their own here (the scheduler's jobs)."""
+        return self._engine
 
     def close(self) -> None:
         self._engine.dispose()

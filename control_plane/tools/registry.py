@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ..agent.events import Event, TodoItem
     from ..memory.store import Memory
-    from ..settings import Limits
+    from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
     from ..store import Store
 
@@ -69,6 +69,8 @@ class ToolContext:
     """The session's plan (the todo tool), kept by the conversation across turns."""
     delegate: Callable[[Any], ToolResult] | None = None
     """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
+    settings: Settings | None = None
+    """The agent's settings (the schedule tool reads the profile's time zone and delivery policy)."""
 
     @property
     def sandbox(self) -> Sandbox:
