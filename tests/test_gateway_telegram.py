@@ -386,3 +386,27 @@ def test_topics_in_a_group_are_sessions_of_their_own(
         assert threads == [7, 8], "each answer went to its topic"
         sessions = [s for s in gateway.agent.store.list_sessions("default") if s.source == "telegram"]
         assert len(sessions) == 2
+
+
+def test_the_running_gateway_delivers_the_schedulers_results_to_a_chat_and_knows_a_sessions_chat(
+    tmp_path: Path, fake_llm: Any, standin: TelegramStandin
+) -> None:
+    import asyncio
+    import time
+
+    from control_plane.scheduler import delivery
+
+    fake_llm.load([{"text": "hello"}])
+    with Running(gateway_settings(tmp_path, fake_llm.url, standin)) as gateway:
+        standin.user_says(OWNER, "hi")
+        wait_answered(gateway, 1)
+        (session,) = [s for s in gateway.agent.store.list_sessions("default") if s.source == "telegram"]
+        assert delivery.origin_of(session.id) == f"telegram:{OWNER}"
+        message = delivery.Message(
+            job_id="j1", job_name="nightly", run_id=1, status="ok", text="all green",
+            session_id=None, scheduled_for=time.time(), finished_at=time.time(),
+        )  # fmt: skip
+        context = delivery.DeliveryContext(home=tmp_path, webhook_secret=b"x")
+        outcomes = asyncio.run(delivery.deliver([f"telegram:{OWNER}"], message, context))  # another loop
+        assert outcomes == [{"target": f"telegram:{OWNER}", "ok": True, "detail": "sent as 1 message(s)"}]
+        assert standin.bot_messages(OWNER)[-1].text == "all green"

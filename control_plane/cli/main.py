@@ -12,7 +12,6 @@ from ..keys import KeyFileError
 from . import agent as agent_cli
 from . import batch, cron, demo, dev, doctor, export, mcp, skill_sources
 from . import config as config_cli
-from . import demo, dev, doctor, mcp, skill_sources
 from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
 from . import setup as setup_cli

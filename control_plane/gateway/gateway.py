@@ -25,6 +25,7 @@ from ..agent.loop import Busy, Conversation
 from ..chat_settings import ChatAccess, GatewaySettings
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
+from .deliveries import register as offer_deliveries
 from .files import close_outbox, open_outbox, store_upload
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
@@ -42,6 +43,8 @@ class _Chat:
     """One chat's (thread's, group user's) session and the messages waiting for it, answered in order."""
 
     key: str
+    target: str = ""
+    """Where deliveries to this chat go: platform:chat[:thread]."""
     conversation: Conversation | None = None
     queue: asyncio.Queue[tuple[Adapter, Inbound, int]] = field(default_factory=asyncio.Queue)
     worker: asyncio.Task[None] | None = None
@@ -85,6 +88,7 @@ class Gateway:
             self._locks.append(name)
         if self._locks:
             self._tasks.append(asyncio.create_task(self._heartbeat()))
+        offer_deliveries(self.adapters.values(), self.origin_of)
         for adapter in self.adapters.values():
             for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
                 self._route(adapter, Inbound.model_validate(record.payload), record)
@@ -185,6 +189,13 @@ class Gateway:
         self._route(adapter, message, record)
         return True
 
+    def origin_of(self, session_id: str) -> str | None:
+        """The chat a session of this gateway talks in, as a delivery target (the scheduler's `here`)."""
+        return next(
+            (c.target for c in self._chats.values() if c.conversation and c.conversation.id == session_id),
+            None,
+        )
+
     def chat_key(self, message: Inbound) -> str:
         key = f"{message.platform}:{message.chat}"
         if message.thread:
@@ -196,7 +207,8 @@ class Gateway:
     def _route(self, adapter: Adapter, message: Inbound, record: InboundRecord) -> None:
         """Buttons, commands and steers act at once; other messages wait for the chat's turn, in order."""
         assert record.id is not None
-        chat = self._chats.setdefault(self.chat_key(message), _Chat(self.chat_key(message)))
+        target = f"{message.platform}:{message.chat}" + (f":{message.thread}" if message.thread else "")
+        chat = self._chats.setdefault(self.chat_key(message), _Chat(self.chat_key(message), target))
         running = chat.conversation is not None and chat.conversation.running
         if message.button is not None or (running and (is_command(message.text) or chat.free_text_question)):
             asyncio.create_task(self._at_once(adapter, chat, message, record.id))
