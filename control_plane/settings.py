@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from backends import ModalConfig, Mount, SandboxSpec, SSHConfig
 
+from .chat_settings import GatewaySettings
 from .keys import load_env_file
 
 DEFAULT_PROFILE = "default"
@@ -401,6 +402,8 @@ class Settings(BaseSettings):
     skills: SkillsSettings = SkillsSettings()
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
+    gateway: GatewaySettings = GatewaySettings()
+    """The chat platforms the gateway serves (config.yaml `gateway:`; secrets as `${ENV_VAR}`)."""
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
     agent: AgentSettings = AgentSettings()

@@ -76,6 +76,8 @@ class Conversation:
         self._steers: list[str] = []
         self._lock = threading.Lock()
         self._running = False
+        self._steerable = False
+        """False once the turn's final answer is in: a message then starts the next turn, not a steer."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupt_async: asyncio.Event | None = None
         self._cancelled = threading.Event()
@@ -83,6 +85,8 @@ class Conversation:
         self._turn_state: dict[str, Any] = {}
         self._turn_record = TurnRecord(user_text="")
         self.compressor = Compressor(agent.settings.compression, agent.router)
+        self.router = agent.router
+        """The models this session calls (`/model` switches it for this session only)."""
         self.questions = Questions()
         """What the running turn waits for the user to answer (approvals, clarifications)."""
         system = history[0]["content"] if history else ""
@@ -139,7 +143,7 @@ class Conversation:
     def steer(self, text: str) -> bool:
         """Queue a user message for the running turn (after its current tool batch). False if idle."""
         with self._lock:
-            if not self._running:
+            if not self._running or not self._steerable:
                 return False
             self._steers.append(text)
             return True
@@ -184,6 +188,7 @@ class Conversation:
             if self._running:
                 raise Busy(f"session {self.id} is already running; steer or interrupt it")
             self._running = True
+            self._steerable = True
             self._steers.clear()
             self._loop = asyncio.get_running_loop()
             self._interrupt_async = asyncio.Event()
@@ -209,6 +214,8 @@ class Conversation:
                 log.exception("session %s: run failed", self.id)
                 emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
                 end = TurnEnd(reason="error")
+            with self._lock:
+                self._steerable = False
             if end.reason in ("done", "error"):  # an interrupt or the budget says nothing about skills
                 self._write(self._skill_outcome, end.reason == "done", list(self.history), corrected)
             await self._flush(emit_event)
@@ -301,12 +308,17 @@ class Conversation:
                 )
             )
             if not reply.tool_calls:
-                return TurnEnd(reason="done", content=reply.content, iterations=iteration)
-            await self._tool_batch(reply.tool_calls, emit, emit_threadsafe)
-            if self._cancelled.is_set():
-                return TurnEnd(reason="interrupted", iterations=iteration)
-            with self._lock:
-                steers, self._steers = self._steers, []
+                with self._lock:  # a steer that came after the last tool batch gets its own answer
+                    steers, self._steers = self._steers, []
+                    self._steerable = bool(steers)
+                if not steers:
+                    return TurnEnd(reason="done", content=reply.content, iterations=iteration)
+            else:
+                await self._tool_batch(reply.tool_calls, emit, emit_threadsafe)
+                if self._cancelled.is_set():
+                    return TurnEnd(reason="interrupted", iterations=iteration)
+                with self._lock:
+                    steers, self._steers = self._steers, []
             for steer in steers:
                 self._append({"role": "user", "content": steer})
                 emit(UserMessage(content=steer, steer=True))
@@ -336,9 +348,7 @@ class Conversation:
 
     async def _model_step(self, emit: Emit) -> ModelReply | Error | None:
         """One model call, cancelled by an interrupt (None) or failed (an Error event)."""
-        call = asyncio.ensure_future(
-            self.agent.router.complete(self.history, self.schemas or None, emit=emit)
-        )
+        call = asyncio.ensure_future(self.router.complete(self.history, self.schemas or None, emit=emit))
         if not await self._unless_interrupted(call):
             return None
         try:

@@ -153,6 +153,8 @@ def create_app(
         after = live.seq
         if live.conversation.steer(body.content):
             return Posted(status="steered", after=after)
+        if live.task is not None and not live.task.done():  # its reply is in, it is only saving: a new turn
+            await asyncio.gather(live.task, return_exceptions=True)
         profile.admit_run(live)
         live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
         return Posted(status="started", after=after)

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..agent.agent import Agent
+from ..agent.commands import run_command
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
@@ -165,7 +166,11 @@ def chat(
                 break
             if text in ("/exit", "/quit"):
                 break
-            if text:
+            command = run_command(agent, conversation, text, source="chat")
+            if command is not None:
+                console.print(command.text, markup=False, highlight=False)
+                conversation = command.conversation or conversation
+            elif text:
                 asyncio.run(drive(conversation, text, printer))
     finally:
         finish(conversation, agent)
@@ -309,7 +314,13 @@ def serve(
             raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    uvicorn.run(create_app(settings.root), host=host, port=port or settings.api.port)
+    config = uvicorn.Config(create_app(settings.root), host=host, port=port or settings.api.port)
+    if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
+        from .gateway import serve_beside
+
+        serve_beside(settings, config)
+    else:
+        uvicorn.Server(config).run()
 
 
 def _loopback(host: str) -> bool:

@@ -12,6 +12,7 @@ from ..keys import KeyFileError
 from . import agent as agent_cli
 from . import batch, cron, demo, dev, doctor, export, mcp, skill_sources
 from . import config as config_cli
+from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
 from . import setup as setup_cli
 from . import skills as skills_cli
@@ -28,6 +29,7 @@ app.command("setup")(setup_cli.setup)
 app.add_typer(config_cli.config_app, name="config")
 app.add_typer(config_cli.model_app, name="model")
 app.add_typer(config_cli.persona_app, name="persona")
+app.add_typer(gateway_cli.app, name="gateway")
 skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
 app.add_typer(cron.app, name="cron")

@@ -4,11 +4,10 @@ line per tool call under the call, indented by depth; the plan (todo) and questi
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.markup import escape
 
+from ..agent.display import describe_call
 from ..agent.events import (
     Answered,
     AssistantMessage,
@@ -28,21 +27,7 @@ from ..agent.events import (
     UserMessage,
 )
 
-ARG_PREVIEW = 100
 MARKS = {"pending": "[dim]○[/]", "in_progress": "[yellow]◐[/]", "done": "[green]●[/]"}
-
-
-def describe_call(name: str, arguments: dict[str, object] | str) -> str:
-    """One line for a tool call: its main argument, shortened."""
-    if isinstance(arguments, str):
-        text = arguments
-    elif len(arguments) == 1 or "command" in arguments or "path" in arguments:
-        main = arguments.get("command", arguments.get("path", next(iter(arguments.values()), "")))
-        text = str(main)
-    else:
-        text = json.dumps(arguments, ensure_ascii=False)
-    text = " ".join(text.split())
-    return f"{name} {text[:ARG_PREVIEW]}{'…' if len(text) > ARG_PREVIEW else ''}"
 
 
 class EventPrinter:

@@ -54,6 +54,8 @@ class Turn(BaseModel):
     """The error's message."""
     delay: float = Field(0.0, ge=0)
     """Seconds to wait before answering."""
+    pace: float = Field(0.0, ge=0)
+    """Seconds between a stream's chunks (0: the whole stream in one write), for consumers of deltas."""
     match: str | None = None
     """Answer only a request whose first user message contains this text; requests take the first turn
     of the script not yet used that fits them. Lets agents running in parallel (a delegate call's
@@ -126,6 +128,8 @@ class FakeLLM:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[dict[str, Any]] = []
+        self.timeline: list[tuple[float, float]] = []
+        """(received, last token sent) per streamed reply, in time.perf_counter() (for benchmarks)."""
         self._httpd = _Server((host, port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -149,6 +153,7 @@ class FakeLLM:
             self._turns = parsed
             self._used = set()
             self.requests = []
+            self.timeline = []
 
     def stop(self) -> None:
         """Stop serving, wake delayed answers and drop open connections (their clients see them close)."""
@@ -224,6 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"the request body is not JSON: {exc}")
             return
         fake = self.server.fake
+        received = time.perf_counter()
         if fake.require_key is not None and self.headers.get("Authorization") != f"Bearer {fake.require_key}":
             self._json(
                 401,
@@ -249,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.error is not None:
                 self._error(turn.error, turn.message or f"scripted error {turn.error}")
             elif body.get("stream"):
-                self._stream(body, turn)
+                self._stream(body, turn, received)
             elif turn.drop:
                 self._drop()
             else:
@@ -274,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
         kind = "rate_limit_error" if status == 429 else "server_error" if status >= 500 else "invalid_request"
         self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": str(status)}})
 
-    def _stream(self, body: dict[str, Any], turn: Turn) -> None:
+    def _stream(self, body: dict[str, Any], turn: Turn, received: float) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -283,8 +289,18 @@ class _Handler(BaseHTTPRequestHandler):
         events = [f"data: {json.dumps(chunk)}\n\n" for chunk in _chunks(body, turn)] + ["data: [DONE]\n\n"]
         if turn.drop:
             events = events[: len(events) // 2]
-        # One write for the whole reply: the scripted text is all there, and it keeps the server fast
-        self.wfile.write(b"".join(_http_chunk(event.encode()) for event in events))
+        if turn.pace:
+            for event in events:  # token by token, as a slow model writes
+                self.wfile.write(_http_chunk(event.encode()))
+                self.wfile.flush()
+                if self.server.fake._stopping.wait(turn.pace):
+                    return
+        else:
+            # One write for the whole reply: the scripted text is all there, and it keeps the server fast
+            payload = b"".join(_http_chunk(event.encode()) for event in events)
+            with self.server.fake._lock:
+                self.server.fake.timeline.append((received, time.perf_counter()))
+            self.wfile.write(payload)
         if turn.drop:
             self._drop()
         else:

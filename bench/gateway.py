@@ -1,0 +1,153 @@
+"""`python -m bench.gateway`: the messaging gateway over the Telegram stand-in (tests/telegram_standin.py,
+python-telegram-bot as the client) with the scripted model: time from an inbound update to the agent's
+first model request, from the model's last token to the final edit, and N chats x M messages at once
+(each chat sends its next message when the last answer is in): throughput and latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from control_plane.gateway import Gateway, create_gateway
+from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import load_settings
+
+from .stats import Figure, Results, report
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from telegram_standin import TOKEN, TelegramStandin  # noqa: E402  (the one stand-in, kept with the tests)
+
+REPLY = "Here is the answer you asked for, written out over a few words, done."
+
+
+def _settings(root: Path, llm: FakeLLM, standin: TelegramStandin, users: list[int]) -> Any:
+    telegram = {
+        "token": TOKEN,
+        "base_url": standin.base_url,
+        "base_file_url": standin.base_file_url,
+        "allow_users": [str(u) for u in users],
+        "poll_timeout": 10,
+    }
+    model = {"name": "openai/scripted", "api_base": llm.url, "api_key": "bench", "retries": 0}
+    return load_settings(
+        root=root, model=model, backend="local", learning={"enabled": False}, gateway={"telegram": telegram}
+    )
+
+
+class Answers:
+    """Counts the answered messages per chat as the gateway marks them (the store's mark, wrapped), so a
+    waiter wakes on the mark itself instead of polling the database."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.done: Counter[str] = Counter()
+        self.changed = threading.Condition()
+        store, mark = gateway.store, gateway.store.mark
+
+        def marked(inbound_id: int, **fields: Any) -> None:
+            mark(inbound_id, **fields)
+            if fields.get("state") == "answered":
+                found = store.inbound(inbound_id)
+                with self.changed:
+                    self.done[found.chat if found else "?"] += 1
+                    self.changed.notify_all()
+
+        store.mark = marked  # type: ignore[method-assign]
+
+    def wait(self, chat: int, count: int) -> None:
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.done[str(chat)] >= count, timeout=120):
+                raise TimeoutError(f"chat {chat}: {count} answers never came")
+
+
+def _final(answers: Answers, standin: TelegramStandin, chat: int, count: int) -> float:
+    """Wait until `count` messages of the chat are answered; the time of the last call that changed the
+    chat (the final edit)."""
+    answers.wait(chat, count)
+    with standin._changed:
+        changes = [
+            at
+            for (method, params), at in zip(standin.calls, standin.call_times, strict=True)
+            if method in ("sendMessage", "editMessageText") and str(params.get("chat_id")) == str(chat)
+        ]
+    return changes[-1]
+
+
+def collect(chats: int, messages: int, singles: int) -> Results:
+    users = [7000 + n for n in range(chats)]
+    with tempfile.TemporaryDirectory(prefix="hm15-bench-") as tmp, FakeLLM() as llm:
+        standin = TelegramStandin()
+        llm.load([{"text": REPLY}] * (singles + chats * messages + 10))  # one turn per message
+        gateway = create_gateway(_settings(Path(tmp), llm, standin, users))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        answers = Answers(gateway)
+        asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
+        try:
+            standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
+            _final(answers, standin, users[0], 1)
+            to_model, to_edit = [], []
+            for n in range(2, singles + 2):  # one chat, one message at a time
+                sent = time.perf_counter()
+                standin.user_says(users[0], f"question {n}")
+                edited = _final(answers, standin, users[0], n)
+                received, last_byte = llm.timeline[-1]
+                to_model.append(received - sent)
+                to_edit.append(edited - last_byte)
+            latencies: list[float] = []
+            lock = threading.Lock()
+
+            def chat(user: int) -> None:
+                start = singles + 1 if user == users[0] else 0
+                for k in range(1, messages + 1):
+                    sent = time.perf_counter()
+                    standin.user_says(user, f"message {k}")
+                    done = _final(answers, standin, user, start + k)
+                    with lock:
+                        latencies.append(done - sent)
+
+            began = time.perf_counter()
+            workers = [threading.Thread(target=chat, args=(u,)) for u in users]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            took = time.perf_counter() - began
+        finally:
+            asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            gateway.agent.close()
+            gateway.store.close()
+            standin.close()
+    rate = len(latencies) / took
+    return {
+        "gateway: update -> first model request": to_model,
+        "gateway: last token -> final edit": to_edit,
+        f"gateway: {chats} chats x {messages} messages, update -> answer": Figure(
+            latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate}
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=5)
+    parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    results = collect(args.chats, args.messages, args.singles)
+    report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+
+
+if __name__ == "__main__":
+    main()

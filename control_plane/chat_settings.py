@@ -1,0 +1,135 @@
+"""The gateway's settings (control_plane/gateway): each chat platform's credentials and who may talk,
+kept apart from settings.py for its size; `Settings.gateway` holds them."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _from_env(value: Any) -> Any:
+    """`${NAME}` in a config value is the environment variable NAME (secrets stay out of config.yaml)."""
+    if not isinstance(value, str):
+        return value
+
+    def look_up(match: re.Match[str]) -> str:
+        if match.group(1) not in os.environ:
+            raise ValueError(f"the environment variable {match.group(1)} is not set")
+        return os.environ[match.group(1)]
+
+    return _ENV_REF.sub(look_up, value)
+
+
+class ChatAccess(BaseModel):
+    """Who may talk to the agent on one platform: deny by default (control_plane/gateway/access.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_users: list[str] = []
+    """Platform user ids always admitted (more are admitted by `hermetic gateway pair CODE`)."""
+    allow_chats: list[str] = []
+    """Group chats (channels) the agent answers in; none unless listed."""
+    pairing: bool = True
+    """An unknown user in a direct chat gets a one-time code the owner admits with `gateway pair`."""
+    session_per_user_in_groups: bool = False
+    """In a group chat, one session per user instead of one per chat."""
+    progress: Literal["off", "new", "all"] = "all"
+    """Tool calls as progress lines: none, only when the tool changes, or every call."""
+    edit_interval: float = Field(1.0, gt=0)
+    """Seconds between edits of a streaming reply (the platform's rate limit)."""
+
+
+class TelegramSettings(ChatAccess):
+    token: SecretStr
+    """The bot token (`${TELEGRAM_BOT_TOKEN}`)."""
+    base_url: str = "https://api.telegram.org/bot"
+    """The Bot API base (a local Bot API server, or a test stand-in)."""
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    poll_timeout: int = Field(30, ge=0, le=50)
+    """Seconds one getUpdates long poll waits for updates."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
+class SlackSettings(ChatAccess):
+    bot_token: SecretStr
+    """The bot's token for the Web API, xoxb-... (`${SLACK_BOT_TOKEN}`)."""
+    app_token: SecretStr
+    """The app-level token for Socket Mode, xapp-... (`${SLACK_APP_TOKEN}`)."""
+    base_url: str = "https://slack.com/api/"
+    """The Web API base (a test stand-in)."""
+
+    @field_validator("bot_token", "app_token", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
+class DiscordSettings(ChatAccess):
+    token: SecretStr
+    """The bot token (`${DISCORD_BOT_TOKEN}`)."""
+    api_base: str = "https://discord.com/api/v10"
+    """The REST base; the gateway WebSocket URL comes from its GET /gateway/bot (a test stand-in)."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
+class WebhookSettings(ChatAccess):
+    secret: SecretStr
+    """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8767, ge=0, le=65535)
+    path: str = "/webhook"
+    reply_timeout: float = Field(300.0, gt=0)
+    """Seconds a POST without a callback_url waits for the reply in its response."""
+    max_skew: float = Field(300.0, gt=0)
+    """Seconds a signed timestamp may differ from now (replays older than this are refused)."""
+
+    @field_validator("secret", mode="before")
+    @classmethod
+    def _secret(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
+class GatewaySettings(BaseModel):
+    """The messaging gateway (control_plane/gateway): one agent reached from chat platforms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    telegram: TelegramSettings | None = None
+    slack: SlackSettings | None = None
+    discord: DiscordSettings | None = None
+    webhook: WebhookSettings | None = None
+    in_serve: bool = False
+    """Run the gateway inside `hermetic serve` too."""
+    reset: Literal["never", "daily", "idle"] = "idle"
+    """When a direct chat's session starts afresh without /new: never, at the first message of a new day,
+    or after `idle_hours` without messages."""
+    idle_hours: float = Field(24.0, gt=0)
+    pairing_ttl: float = Field(3600.0, gt=0)
+    """Seconds a pairing code stays valid."""
+    lock_ttl: float = Field(30.0, ge=2)
+    """Seconds a gateway's lock on a bot token outlives its last heartbeat (a crashed gateway's lock)."""
+    reconnect_max: float = Field(30.0, gt=0)
+    """Longest wait between reconnection attempts to a platform (the backoff doubles up to it)."""
+
+    @property
+    def platforms(self) -> dict[str, ChatAccess]:
+        found = {
+            "telegram": self.telegram,
+            "slack": self.slack,
+            "discord": self.discord,
+            "webhook": self.webhook,
+        }
+        return {name: config for name, config in found.items() if config is not None}

@@ -1,0 +1,162 @@
+"""`hermetic gateway run | status | pair CODE`: the chat platforms of the profile's config.yaml."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import signal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from ..gateway import Gateway, GatewayLocked, create_gateway
+from ..gateway.records import GatewayStore
+from ..gateway.status import PlatformStatus
+from ..settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+app = typer.Typer(help="The messaging gateway: Telegram and a signed webhook.", no_args_is_help=True)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def gateway_settings() -> Settings:
+    """The settings, or an exit naming each bad field of config.yaml."""
+    try:
+        settings = load_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            err.print(f"[red]config: {escape(where)}: {escape(error['msg'])}[/]")
+        raise typer.Exit(2) from None
+    if not settings.gateway.platforms:
+        err.print(
+            "[red]no chat platform is configured[/]: add `gateway: telegram: token: "
+            f"${{TELEGRAM_BOT_TOKEN}}` (or `webhook:`) to {settings.home / 'config.yaml'}"
+        )
+        raise typer.Exit(2)
+    return settings
+
+
+@app.command("run")
+def run() -> None:
+    """Serve the configured platforms in the foreground (logs on stderr; Ctrl-C stops cleanly)."""
+    settings = gateway_settings()
+    if not settings.model.name:
+        from ..models.router import ModelNotConfigured
+
+        err.print(f"[red]{escape(str(ModelNotConfigured()))}[/]")
+        raise typer.Exit(2)
+    logging.getLogger("hermetic").setLevel(logging.INFO)
+    try:
+        asyncio.run(serve_gateway(settings))
+    except GatewayLocked as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(3) from None
+
+
+async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) -> None:
+    """Run the gateway until SIGINT/SIGTERM (or, when given, until `until` is set), then stop it cleanly."""
+    gateway: Gateway = await asyncio.to_thread(create_gateway, settings)
+    try:
+        await gateway.start()
+        err.print(f"gateway: serving {', '.join(gateway.adapters)} for profile {settings.profile}")
+        stop = until or asyncio.Event()
+        if until is None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        err.print("gateway: stopping")
+    finally:
+        await gateway.stop()
+        await asyncio.to_thread(gateway.agent.close)
+        gateway.store.close()
+
+
+def serve_beside(settings: Settings, config: uvicorn.Config) -> None:
+    """`hermetic serve` with `gateway.in_serve`: the API and the gateway in one process and event loop;
+    Ctrl-C (or SIGTERM) ends both, the gateway cleanly (its turns interrupted, its locks released)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own re-raises the signal once it has shut down, which would cut the gateway's
+            # stop short; here the signal only asks both to stop.
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    server = Server(config)
+
+    async def both() -> None:
+        stop = asyncio.Event()
+        gateway = asyncio.create_task(serve_gateway(settings, until=stop))
+        api = asyncio.create_task(server.serve())
+        done, _ = await asyncio.wait({gateway, api}, return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        server.should_exit = True
+        await asyncio.gather(gateway, api, return_exceptions=True)
+        for task in done:
+            task.result()  # a gateway that could not start (GatewayLocked) is said, below
+
+    try:
+        asyncio.run(both())
+    except GatewayLocked as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(3) from None
+
+
+@app.command("status")
+def status() -> None:
+    """Each platform's connection, last message and latest errors."""
+    settings = gateway_settings()
+    store = GatewayStore(str(settings.database_url))
+    try:
+        for platform in settings.gateway.platforms:
+            saved = store.get_state(f"status:{platform}")
+            found = PlatformStatus.model_validate_json(saved) if saved else PlatformStatus(platform=platform)
+            last = store.last_inbound(platform)
+            waiting = len(store.unanswered(platform))
+            state = found.state if saved else "never run"
+            console.print(f"[bold]{platform}[/]: {state} since {_when(found.since)}")
+            console.print(
+                f"  last message {_when(last.received_at) if last else 'never'}; "
+                f"{found.received} received, {found.answered_count} answered, {waiting} waiting"
+            )
+            for error in found.errors:
+                console.print(f"  [red]{escape(error)}[/]")
+    finally:
+        store.close()
+
+
+@app.command("pair")
+def pair(code: Annotated[str, typer.Argument(help="The code the user was given in the chat")]) -> None:
+    """Admit the user who was given this pairing code."""
+    settings = load_settings()
+    store = GatewayStore(str(settings.database_url))
+    try:
+        admitted = store.redeem(code.strip().upper())
+    finally:
+        store.close()
+    if admitted is None:
+        err.print("[red]no such pairing code (or it expired, or was used)[/]")
+        raise typer.Exit(2)
+    name = f" ({admitted.name})" if admitted.name else ""
+    console.print(f"admitted {admitted.platform} user {admitted.user}{escape(name)}")
+
+
+def _when(timestamp: float | None) -> str:
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S") if timestamp else "-"

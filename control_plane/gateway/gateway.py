@@ -1,0 +1,472 @@
+"""The gateway: one agent, every chat platform. The work every adapter shares lives here: each inbound
+message stored before the platform is acknowledged (so none is lost or answered twice), who may talk,
+a session per chat / thread / group user, the chat commands, steering, replies streamed by edit,
+progress lines, approval buttons, files, one gateway per bot token, and reconnecting with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
+
+from ..agent.agent import Agent
+from ..agent.commands import is_command, run_command
+from ..agent.display import describe_call
+from ..agent.events import Answered, Error, Event, Question, TextDelta, ToolStart, TurnEnd, UserMessage
+from ..agent.loop import Busy, Conversation
+from ..chat_settings import ChatAccess, GatewaySettings
+from .access import decide, pairing_text
+from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
+from .deliveries import register as offer_deliveries
+from .files import close_outbox, open_outbox, store_upload
+from .records import GatewayStore, InboundRecord
+from .status import PlatformStatus
+from .stream import LiveMessage, patiently
+
+log = logging.getLogger("hermetic.gateway")
+
+
+class GatewayLocked(RuntimeError):
+    """Another gateway holds this bot token (one gateway per token)."""
+
+
+@dataclass
+class _Chat:
+    """One chat's (thread's, group user's) session and the messages waiting for it, answered in order."""
+
+    key: str
+    target: str = ""
+    """Where deliveries to this chat go: platform:chat[:thread]."""
+    conversation: Conversation | None = None
+    queue: asyncio.Queue[tuple[Adapter, Inbound, int]] = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task[None] | None = None
+    steered: list[int] = field(default_factory=list)
+    """Stored messages folded into the running turn; answered when it ends."""
+    free_text_question: str | None = None
+    """An open clarifying question without choices: the next message answers it."""
+
+
+class Gateway:
+    def __init__(self, agent: Agent, adapters: list[Adapter], store: GatewayStore | None = None) -> None:
+        self.agent = agent
+        self.settings: GatewaySettings = agent.settings.gateway
+        self.adapters = {adapter.platform: adapter for adapter in adapters}
+        self.store = store or GatewayStore(str(agent.settings.database_url))
+        self.holder = f"{uuid.uuid4().hex[:12]}"
+        self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
+        self._chats: dict[str, _Chat] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._locks: list[str] = []
+
+    def config(self, platform: str) -> ChatAccess:
+        return self.settings.platforms.get(platform) or ChatAccess()
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take each bot token's lock (GatewayLocked when another gateway has it), answer what was stored
+        but never answered, then receive from every platform."""
+        for adapter in self.adapters.values():
+            name = adapter.lock_name
+            if name is None:
+                continue
+            held = await asyncio.to_thread(self.store.acquire, name, self.holder, self.settings.lock_ttl)
+            if held is not None:
+                await self.stop()
+                raise GatewayLocked(
+                    f"another gateway is running for this {adapter.platform} bot (pid {held.pid} on "
+                    f"{held.host}); one gateway per bot token: stop that one first"
+                )
+            self._locks.append(name)
+        if self._locks:
+            self._tasks.append(asyncio.create_task(self._heartbeat()))
+        offer_deliveries(self.adapters.values(), self.origin_of)
+        for adapter in self.adapters.values():
+            for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
+                self._route(adapter, Inbound.model_validate(record.payload), record)
+            self._tasks.append(asyncio.create_task(self._keep_receiving(adapter)))
+
+    async def stop(self) -> None:
+        """Stop receiving, interrupt running turns (their messages stay unanswered, so the next start
+        answers them), release the locks."""
+        tasks = self._tasks + [chat.worker for chat in self._chats.values() if chat.worker]
+        for chat in self._chats.values():
+            if chat.conversation is not None:
+                chat.conversation.interrupt()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = []
+        for adapter in self.adapters.values():
+            try:
+                await adapter.disconnect()
+            except Exception as exc:
+                log.warning("%s: disconnect failed: %s", adapter.platform, exc)
+        for name in self._locks:
+            await asyncio.to_thread(self.store.release, name, self.holder)
+        self._locks = []
+        for chat in self._chats.values():
+            if chat.conversation is not None:
+                await asyncio.to_thread(chat.conversation.close)
+        self._chats = {}
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lock_ttl / 3)
+            for name in self._locks:
+                if not await asyncio.to_thread(self.store.renew, name, self.holder, self.settings.lock_ttl):
+                    log.error("lost the lock %s: another gateway took over this bot token", name)
+
+    async def _keep_receiving(self, adapter: Adapter) -> None:
+        """Connect and receive; a dropped connection or a 5xx reconnects with backoff (tenacity), and
+        only this platform waits."""
+        status = self.status[adapter.platform]
+
+        def failed(retry: RetryCallState) -> None:
+            error = retry.outcome.exception() if retry.outcome else None
+            status.failed(f"{type(error).__name__}: {error}")
+            if isinstance(error, ConnectionLost):
+                log.warning("%s: %s; reconnecting", adapter.platform, error)
+            else:  # a bug (ours or the client library's): said in full, then the platform is retried
+                log.error("%s failed; reconnecting", adapter.platform, exc_info=error)
+            self._save_status(adapter.platform)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_worth_retrying),
+            wait=wait_exponential_jitter(multiplier=0.2, max=self.settings.reconnect_max),
+            before_sleep=failed,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await adapter.connect()
+                    status.connected()
+                    self._save_status(adapter.platform)
+                    await adapter.receive(lambda message: self._deliver(adapter, message))
+        except AdapterError as exc:  # a bad token: reconnecting cannot help
+            status.failed(f"stopped: {exc}")
+            self._save_status(adapter.platform)
+            log.error("%s: %s; this platform is stopped", adapter.platform, exc)
+
+    def _save_status(self, platform: str) -> None:
+        self.store.set_state(f"status:{platform}", self.status[platform].model_dump_json())
+
+    # -- inbound -----------------------------------------------------------------------------
+
+    async def _deliver(self, adapter: Adapter, message: Inbound) -> bool:
+        """Store the message (the adapter acknowledges it once this returns), then route it. False for a
+        message stored before (a redelivery)."""
+        stored = await asyncio.to_thread(
+            self.store.receive, message.platform, message.chat, message.message_id, message.model_dump()
+        )
+        if stored is None:
+            log.info("%s: message %s seen before (a redelivery)", message.platform, message.message_id)
+            return False
+        self.status[adapter.platform].received_one()
+        if not adapter.authenticates:
+            decision = await asyncio.to_thread(
+                decide, self.store, self.config(message.platform), message, self.settings.pairing_ttl
+            )
+            if decision.verdict != "allow":
+                await asyncio.to_thread(self.store.mark, stored, state="refused")
+                if decision.code is not None:
+                    text = pairing_text(decision.code, self.settings.pairing_ttl)
+                    asyncio.create_task(self._say(adapter, message, text))
+                return True
+        record = InboundRecord(
+            id=stored, platform=message.platform, chat=message.chat, message_id=message.message_id,
+            payload={}, received_at=time.time(),
+        )  # fmt: skip
+        self._route(adapter, message, record)
+        return True
+
+    def origin_of(self, session_id: str) -> str | None:
+        """The chat a session of this gateway talks in, as a delivery target (the scheduler's `here`)."""
+        return next(
+            (c.target for c in self._chats.values() if c.conversation and c.conversation.id == session_id),
+            None,
+        )
+
+    def chat_key(self, message: Inbound) -> str:
+        key = f"{message.platform}:{message.chat}"
+        if message.thread:
+            return f"{key}:t{message.thread}"
+        if not message.direct and self.config(message.platform).session_per_user_in_groups:
+            return f"{key}:u{message.user}"
+        return key
+
+    def _route(self, adapter: Adapter, message: Inbound, record: InboundRecord) -> None:
+        """Buttons, commands and steers act at once; other messages wait for the chat's turn, in order."""
+        assert record.id is not None
+        target = f"{message.platform}:{message.chat}" + (f":{message.thread}" if message.thread else "")
+        chat = self._chats.setdefault(self.chat_key(message), _Chat(self.chat_key(message), target))
+        running = chat.conversation is not None and chat.conversation.running
+        if message.button is not None or (running and (is_command(message.text) or chat.free_text_question)):
+            asyncio.create_task(self._at_once(adapter, chat, message, record.id))
+            return
+        if running and not message.files and chat.conversation and chat.conversation.steer(message.text):
+            chat.steered.append(record.id)
+            self.store.mark(record.id, state="running", session_id=chat.conversation.id)
+            return
+        chat.queue.put_nowait((adapter, message, record.id))
+        if chat.worker is None or chat.worker.done():
+            chat.worker = asyncio.create_task(self._work(chat))
+
+    async def _work(self, chat: _Chat) -> None:
+        while not chat.queue.empty():
+            adapter, message, inbound_id = chat.queue.get_nowait()
+            try:
+                await self._answer(adapter, chat, message, inbound_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never silence: the chat hears that something broke
+                log.exception("%s chat %s: answering failed", message.platform, message.chat)
+                await self._say(adapter, message, f"Sorry, that failed: {type(exc).__name__}: {exc}")
+                await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
+
+    async def _at_once(self, adapter: Adapter, chat: _Chat, message: Inbound, inbound_id: int) -> None:
+        conversation = chat.conversation
+        if message.button is not None:
+            kind, _, rest = message.button.partition(":")
+            question_id, _, answer = rest.partition(":")
+            if kind == "q" and conversation is not None:
+                try:
+                    conversation.answer(question_id, answer)
+                except ValueError as exc:
+                    log.warning("%s: bad button answer: %s", message.platform, exc)
+        elif chat.free_text_question and conversation is not None and not is_command(message.text):
+            try:
+                conversation.answer(chat.free_text_question, message.text.strip())
+                chat.free_text_question = None
+            except ValueError as exc:  # not one of the choices: ask again
+                await self._say(adapter, message, str(exc))
+        elif conversation is not None:
+            await self._command(adapter, chat, message, conversation)
+        await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
+
+    async def _command(
+        self, adapter: Adapter, chat: _Chat, message: Inbound, conversation: Conversation
+    ) -> None:
+        done = await asyncio.to_thread(
+            run_command, self.agent, conversation, message.text, source=message.platform
+        )
+        if done is None:
+            return
+        if done.conversation is not None:
+            chat.conversation = done.conversation
+            await asyncio.to_thread(self.store.set_chat_session, chat.key, done.conversation.id, new=True)
+        await self._say(adapter, message, done.text)
+
+    # -- a turn ------------------------------------------------------------------------------
+
+    async def _conversation(self, chat: _Chat, message: Inbound) -> Conversation:
+        """The chat's session: the current one, unless the reset policy says a new one begins."""
+        record = await asyncio.to_thread(self.store.chat_session, chat.key)
+        fresh = record is None or self._expired(record.started_at, record.last_at)
+        if (
+            not fresh
+            and record is not None
+            and (chat.conversation is None or chat.conversation.id != record.session_id)
+        ):
+            try:
+                chat.conversation = await asyncio.to_thread(self.agent.resume, record.session_id)
+            except KeyError:
+                fresh = True
+        if fresh:
+            if chat.conversation is not None:
+                await asyncio.to_thread(chat.conversation.close)
+            title = f"{message.platform} {message.user_name or message.chat}"
+            chat.conversation = await asyncio.to_thread(
+                self.agent.new_conversation, title=title, source=message.platform
+            )
+        assert chat.conversation is not None
+        await asyncio.to_thread(self.store.set_chat_session, chat.key, chat.conversation.id, new=fresh)
+        return chat.conversation
+
+    def _expired(self, started_at: float, last_at: float) -> bool:
+        if self.settings.reset == "idle":
+            return time.time() - last_at > self.settings.idle_hours * 3600
+        if self.settings.reset == "daily":
+            return datetime.date.fromtimestamp(started_at) != datetime.date.today()
+        return False
+
+    async def _answer(self, adapter: Adapter, chat: _Chat, message: Inbound, inbound_id: int) -> None:
+        conversation = await self._conversation(chat, message)
+        if is_command(message.text):
+            await self._command(adapter, chat, message, conversation)
+            await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
+            return
+        stored = await asyncio.to_thread(self.store.inbound, inbound_id)
+        await asyncio.to_thread(self.store.mark, inbound_id, state="running", session_id=conversation.id)
+        text = message.text
+        for attachment in message.files:
+            data = await adapter.fetch(attachment)
+            sandbox = await asyncio.to_thread(self.agent.sandboxes.get, conversation.id)
+            path = await asyncio.to_thread(store_upload, sandbox, attachment.name, data)
+            text += f"\n[the user sent a file: {path} ({len(data):,} bytes) in your workspace]"
+        config = self.config(message.platform)
+        turn = _Turn(self, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id)
+        loop = asyncio.get_running_loop()
+        open_outbox(
+            conversation.id, loop, lambda path: adapter.send_file(message.chat, path, thread=message.thread)
+        )
+        await adapter.typing(message.chat, thread=message.thread)
+        try:
+            try:
+                end = await conversation.run(text.strip() or "(an empty message)", turn.on_event)
+            except Busy:
+                conversation.steer(text)
+                chat.steered.append(inbound_id)
+                return
+            await turn.finish(end)
+        finally:
+            close_outbox(conversation.id)
+        done, chat.steered = [inbound_id, *chat.steered], []
+        for answered in done:
+            await asyncio.to_thread(self.store.mark, answered, state="answered")
+        self.status[adapter.platform].answered()
+
+    async def _say(self, adapter: Adapter, message: Inbound, text: str) -> None:
+        """A plain message (a command's answer, a pairing code); failures are logged, not raised."""
+        try:
+            await LiveMessage(adapter, message.chat, thread=message.thread).finish(text)
+        except (AdapterError, ConnectionLost) as exc:
+            log.warning("%s chat %s: cannot send: %s", message.platform, message.chat, exc)
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    """Anything but a refusal (a bad token) or a cancellation (the gateway stopping): connect again."""
+    return isinstance(error, Exception) and not isinstance(error, AdapterError)
+
+
+class _Turn:
+    """What one run shows in the chat: the reply streamed by edit, progress lines, question buttons."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        adapter: Adapter,
+        chat: _Chat,
+        message: Inbound,
+        config: ChatAccess,
+        reply_id: str | None,
+        inbound_id: int,
+    ) -> None:
+        self.gateway, self.adapter, self.chat, self.message, self.config = (
+            gateway,
+            adapter,
+            chat,
+            message,
+            config,
+        )
+        store = gateway.store
+        self.reply = LiveMessage(
+            adapter,
+            message.chat,
+            thread=message.thread,
+            interval=config.edit_interval,
+            message_id=reply_id,
+            on_sent=lambda sent: store.mark(inbound_id, reply_id=sent),
+        )
+        self.progress: LiveMessage | None = None
+        self.lines: deque[str] = deque(maxlen=30)
+        self.last_tool: str | None = None
+        self.text = ""
+        self.errors: list[str] = []
+        self.questions: dict[str, tuple[Question, str | None]] = {}
+
+    def on_event(self, event: Event) -> None:
+        match event:
+            case TextDelta(text=piece):
+                self.text += piece
+                if self.adapter.streams:
+                    self.reply.show(self.text)
+            case UserMessage(steer=True):
+                self._paragraph()
+            case ToolStart(name=name, arguments=arguments):
+                self._progress(name, arguments)
+                self._paragraph()
+            case Error(message=text):
+                self.errors.append(text)
+            case Question():
+                asyncio.create_task(self._ask(event))
+            case Answered():
+                asyncio.create_task(self._answered(event))
+
+    def _paragraph(self) -> None:
+        """The next step's text starts a paragraph of its own."""
+        if self.text and not self.text.endswith("\n\n"):
+            self.text = self.text.rstrip("\n") + "\n\n"
+
+    def _progress(self, name: str, arguments: dict[str, Any] | str) -> None:
+        mode = self.config.progress
+        if mode == "off" or (mode == "new" and name == self.last_tool) or not self.adapter.streams:
+            return
+        self.last_tool = name
+        self.lines.append(f"▸ {describe_call(name, arguments)}")
+        if self.progress is None:
+            self.progress = LiveMessage(
+                self.adapter,
+                self.message.chat,
+                thread=self.message.thread,
+                interval=self.config.edit_interval,
+            )
+        self.progress.show("\n".join(self.lines))
+
+    async def _ask(self, question: Question) -> None:
+        buttons = [Button(label=choice, data=f"q:{question.id}:{choice}") for choice in question.choices]
+        if not self.adapter.buttons:
+            buttons = []
+        if not buttons:
+            self.chat.free_text_question = question.id
+        listed = f" ({', '.join(question.choices)})" if question.choices else ""
+        text = question.prompt + ("" if buttons else f"\n(reply with your answer{listed})")
+        try:
+            sent = await patiently(
+                lambda: self.adapter.send(
+                    self.message.chat, text, thread=self.message.thread, buttons=buttons
+                )
+            )
+        except (AdapterError, ConnectionLost) as exc:
+            log.warning("cannot ask in %s chat %s: %s", self.message.platform, self.message.chat, exc)
+            sent = None
+        self.questions[question.id] = (question, sent)
+
+    async def _answered(self, answered: Answered) -> None:
+        await asyncio.sleep(0)  # let the question's own send go first
+        question, sent = self.questions.pop(answered.id, (None, None))
+        if self.chat.free_text_question == answered.id:
+            self.chat.free_text_question = None
+        if question is None or sent is None:
+            return
+        outcome = (
+            answered.answer if answered.answer is not None else f"no answer ({answered.by}): treated as no"
+        )
+        try:
+            await patiently(
+                lambda: self.adapter.edit(self.message.chat, sent, f"{question.prompt}\n→ {outcome}")
+            )
+        except (AdapterError, ConnectionLost) as exc:
+            log.warning("cannot update the question in %s: %s", self.message.chat, exc)
+
+    async def finish(self, end: TurnEnd) -> None:
+        text = self.text.strip() or end.content
+        if end.reason == "error":
+            gist = (self.errors[-1] if self.errors else "the run failed").splitlines()[0][:300]
+            text = f"{text}\n\n⚠ Sorry, I could not finish: {gist}".strip()
+        elif end.reason == "interrupted":
+            text = f"{text}\n\n(stopped)".strip()
+        elif end.reason == "budget":
+            text = f"{text}\n\n(stopped at the step limit; send a message to go on)".strip()
+        if self.progress is not None:
+            await self.progress.finish("\n".join(self.lines))
+        await self.reply.finish(text or "(no reply)")

@@ -1,0 +1,73 @@
+"""The adapters of the platforms a profile configures, and sending a message to one chat by its
+target string (`telegram:CHAT` or `telegram:CHAT:THREAD`), for deliveries such as scheduled jobs."""
+
+from __future__ import annotations
+
+from ..agent.agent import Agent
+from ..settings import Settings
+from ..tools import TOOLS, Registry
+from .base import Adapter
+from .files import TOOLSET, gateway_registry
+from .gateway import Gateway
+from .records import GatewayStore
+from .stream import LiveMessage
+
+
+class UnknownTarget(ValueError):
+    """A target string that names no configured platform, or is not `platform:chat[:thread]`."""
+
+
+def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
+    """One adapter per configured platform (imported only when configured)."""
+    adapters: list[Adapter] = []
+    config = settings.gateway
+    if config.telegram is not None:
+        from .telegram import TelegramAdapter
+
+        adapters.append(TelegramAdapter(config.telegram, store))
+    if config.slack is not None:
+        from .slack import SlackAdapter
+
+        adapters.append(SlackAdapter(config.slack))
+    if config.discord is not None:
+        from .discord import DiscordAdapter
+
+        adapters.append(DiscordAdapter(config.discord))
+    if config.webhook is not None:
+        from .webhook import WebhookAdapter
+
+        adapters.append(WebhookAdapter(config.webhook))
+    return adapters
+
+
+def create_gateway(settings: Settings, registry: Registry = TOOLS) -> Gateway:
+    """The gateway of a profile: its agent (with the send_file tool) and every configured platform."""
+    if TOOLSET not in settings.toolsets:
+        settings = settings.model_copy(update={"toolsets": [*settings.toolsets, TOOLSET]})
+    store = GatewayStore(str(settings.database_url))
+    agent = Agent(settings, registry=gateway_registry(registry))
+    return Gateway(agent, build_adapters(settings, store), store)
+
+
+async def send_message(settings: Settings, target: str, text: str) -> list[str]:
+    """Send `text` to the chat `target` names, split at the platform's limit; the ids of the messages.
+    Raises UnknownTarget, and the adapter's AdapterError / RateLimited / ConnectionLost."""
+    platform, _, rest = target.partition(":")
+    chat, _, thread = rest.partition(":")
+    if not chat:
+        raise UnknownTarget(f"{target!r}: a target is platform:chat[:thread], e.g. telegram:123456")
+    if platform == "webhook":
+        raise UnknownTarget("the webhook platform answers requests; it has no chats to send to")
+    store = GatewayStore(str(settings.database_url))
+    try:
+        adapter = next((a for a in build_adapters(settings, store) if a.platform == platform), None)
+        if adapter is None:
+            configured = ", ".join(settings.gateway.platforms) or "none"
+            raise UnknownTarget(f"{target!r}: no {platform!r} in gateway settings (configured: {configured})")
+        await adapter.connect()
+        try:
+            return await LiveMessage(adapter, chat, thread=thread or None).finish(text)
+        finally:
+            await adapter.disconnect()
+    finally:
+        store.close()

@@ -1,0 +1,174 @@
+"""Slack through slack_sdk: Socket Mode in (its aiohttp client), the Web API out (AsyncWebClient).
+
+Socket Mode rather than the Events API: a self-hosted agent often has no public HTTPS address, and
+Socket Mode needs none (the gateway dials out to Slack's WebSocket). Each envelope is acknowledged
+(`envelope_id` sent back) only after the gateway stored it; Slack redelivers what is not
+acknowledged, and the stored message id (the event's `ts`) recognises the redelivery.
+
+slack_sdk rather than slack_bolt: Bolt acknowledges on its own schedule and adds routing we do not
+use; slack_sdk is the layer Bolt is built on, kept by Slack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from markdown_to_mrkdwn import SlackMarkdownConverter
+from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ..chat_settings import SlackSettings
+from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+
+SECTION_LIMIT = 3000
+"""Characters of text one section block may hold."""
+_MRKDWN = SlackMarkdownConverter()
+
+
+class SlackAdapter(Adapter):
+    platform = "slack"
+    text_limit = SECTION_LIMIT
+
+    def __init__(self, settings: SlackSettings) -> None:
+        self.settings = settings
+        app_token = settings.app_token.get_secret_value()
+        self._name = "slack:" + hashlib.sha256(app_token.encode()).hexdigest()[:16]
+        self.web = AsyncWebClient(token=settings.bot_token.get_secret_value(), base_url=settings.base_url)
+        self._app_token = app_token
+        self._socket: SocketModeClient | None = None
+        self._bot_user: str | None = None
+
+    @property
+    def lock_name(self) -> str:
+        return self._name
+
+    async def connect(self) -> None:
+        identity = await _call(self.web.auth_test())
+        self._bot_user = identity.get("user_id")
+
+    async def disconnect(self) -> None:
+        if self._socket is not None:
+            await self._socket.close()
+            self._socket = None
+
+    async def receive(self, deliver: Deliver) -> None:
+        socket = self._socket = SocketModeClient(app_token=self._app_token, web_client=self.web)
+
+        async def on_request(client: SocketModeClient, request: SocketModeRequest) -> None:
+            message = self._inbound(request)
+            if message is not None:
+                await deliver(message)  # stored: now Slack may forget it
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
+
+        socket.socket_mode_request_listeners.append(on_request)  # type: ignore[arg-type]
+        try:
+            await socket.connect()
+        except (SlackApiError, aiohttp.ClientError, OSError) as exc:
+            raise ConnectionLost(f"Slack Socket Mode: {exc}") from exc
+        try:
+            await asyncio.Event().wait()  # slack_sdk keeps the socket up (pings, reconnects) until cancelled
+        finally:
+            await socket.close()
+            self._socket = None
+
+    def _inbound(self, request: SocketModeRequest) -> Inbound | None:
+        payload: dict[str, Any] = request.payload or {}
+        if request.type == "interactive" and payload.get("type") == "block_actions":
+            action = (payload.get("actions") or [{}])[0]
+            return Inbound(
+                platform=self.platform,
+                chat=str((payload.get("channel") or {}).get("id", "")),
+                message_id=f"act{action.get('action_ts', request.envelope_id)}",
+                user=str((payload.get("user") or {}).get("id", "")),
+                direct=str((payload.get("channel") or {}).get("id", "")).startswith("D"),
+                button=str(action.get("value", "")),
+            )
+        event = payload.get("event") or {}
+        if request.type != "events_api" or event.get("type") != "message":
+            return None
+        if event.get("subtype") or event.get("bot_id") or event.get("user") == self._bot_user:
+            return None  # edits, joins, and the bot's own messages
+        return Inbound(
+            platform=self.platform,
+            chat=str(event.get("channel", "")),
+            message_id=str(event.get("ts", request.envelope_id)),
+            user=str(event.get("user", "")),
+            text=str(event.get("text", "")),
+            direct=event.get("channel_type") == "im",
+            thread=event.get("thread_ts"),
+        )
+
+    async def send(
+        self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
+    ) -> str:
+        sent = await _call(
+            self.web.chat_postMessage(
+                channel=chat, text=text, thread_ts=thread, blocks=_blocks(text, buttons)
+            )
+        )
+        return str(sent["ts"])
+
+    async def edit(
+        self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
+    ) -> None:
+        await _call(
+            self.web.chat_update(channel=chat, ts=message_id, text=text, blocks=_blocks(text, buttons))
+        )
+
+    async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
+        done = await _call(
+            self.web.files_upload_v2(
+                channel=chat,
+                file=str(path),
+                filename=path.name,
+                initial_comment=caption or None,
+                thread_ts=thread,
+            )
+        )
+        return str((done.get("file") or {}).get("id", ""))
+
+    async def fetch(self, attachment: Attachment) -> bytes:
+        raise AdapterError("files from Slack are not taken yet")
+
+
+async def _call(call: Any) -> Any:
+    """A Web API call with its errors in the gateway's terms."""
+    try:
+        return await call
+    except SlackApiError as exc:
+        response = exc.response
+        if response.status_code == 429:
+            raise RateLimited(float(response.headers.get("Retry-After", "1"))) from exc
+        if response.status_code >= 500:
+            raise ConnectionLost(f"Slack answered {response.status_code}") from exc
+        raise AdapterError(f"Slack refused: {response.get('error', response.status_code)}") from exc
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise ConnectionLost(f"Slack unreachable: {exc}") from exc
+
+
+def _blocks(text: str, buttons: list[Button] | None) -> list[dict[str, Any]]:
+    """The message as Block Kit: the model's Markdown as mrkdwn (markdown-to-mrkdwn) in a section,
+    the buttons in an actions block."""
+    mrkdwn = _MRKDWN.convert(text) if text else " "
+    if len(mrkdwn) > SECTION_LIMIT:  # conversion can lengthen links: the part was cut for the source
+        mrkdwn = text
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}]
+    if buttons:
+        elements = [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": b.label},
+                "value": b.data,
+                "action_id": f"b{i}",
+            }
+            for i, b in enumerate(buttons)
+        ]
+        blocks.append({"type": "actions", "elements": elements})
+    return blocks

@@ -1,0 +1,222 @@
+"""Telegram through python-telegram-bot's `Bot` (asyncio): long polling with getUpdates, the offset
+persisted in the store, so updates sent while the gateway was down are answered on return. Replies
+go out as plain text + entities converted from the model's Markdown by telegramify-markdown.
+
+The Bot, not PTB's Application/Updater: the Updater acknowledges an update (the next getUpdates'
+offset) on its own schedule, while the gateway must store each update first. Here the offset moves
+past an update only after `deliver` has stored it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
+from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegramify_markdown import convert
+
+from ..chat_settings import TelegramSettings
+from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .text import utf16_length
+
+UPDATES = ["message", "callback_query"]
+log = logging.getLogger("hermetic.gateway.telegram")
+
+
+class StateStore(Protocol):
+    def get_state(self, key: str) -> str | None: ...
+    def set_state(self, key: str, value: str) -> None: ...
+
+
+class TelegramAdapter(Adapter):
+    platform = "telegram"
+    text_limit = 4096
+
+    def __init__(self, settings: TelegramSettings, state: StateStore) -> None:
+        self.settings = settings
+        self.state = state
+        token = settings.token.get_secret_value()
+        self._name = "telegram:" + hashlib.sha256(token.encode()).hexdigest()[:16]
+        self.bot = Bot(token, base_url=settings.base_url, base_file_url=settings.base_file_url)
+
+    @staticmethod
+    def length(text: str) -> int:
+        return utf16_length(text)
+
+    @property
+    def lock_name(self) -> str:
+        return self._name
+
+    async def connect(self) -> None:
+        await _call(self.bot.initialize())  # getMe: proves the token
+
+    async def disconnect(self) -> None:
+        with contextlib.suppress(TelegramError):  # already gone
+            await self.bot.shutdown()
+
+    async def receive(self, deliver: Deliver) -> None:
+        key = f"{self._name}:offset"
+        offset = int(self.state.get_state(key) or 0) or None
+        while True:
+            updates = await _call(
+                self.bot.get_updates(
+                    offset=offset,
+                    timeout=self.settings.poll_timeout,
+                    allowed_updates=UPDATES,
+                    read_timeout=self.settings.poll_timeout + 10,
+                )
+            )
+            for update in updates:
+                message = _inbound(update)
+                if message is not None:
+                    await deliver(message)
+                if update.callback_query is not None:
+                    await self._settle(update.callback_query.id)
+                offset = update.update_id + 1
+                self.state.set_state(key, str(offset))  # the next getUpdates acknowledges it
+
+    async def _settle(self, query_id: str) -> None:
+        """Stop the button's spinner in the user's app (best effort)."""
+        with contextlib.suppress(TelegramError):
+            await self.bot.answer_callback_query(query_id)
+
+    def _formatted(self, markdown: str) -> tuple[str, list[MessageEntity]]:
+        """The model's Markdown as Telegram's plain text + entities (telegramify-markdown); each part of
+        a split reply is whole Markdown (fences reopened), so each converts on its own."""
+        try:
+            text, entities = convert(markdown)
+        except Exception:  # a converter bug must not cost the reply: plain text then
+            log.exception("telegram: cannot convert Markdown; sending it as it is")
+            return markdown, []
+        if not text.strip():
+            return markdown, []
+        return text, [MessageEntity.de_json(e.to_dict(), self.bot) for e in entities]
+
+    async def send(
+        self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
+    ) -> str:
+        plain, entities = self._formatted(text)
+        sent = await _call(
+            self.bot.send_message(
+                chat_id=chat,
+                text=plain,
+                entities=entities or None,
+                message_thread_id=int(thread) if thread else None,
+                reply_markup=_keyboard(buttons),
+            )
+        )
+        return str(sent.message_id)
+
+    async def edit(
+        self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
+    ) -> None:
+        try:
+            plain, entities = self._formatted(text)
+            await _call(
+                self.bot.edit_message_text(
+                    text=plain,
+                    entities=entities or None,
+                    chat_id=chat,
+                    message_id=int(message_id),
+                    reply_markup=_keyboard(buttons),
+                )
+            )
+        except AdapterError as exc:
+            if "not modified" not in str(exc):  # the same text again is no failure
+                raise
+
+    async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
+        with path.open("rb") as handle:
+            sent = await _call(
+                self.bot.send_document(
+                    chat_id=chat,
+                    document=handle,
+                    filename=path.name,
+                    caption=caption or None,
+                    message_thread_id=int(thread) if thread else None,
+                )
+            )
+        return str(sent.message_id)
+
+    async def fetch(self, attachment: Attachment) -> bytes:
+        found = await _call(self.bot.get_file(attachment.ref))
+        return bytes(await _call(found.download_as_bytearray()))
+
+    async def typing(self, chat: str, *, thread: str | None = None) -> None:
+        with contextlib.suppress(TelegramError):  # cosmetic
+            await self.bot.send_chat_action(
+                chat_id=chat, action="typing", message_thread_id=int(thread) if thread else None
+            )
+
+
+async def _call(call: Any) -> Any:
+    """A Bot API call with its errors in the gateway's terms."""
+    try:
+        return await call
+    except RetryAfter as exc:
+        wait = exc.retry_after
+        raise RateLimited(
+            wait.total_seconds() if isinstance(wait, datetime.timedelta) else float(wait)
+        ) from exc
+    except (BadRequest, Forbidden, InvalidToken) as exc:
+        raise AdapterError(f"Telegram refused: {exc.message}") from exc
+    except NetworkError as exc:  # timeouts, 5xx, a dropped connection
+        raise ConnectionLost(f"Telegram unreachable: {exc.message}") from exc
+    except TelegramError as exc:  # Conflict (another poller), ...
+        raise ConnectionLost(f"Telegram: {exc.message}") from exc
+
+
+def _keyboard(buttons: list[Button] | None) -> InlineKeyboardMarkup | None:
+    if not buttons:
+        return None
+    return InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.data) for b in buttons]])
+
+
+def _inbound(update: Update) -> Inbound | None:
+    """The platform-neutral message of an update; None for what the gateway does not handle."""
+    query = update.callback_query
+    if query is not None:
+        where = query.message
+        if where is None:
+            return None
+        return Inbound(
+            platform="telegram",
+            chat=str(where.chat.id),
+            message_id=f"cb{query.id}",
+            user=str(query.from_user.id),
+            user_name=query.from_user.full_name,
+            direct=where.chat.type == "private",
+            button=query.data or "",
+        )
+    message = update.message
+    if message is None or message.from_user is None:
+        return None
+    files: list[Attachment] = []
+    if message.document is not None:
+        document = message.document
+        files.append(
+            Attachment(name=document.file_name or "document", ref=document.file_id, size=document.file_size)
+        )
+    if message.photo:
+        photo = message.photo[-1]  # the largest size
+        files.append(
+            Attachment(name=f"photo-{message.message_id}.jpg", ref=photo.file_id, size=photo.file_size)
+        )
+    return Inbound(
+        platform="telegram",
+        chat=str(message.chat.id),
+        message_id=str(message.message_id),
+        user=str(message.from_user.id),
+        user_name=message.from_user.full_name,
+        text=message.text or message.caption or "",
+        direct=message.chat.type == "private",
+        thread=str(message.message_thread_id)
+        if message.is_topic_message and message.message_thread_id
+        else None,
+        files=files,
+    )

@@ -1,0 +1,271 @@
+"""A local stand-in of Discord's REST API and gateway WebSocket (https://discord.com/developers/docs), for
+discord.py to talk to (its `Route.BASE`, and the URL its GET /gateway/bot returns). It records what it
+was sent.
+
+Implemented: GET /users/@me, GET /oauth2/applications/@me, GET /gateway/bot; POST
+/channels/{id}/messages (JSON, or multipart with
+payload_json and files[n]), PATCH /channels/{id}/messages/{id}, POST /channels/{id}/typing; the gateway
+(v10, JSON, zlib-stream as discord.py asks): HELLO, IDENTIFY -> READY, HEARTBEAT -> HEARTBEAT_ACK,
+RESUME -> RESUMED, and MESSAGE_CREATE dispatches with sequence numbers. A 429 with retry_after (JSON
+body and Retry-After header, as the reference gives) when told to limit edits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import json
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+TOKEN = "discord-test-token"
+BOT = {
+    "id": "900",
+    "username": "hermetic",
+    "discriminator": "0",
+    "avatar": None,
+    "global_name": None,
+    "bot": True,
+}
+
+
+class DiscordStandin:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.messages: dict[str, dict[str, Any]] = {}
+        """message id -> {"channel", "content", "edits", "file"}"""
+        self._ids = itertools.count(10_000)
+        self._seq = itertools.count(2)
+        self._limited_edits = 0
+        self._changed = threading.Condition()
+        self._sockets: list[tuple[web.WebSocketResponse, Any]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="discord-standin", daemon=True)
+        self._thread.start()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    # -- the test's side -------------------------------------------------------------------
+
+    def user_says(
+        self, channel: str, text: str, *, user: str = "501", guild: str | None = None
+    ) -> dict[str, Any]:
+        message = {
+            "id": str(next(self._ids)), "channel_id": channel, "content": text, "type": 0, "flags": 0,
+            "author": {"id": user, "username": f"user{user}", "discriminator": "0", "avatar": None,
+                       "global_name": None},
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(), "edited_timestamp": None,
+            "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
+            "embeds": [], "pinned": False,
+        }  # fmt: skip
+        if guild is not None:
+            message["guild_id"] = guild
+        self.wait_for(lambda: self._sockets)
+        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
+        return message
+
+    def drop_connections(self) -> None:
+        """Close every gateway WebSocket (as Discord does on a reconnect request)."""
+        asyncio.run_coroutine_threadsafe(self._drop(), self._loop).result(10)
+
+    def limit_edits(self, count: int) -> None:
+        with self._changed:
+            self._limited_edits = count
+
+    def called(self, method: str, path_part: str) -> list[dict[str, Any]]:
+        with self._changed:
+            return [body for verb, path, body in self.calls if verb == method and path_part in path]
+
+    def contents(self, channel: str) -> list[str]:
+        with self._changed:
+            return [m["content"] for _, m in sorted(self.messages.items()) if m["channel"] == channel]
+
+    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not (found := check()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out; calls so far: {[(v, p) for v, p, _ in self.calls]}")
+                self._changed.wait(left)
+            return found
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    # -- the server ------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/gw", self._gateway)
+        app.router.add_route("*", "/api/v10/{path:.*}", self._api)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _stop(self) -> None:
+        await self._drop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    async def _drop(self) -> None:
+        for socket, _ in list(self._sockets):
+            await socket.close(code=4000)
+
+    async def _send(self, socket: web.WebSocketResponse, compressor: Any, payload: dict[str, Any]) -> None:
+        data = compressor.compress(json.dumps(payload).encode()) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        await socket.send_bytes(data)
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        socket, compressor = self._sockets[-1]
+        await self._send(socket, compressor, {"op": 0, "t": event, "s": next(self._seq), "d": data})
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        if request.query.get("compress") not in (None, "zlib-stream"):
+            raise web.HTTPBadRequest(text="this stand-in speaks zlib-stream only")
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        compressor = zlib.compressobj()
+        await self._send(
+            socket, compressor, {"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}
+        )
+        try:
+            async for frame in socket:
+                if frame.type != WSMsgType.TEXT:
+                    continue
+                message = json.loads(frame.data)
+                with self._changed:
+                    self.calls.append(("WS", f"op{message['op']}", message.get("d") or {}))
+                    self._changed.notify_all()
+                if message["op"] == 1:
+                    await self._send(socket, compressor, {"op": 11, "d": None, "s": None, "t": None})
+                elif message["op"] in (2, 6):
+                    if message["d"].get("token") != TOKEN:
+                        await socket.close(code=4004)
+                        break
+                    ready = {
+                        "v": 10, "user": BOT, "guilds": [], "session_id": "session-1",
+                        "resume_gateway_url": f"ws://127.0.0.1:{self.port}/gw", "shard": [0, 1],
+                        "application": {"id": "900", "flags": 0}, "private_channels": [],
+                    }  # fmt: skip
+                    kind = ("READY", ready) if message["op"] == 2 else ("RESUMED", {})
+                    await self._send(socket, compressor, {"op": 0, "t": kind[0], "s": 1, "d": kind[1]})
+                    with self._changed:
+                        self._sockets.append((socket, compressor))
+                        self._changed.notify_all()
+        finally:
+            with self._changed:
+                self._sockets = [(s, c) for s, c in self._sockets if s is not socket]
+        return socket
+
+    async def _api(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["path"]
+        body: dict[str, Any] = {}
+        file: bytes | None = None
+        if request.content_type == "application/json":
+            body = await request.json()
+        elif request.content_type.startswith("multipart/"):
+            form = await request.post()
+            body = json.loads(str(form.get("payload_json", "{}")))
+            for value in form.values():
+                if isinstance(value, web.FileField):
+                    file = value.file.read()
+        with self._changed:
+            self.calls.append((request.method, path, body))
+            self._changed.notify_all()
+        if request.headers.get("Authorization") != f"Bot {TOKEN}":
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        parts = path.strip("/").split("/")
+        if path == "/users/@me":
+            return _json(BOT)
+        if path == "/oauth2/applications/@me":
+            owner = {
+                "id": "1",
+                "username": "owner",
+                "discriminator": "0",
+                "avatar": None,
+                "global_name": None,
+            }
+            app = {
+                "id": "900", "name": "hermetic", "description": "", "icon": None, "bot_public": False,
+                "bot_require_code_grant": False, "owner": owner, "verify_key": "00", "flags": 0,
+            }  # fmt: skip
+            return _json(app)
+        if path == "/gateway/bot":
+            limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+            return _json({"url": f"ws://127.0.0.1:{self.port}/gw", "shards": 1, "session_start_limit": limit})
+        if parts[0] == "channels" and parts[-1] == "typing":
+            return web.Response(status=204)
+        if parts[0] == "channels" and parts[-1] == "messages" and request.method == "POST":
+            return self._message(parts[1], str(next(self._ids)), body, file)
+        if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
+            with self._changed:
+                if self._limited_edits:
+                    self._limited_edits -= 1
+                    limited = {"message": "You are being rate limited.", "retry_after": 0.5, "global": False}
+                    return _json(limited, status=429, headers={"Retry-After": "0.5", "Via": "1.1 google"})
+                found = self.messages.get(parts[3])
+                if found is None:
+                    return _json({"message": "Unknown Message", "code": 10008}, status=404)
+                found["content"] = body.get("content", found["content"])
+                found["edits"] += 1
+                self._changed.notify_all()
+            return self._message(parts[1], parts[3], {"content": found["content"]}, None, store=False)
+        return _json({"message": "404: Not Found", "code": 0}, status=404)
+
+    def _message(
+        self, channel: str, message_id: str, body: dict[str, Any], file: bytes | None, store: bool = True
+    ) -> web.Response:
+        content = body.get("content") or ""
+        if len(content) > 2000:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        if store:
+            with self._changed:
+                self.messages[message_id] = {"channel": channel, "content": content, "edits": 0, "file": file}
+                self._changed.notify_all()
+        return _json(
+            {
+                "id": message_id,
+                "channel_id": channel,
+                "content": content,
+                "author": BOT,
+                "type": 0,
+                "flags": 0,
+                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+                "edited_timestamp": None,
+                "tts": False,
+                "mention_everyone": False,
+                "mentions": [],
+                "mention_roles": [],
+                "attachments": [],
+                "embeds": [],
+                "pinned": False,
+            }  # fmt: skip
+        )
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """JSON as Discord sends it: exactly `application/json` (discord.py parses only that)."""
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )

@@ -1,0 +1,191 @@
+"""A local stand-in of Slack's Web API and Socket Mode (https://api.slack.com/apis/socket-mode,
+https://api.slack.com/methods), for slack_sdk to talk to through `base_url`. It records what it was sent.
+
+Implemented: auth.test; apps.connections.open (app token as the bearer, answers the WebSocket URL);
+the Socket Mode WebSocket (a `hello` first, then `events_api` / `interactive` envelopes; the client's
+`{"envelope_id"}` acknowledgements are recorded); chat.postMessage and chat.update (text, blocks,
+thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"ok": false, "error"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_TOKEN = "xoxb-test-bot"
+APP_TOKEN = "xapp-test-app"
+
+
+class SlackStandin:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.messages: dict[str, dict[str, Any]] = {}
+        """ts -> {"channel", "text", "thread_ts", "blocks", "edits"}"""
+        self.acks: list[str] = []
+        self.on_ack: Callable[[str], None] = lambda envelope_id: None
+        self._limited_updates = 0
+        self._ts = itertools.count(1)
+        self._changed = threading.Condition()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="slack-standin", daemon=True)
+        self._thread.start()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    # -- the test's side -------------------------------------------------------------------
+
+    def user_says(
+        self, channel: str, text: str, *, user: str = "U1", thread_ts: str | None = None
+    ) -> dict[str, Any]:
+        """A message event arrives over the socket; returns the envelope."""
+        event = {
+            "type": "message", "channel": channel, "user": user, "text": text, "ts": f"{time.time():.6f}",
+            "channel_type": "im" if channel.startswith("D") else "channel",
+        }  # fmt: skip
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return self.send_envelope("events_api", {"type": "event_callback", "event": event})
+
+    def send_envelope(
+        self, kind: str, payload: dict[str, Any], envelope_id: str | None = None
+    ) -> dict[str, Any]:
+        envelope = {
+            "envelope_id": envelope_id or uuid.uuid4().hex, "type": kind, "payload": payload,
+            "accepts_response_payload": False, "retry_attempt": 0 if envelope_id is None else 1,
+        }  # fmt: skip
+        self.wait_for(lambda: self._sockets)
+        asyncio.run_coroutine_threadsafe(self._broadcast(envelope), self._loop).result(10)
+        return envelope
+
+    def limit_updates(self, count: int) -> None:
+        with self._changed:
+            self._limited_updates = count
+
+    def called(self, method: str) -> list[dict[str, Any]]:
+        with self._changed:
+            return [params for name, params in self.calls if name == method]
+
+    def texts(self, channel: str) -> list[str]:
+        with self._changed:
+            return [m["text"] for _, m in sorted(self.messages.items()) if m["channel"] == channel]
+
+    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not (found := check()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out; calls so far: {[name for name, _ in self.calls]}")
+                self._changed.wait(left)
+            return found
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    # -- the server ------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/link", self._link)
+        app.router.add_post("/api/{method}", self._api)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _stop(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    async def _broadcast(self, envelope: dict[str, Any]) -> None:
+        await self._sockets[-1].send_str(json.dumps(envelope))
+
+    async def _link(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse(autoping=True)
+        await socket.prepare(request)
+        await socket.send_str(
+            json.dumps({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
+        )
+        with self._changed:
+            self._sockets.append(socket)
+            self._changed.notify_all()
+        try:
+            async for frame in socket:
+                if frame.type == WSMsgType.TEXT:
+                    envelope_id = json.loads(frame.data).get("envelope_id")
+                    if envelope_id:
+                        self.on_ack(envelope_id)
+                        with self._changed:
+                            self.acks.append(envelope_id)
+                            self._changed.notify_all()
+        finally:
+            with self._changed:
+                self._sockets.remove(socket)
+        return socket
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if request.content_type == "application/json":
+            params: dict[str, Any] = await request.json()
+        else:
+            params = dict(await request.post())
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        with self._changed:
+            self.calls.append((method, params))
+            self._changed.notify_all()
+        wanted = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
+        if token != wanted:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if method == "auth.test":
+            return web.json_response({"ok": True, "user_id": "UBOT", "team_id": "T1", "bot_id": "B1"})
+        if method == "apps.connections.open":
+            return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"})
+        if method == "chat.postMessage":
+            ts = f"1700000000.{next(self._ts):06d}"
+            with self._changed:
+                self.messages[ts] = {
+                    "channel": params["channel"],
+                    "text": params.get("text", ""),
+                    "thread_ts": params.get("thread_ts"),
+                    "blocks": params.get("blocks"),
+                    "edits": 0,
+                }
+                self._changed.notify_all()
+            return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
+        if method == "chat.update":
+            with self._changed:
+                if self._limited_updates:
+                    self._limited_updates -= 1
+                    return web.json_response(
+                        {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
+                    )
+                found = self.messages.get(params.get("ts", ""))
+                if found is None:
+                    return web.json_response({"ok": False, "error": "message_not_found"})
+                found.update(text=params.get("text", ""), blocks=params.get("blocks"))
+                found["edits"] += 1
+                self._changed.notify_all()
+            return web.json_response({"ok": True, "channel": params["channel"], "ts": params["ts"]})
+        return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
