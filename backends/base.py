@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Self
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
+from .network import Egress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends")
@@ -41,6 +42,8 @@ class Sandbox(ABC):
     """
 
     backend: ClassVar[str]
+    egress: Egress | None = None
+    """The sandbox's way out on `network: allowlist` (local and docker), else None."""
 
     def __init__(self, sandbox_id: str, spec: SandboxSpec) -> None:
         self.id = sandbox_id

@@ -18,7 +18,8 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
-from .errors import BackendUnavailable, UnsupportedSpec
+from .errors import BackendUnavailable
+from .network import SANDBOX_NET_DIR, Egress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -67,11 +68,6 @@ class DockerBackend(Backend):
         self.reap()
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
-        if spec.network == "allowlist":
-            raise UnsupportedSpec(
-                "the docker backend supports network 'none' or 'full'; an allowlist "
-                "needs an egress proxy, which is not built yet"
-            )
         self.ensure_image(spec.image)
         return DockerSandbox(self, new_sandbox_id(), spec).open()
 
@@ -146,12 +142,17 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
+        if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
+            if self.egress is None:
+                self.egress = Egress.attach(self.id, spec.allow)
+            mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
         env.update(
             HERMETIC_WORKSPACE=spec.workdir,
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
+            **(self.egress.env if self.egress is not None else {}),
         )
         api = self._client.api
         host_config = api.create_host_config(
@@ -161,7 +162,7 @@ class DockerSandbox(Sandbox):
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
             mounts=mounts,
-            network_mode="none" if spec.network == "none" else "bridge",
+            network_mode="bridge" if spec.network == "full" else "none",
             pids_limit=spec.pids,
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
@@ -228,6 +229,8 @@ class DockerSandbox(Sandbox):
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+        if self.egress is not None:
+            self.egress.close()
 
 
 def _owner_dead(owner: str) -> bool:

@@ -1,0 +1,65 @@
+"""A sandbox's network doors: the egress allowlist (policy), the proxy that enforces it, exposed ports.
+
+Backends call `Egress.attach` for a sandbox on `network: allowlist`, bind-mount its socket directory at
+SANDBOX_NET_DIR and put `Egress.env` in the sandbox's environment; the sandbox's own network stays
+`none`. Nothing here imports the control plane.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .policy import Policy, PolicyError
+from .proxy import SOCKET_NAME, egress_proxy
+
+NET_ROOT = Path.home() / ".hermetic" / "net"
+"""Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
+SANDBOX_NET_DIR = "/run/hermetic"
+
+
+def audit_path(sandbox_id: str, root: Path = NET_ROOT) -> Path:
+    return root / sandbox_id / "egress.jsonl"
+
+
+def read_audit(sandbox_id: str, root: Path = NET_ROOT) -> list[dict[str, Any]]:
+    """A sandbox's egress decisions, oldest first (empty when it never used the network)."""
+    path = audit_path(sandbox_id, root)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class Egress:
+    """A sandbox's attachment to the process's egress proxy."""
+
+    sandbox_id: str
+    socket_dir: Path
+    audit: Path
+
+    @classmethod
+    def attach(cls, sandbox_id: str, rules: list[str], root: Path = NET_ROOT) -> Egress:
+        """Serve the sandbox on `root/<id>/sock/egress.sock` under `rules`. Raises PolicyError."""
+        egress = cls(sandbox_id, root / sandbox_id / "sock", audit_path(sandbox_id, root))
+        egress_proxy().attach(sandbox_id, egress.socket_dir, Policy(rules), egress.audit)
+        return egress
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the runtime needs to start its loopback bridge (it sets the proxy variables itself)."""
+        return {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
+
+    def take_denials(self) -> list[str]:
+        """Refusals since the last call, each a sentence naming the host and how an operator allows it."""
+        return egress_proxy().take_denials(self.sandbox_id)
+
+    def close(self) -> None:
+        egress_proxy().detach(self.sandbox_id)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+__all__ = ["Egress", "NET_ROOT", "Policy", "PolicyError", "SANDBOX_NET_DIR", "audit_path", "read_audit"]
