@@ -260,7 +260,7 @@ class EgressProxy:
 
 def _checked(decision: Any) -> Any:
     if isinstance(decision, Denial):
-        raise Refused(403, decision)
+        raise Refused(400 if decision.rule == "malformed" else 403, decision)
     return decision
 
 
