@@ -183,6 +183,23 @@ class PoolSettings(BaseModel):
     """A warm sandbox unused this long is closed; the pool refills only while sessions keep coming."""
 
 
+class NetworkSettings(BaseModel):
+    """The sandbox's network doors (backends/network): the egress proxy, requests for more, exposed ports.
+    Which hosts a sandbox reaches is `sandbox.network: allowlist` with `sandbox.allow` (hosts, *.wildcards,
+    :PORT, CIDRs, @python/@node/@github/@debian presets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect_timeout: float = Field(10.0, gt=0)
+    """Seconds the egress proxy waits to resolve and connect to an upstream."""
+    idle_timeout: float = Field(300.0, gt=0)
+    """Seconds a proxied connection may carry nothing either way before it is closed."""
+    ask_timeout: float = Field(120.0, gt=0)
+    """Seconds the user has to answer the agent's request for a host or a port; no answer is no."""
+    expose_bind: str = "127.0.0.1"
+    """Host address exposed ports listen on (loopback only by default; 0.0.0.0 for every interface)."""
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -224,6 +241,8 @@ class Settings(BaseSettings):
     skills: SkillsSettings = SkillsSettings()
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
+    network: NetworkSettings = NetworkSettings()
+    """HERMETIC_NETWORK__ASK_TIMEOUT=120, ...; toolset "network" lets the agent ask for hosts and ports."""
 
     @field_validator("profile")
     @classmethod

@@ -53,6 +53,10 @@ class Egress:
         """What the runtime needs to start its loopback bridge (it sets the proxy variables itself)."""
         return {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
 
+    def allow(self, rules: list[str]) -> None:
+        """Widen this sandbox's allowlist from now on (an approval answered "once"). Raises PolicyError."""
+        egress_proxy().allow(self.sandbox_id, rules)
+
     def take_denials(self) -> list[str]:
         """Refusals since the last call, each a sentence naming the host and how an operator allows it."""
         return egress_proxy().take_denials(self.sandbox_id)

@@ -5,6 +5,7 @@ Rules (a sandbox's `allow`):
 - `*.githubusercontent.com`: any name *under* it, at any depth; not `githubusercontent.com` itself
   (list both to allow both).
 - `host:8443`, `*.x:8443`: that port only, instead of 80 and 443.
+- `@python`, `@node`, `@github`, `@debian`: a named preset (presets.py).
 - `203.0.113.0/24`, `203.0.113.7`, `[2001:db8::/32]:8443`: a CIDR admits IP literals in the range and
   lets a name that matched a host rule resolve into it, even where the range is otherwise refused
   (loopback, private, ...). A CIDR never admits a name that matched no host rule.
@@ -20,6 +21,8 @@ import re
 from dataclasses import dataclass
 
 import idna
+
+from .presets import UnknownPreset, expand
 
 DEFAULT_PORTS = frozenset({80, 443})
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -154,7 +157,11 @@ class Policy:
         self.rules = list(rules)
         self.hosts: list[HostRule] = []
         self.cidrs: list[CidrRule] = []
-        for rule in rules:
+        try:
+            expanded = expand(rules)
+        except UnknownPreset as exc:
+            raise PolicyError(str(exc)) from None
+        for rule in expanded:
             self._add(rule.strip())
 
     def _add(self, rule: str) -> None:
@@ -230,7 +237,8 @@ def advice(host: str, port: int, denial: Denial) -> str:
     fixes = {
         "not-allowed": host if port in DEFAULT_PORTS else f"{host}:{port}",
         "port": f"{host}:{port}",
-        "ip-literal": f"{host}/32" if "." in host else f"[{host}/128]",
+        "ip-literal": (f"{host}/32" if "." in host else f"[{host}/128]")
+        + ("" if port in DEFAULT_PORTS else f":{port}"),
         "private-address": "a CIDR rule for that range",
     }
     if denial.rule not in fixes:

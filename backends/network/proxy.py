@@ -126,6 +126,11 @@ class EgressProxy:
                 self._run(self._listen(attachment))
         self._running = True
 
+    def allow(self, sandbox_id: str, rules: list[str]) -> None:
+        """Add rules to an attached sandbox's policy from now on (an approved request). Raises PolicyError."""
+        attachment = self._attached[sandbox_id]
+        attachment.policy = Policy([*attachment.policy.rules, *rules])
+
     def take_denials(self, sandbox_id: str) -> list[str]:
         """The refusals since the last call, as sentences for the agent (host, reason, the fix)."""
         attachment = self._attached.get(sandbox_id)

@@ -366,6 +366,7 @@ class Conversation:
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
             ask=lambda **question: self.questions.ask(emit_threadsafe, **question),
+            settings=agent.settings,
         )
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)

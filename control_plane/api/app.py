@@ -42,6 +42,11 @@ class Posted(BaseModel):
     """Follow /events?after=this to get exactly this message's events."""
 
 
+class QuestionAnswer(BaseModel):
+    answer: str = Field(min_length=1, max_length=10_000)
+    """One of the question's choices (an approval: once, always, no), or free text when it has none."""
+
+
 class SessionDetail(BaseModel):
     session: SessionRecord
     messages: list[MessageRecord]
@@ -121,6 +126,17 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     @app.post("/sessions/{session_id}/interrupt")
     def interrupt(live: Live) -> dict[str, bool]:
         return {"interrupted": live.conversation.interrupt()}
+
+    @app.post("/sessions/{session_id}/questions/{question_id}")
+    def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
+        """Answer a `question` event of the running turn (an approval for a host or a port)."""
+        try:
+            answered = live.conversation.answer(question_id, body.answer)
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        if not answered:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no open question {question_id}")
+        return {"answered": True}
 
     @app.post("/sessions/{session_id}/close")
     async def close_session(profile: Auth, live: Live) -> dict[str, bool]:

@@ -16,6 +16,7 @@ from ..agent.agent import Agent
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
+from .questions import PromptingEmit
 from .render import EventPrinter
 
 console = Console(highlight=False)
@@ -99,7 +100,7 @@ def run(
     settings = agent_settings(model, backend, toolsets, **overrides)
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
-    emit = _json_line if json_events else EventPrinter(console)
+    emit = PromptingEmit(_json_line if json_events else EventPrinter(console), conversation, err)
     try:
         end = asyncio.run(drive(conversation, task, emit))
     finally:
@@ -130,7 +131,7 @@ def chat(
     if resume:
         turns = sum(1 for m in conversation.history if m["role"] == "user")
         err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")
-    printer = EventPrinter(console)
+    printer = PromptingEmit(EventPrinter(console), conversation, err)
     try:
         while True:
             try:

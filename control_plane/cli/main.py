@@ -9,13 +9,14 @@ from typing import Annotated
 import typer
 
 from . import agent as agent_cli
-from . import demo, dev, doctor
+from . import demo, dev, doctor, network
 from . import sandbox as sandbox_cli
 from . import skills as skills_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 agent_cli.register(app)
+network.register(app, sandbox_app)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")

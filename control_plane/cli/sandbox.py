@@ -37,9 +37,24 @@ def open_backend(name: str | None, settings: Settings) -> Backend:
     return backend
 
 
-def _spec(settings: Settings, network: str | None) -> SandboxSpec:
-    spec = settings.sandbox
-    return spec.model_copy(update={"network": network}) if network else spec
+NetworkOption = Annotated[
+    str | None, typer.Option(help="none, allowlist (sandbox.allow and --allow) or full")
+]
+AllowOption = Annotated[
+    list[str] | None, typer.Option("--allow", help="A host, *.wildcard, host:PORT, CIDR or @preset (repeat)")
+]
+
+
+def _spec(settings: Settings, network: str | None, allow: list[str] | None = None) -> SandboxSpec:
+    """The configured spec with the command line's network choices (validated: a bad rule exits 2)."""
+    update: dict[str, object] = {"network": network} if network else {}
+    if allow:
+        update["allow"] = [*settings.sandbox.allow, *allow]
+    try:
+        return SandboxSpec.model_validate({**settings.sandbox.model_dump(), **update})
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
 
 
 def run_streaming(sandbox: Sandbox, command: str, timeout: float) -> tuple[int, str]:
@@ -49,6 +64,8 @@ def run_streaming(sandbox: Sandbox, command: str, timeout: float) -> tuple[int, 
         print(result["output"][result["output"].find(TRUNCATION) :], end="")
     for notice in sandbox.pop_notices():
         console.print(f"[yellow]notice: {notice}[/]")
+    for refused in sandbox.egress.take_denials() if sandbox.egress is not None else []:
+        console.print(f"[yellow]{refused}[/]", markup=False)
     if result["timed_out"]:
         console.print(
             f"[yellow]timed out after {timeout:g} s; the command was killed, the session lives on[/]"
@@ -62,11 +79,12 @@ def exec_command(
     command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
     backend: BackendOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed")] = 600.0,
-    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+    network: NetworkOption = None,
+    allow: AllowOption = None,
 ) -> None:
     """Run one command in a fresh sandbox; its exit code becomes ours."""
     settings = load_settings()
-    with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
+    with open_backend(backend, settings).create(_spec(settings, network, allow)) as sandbox:
         code, _ = run_streaming(sandbox, shlex.join(command), timeout)
     raise typer.Exit(code)
 
@@ -75,12 +93,13 @@ def exec_command(
 def shell_command(
     backend: BackendOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds before each command is killed")] = 600.0,
-    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+    network: NetworkOption = None,
+    allow: AllowOption = None,
 ) -> None:
     """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
     settings = load_settings()
     code = 0
-    with open_backend(backend, settings).create(_spec(settings, network)) as sandbox:
+    with open_backend(backend, settings).create(_spec(settings, network, allow)) as sandbox:
         if not sys.stdin.isatty():
             for line in sys.stdin:
                 if line.strip():

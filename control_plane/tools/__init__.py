@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, files, memory, session_search, skills, terminal
+from . import browser, files, memory, network, session_search, skills, terminal
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "files",
     "invoke",
     "memory",
+    "network",
     "session_search",
     "skills",
     "terminal",

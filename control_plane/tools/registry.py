@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from backends import Sandbox
 
     from ..memory.store import Memory
-    from ..settings import Limits
+    from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
     from ..store import Store
 
@@ -55,6 +55,8 @@ class ToolContext:
     """The profile's curated memory (the memory tool)."""
     skills: SkillLibrary | None = None
     """The profile's skill library (the skills tools)."""
+    settings: Settings | None = None
+    """The profile's settings (the network tools read network.* and write the profile's allowlist)."""
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""

@@ -1,0 +1,84 @@
+"""The "network" toolset (off unless the operator lists it): ask for a refused host, expose a port.
+
+Both ask the user first (an approval Question on the run's stream); no answer within
+`network.ask_timeout` is no. Also `egress_note`, which the sandbox tools append to their results so the
+agent reads which host was refused and how an operator allows it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field
+
+from backends import Sandbox
+from backends.network import PolicyError
+from backends.network.policy import Policy
+
+from .registry import ToolContext, ToolResult, tool
+
+ANSWERS = ["once", "always", "no"]
+
+
+def egress_note(sandbox: Sandbox) -> str:
+    """What the egress proxy refused since the last call, one line each; empty when nothing was."""
+    if sandbox.egress is None:
+        return ""
+    return "".join(f"\n[{line}]" for line in sandbox.egress.take_denials())
+
+
+class HostRequestArgs(BaseModel):
+    host: str = Field(description="The host name the sandbox was refused, e.g. docs.python.org.")
+    port: int = Field(443, gt=0, lt=65536, description="Its port (443 for https, 80 for http).")
+    reason: str = Field(description="Why the task needs it, in one sentence the user reads.", max_length=500)
+
+
+@tool("network_request", toolset="network")
+def network_request(ctx: ToolContext, args: HostRequestArgs) -> ToolResult:
+    """Ask the user to let the sandbox reach a host its allowlist refused (say why). The user answers
+    once (this sandbox), always (the profile's allowlist) or no; no answer in time is no."""
+    sandbox = ctx.sandbox
+    if sandbox.egress is None:
+        return ToolResult(
+            f"error: this sandbox's network is {sandbox.spec.network!r}, not 'allowlist'; there is no "
+            "allowlist to extend",
+            ok=False,
+        )
+    rule = args.host if args.port in (80, 443) else f"{args.host}:{args.port}"
+    try:
+        Policy([rule])
+    except PolicyError as exc:
+        return ToolResult(f"error: {exc}", ok=False)
+    timeout = ctx.settings.network.ask_timeout if ctx.settings is not None else 120.0
+    answer = ctx.ask(
+        kind="approval",
+        prompt=f"The agent asks to reach {args.host}:{args.port}: {args.reason}",
+        choices=ANSWERS,
+        timeout=timeout,
+        detail={"what": "egress", "host": args.host, "port": str(args.port), "sandbox": sandbox.id},
+    )
+    if answer not in ("once", "always"):
+        return ToolResult(f"the user did not allow {args.host}:{args.port}; do without it", ok=False)
+    sandbox.egress.allow([rule])
+    if answer == "always" and ctx.settings is not None:
+        remember(ctx.settings.home / "config.yaml", rule)
+        spec = ctx.settings.sandbox
+        if rule not in spec.allow:
+            ctx.settings.sandbox = spec.model_copy(update={"allow": [*spec.allow, rule]})
+        return ToolResult(f"{rule} is allowed now, and added to the profile's sandbox.allow")
+    return ToolResult(f"{rule} is allowed for this sandbox now")
+
+
+def remember(config: Path, rule: str) -> None:
+    """Add `rule` to `sandbox.allow` in a profile's config.yaml (written whole, atomically)."""
+    data = yaml.safe_load(config.read_text(encoding="utf-8")) if config.exists() else None
+    data = data if isinstance(data, dict) else {}
+    sandbox = data.setdefault("sandbox", {})
+    allow = sandbox.setdefault("allow", [])
+    if rule not in allow:
+        allow.append(rule)
+    temporary = config.with_suffix(".yaml.tmp")
+    temporary.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    os.replace(temporary, config)
