@@ -133,7 +133,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         try:
             answered = live.conversation.answer(question_id, body.answer)
         except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
         if not answered:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no open question {question_id}")
         return {"answered": True}
