@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
-from .network import Egress
+from .network import Egress, Ingress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends")
@@ -44,6 +44,8 @@ class Sandbox(ABC):
     backend: ClassVar[str]
     egress: Egress | None = None
     """The sandbox's way out on `network: allowlist` (local and docker), else None."""
+    ingress: Ingress | None = None
+    """Its ports exposed on request (local with bwrap, docker), else None."""
 
     def __init__(self, sandbox_id: str, spec: SandboxSpec) -> None:
         self.id = sandbox_id

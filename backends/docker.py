@@ -19,7 +19,7 @@ from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
 from .errors import BackendUnavailable
-from .network import SANDBOX_NET_DIR, Egress
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -146,6 +146,9 @@ class DockerSandbox(Sandbox):
             if self.egress is None:
                 self.egress = Egress.attach(self.id, spec.allow)
             mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
+        if self.ingress is None:
+            self.ingress = open_ingress(self.id)
+        mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
         env.update(
@@ -153,6 +156,7 @@ class DockerSandbox(Sandbox):
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
             **(self.egress.env if self.egress is not None else {}),
+            **self.ingress.env,
         )
         api = self._client.api
         host_config = api.create_host_config(
@@ -231,6 +235,8 @@ class DockerSandbox(Sandbox):
         _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
         if self.egress is not None:
             self.egress.close()
+        if self.ingress is not None:
+            self.ingress.close()
 
 
 def _owner_dead(owner: str) -> bool:

@@ -21,7 +21,7 @@ from .base import Backend, Sandbox, new_sandbox_id
 from .cgroups import CgroupLimits
 from .channel import Channel, PipeTransport
 from .errors import BackendUnavailable, UnsupportedSpec
-from .network import SANDBOX_NET_DIR, Egress
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.local")
@@ -172,6 +172,8 @@ class LocalSandbox(Sandbox):
             args.append("--share-net")
         if self.egress is not None:  # the network stays unshared: the proxy's socket is the way out
             args += ["--ro-bind", str(self.egress.socket_dir), SANDBOX_NET_DIR]
+        if self.ingress is not None:
+            args += ["--bind", str(self.ingress.dir), SANDBOX_INGRESS_DIR]
         args += ["--ro-bind", "/usr", "/usr"]
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             top = Path("/") / name
@@ -217,6 +219,7 @@ class LocalSandbox(Sandbox):
         env = self._environment(spec.workdir, f"{spec.workdir}{os.pathsep}/tmp")
         env["PYTHONPATH"] = f"/opt/hermetic:{SANDBOX_SITE}"
         env.update(self.egress.env if self.egress is not None else {})
+        env.update(self.ingress.env if self.ingress is not None else {})
         args.append("--clearenv")
         for key, value in env.items():
             args += ["--setenv", key, value]
@@ -224,6 +227,8 @@ class LocalSandbox(Sandbox):
         return args, {}
 
     def _provision(self) -> None:
+        if self.config.isolation == "bwrap":
+            self.ingress = open_ingress(self.id)
         if self.spec.network == "allowlist":
             self.egress = Egress.attach(self.id, self.spec.allow)
 
@@ -280,6 +285,8 @@ class LocalSandbox(Sandbox):
         self._stop_process()
         if self.egress is not None:
             self.egress.close()
+        if self.ingress is not None:
+            self.ingress.close()
         if self._cgroup is not None:
             self._cgroup.remove()
         if self.spec.workspace is None:

@@ -1,9 +1,12 @@
-"""The sandbox's one way out on `network: allowlist`: 127.0.0.1:PORT bridged to the egress socket.
+"""The sandbox's doors, both Unix sockets in directories the control plane mounts; the network stays none.
 
-The sandbox has loopback only. The control plane mounts a directory holding `egress.sock` (its egress
-proxy) and names it in HERMETIC_EGRESS_SOCKET; this bridge listens on loopback and carries each
-connection to that socket byte for byte, and the proxy variables point every common tool at it. When
-the proxy is down the socket refuses and the bridge closes the connection: no network, never an open one.
+Egress (`network: allowlist`): HERMETIC_EGRESS_SOCKET names the egress proxy's socket; a bridge listens
+on 127.0.0.1 and carries each connection to it byte for byte, and the proxy variables point every common
+tool at it. When the proxy is down the socket refuses and the bridge closes the connection: no network,
+never an open one.
+
+Ingress (exposed ports): HERMETIC_INGRESS_SOCKET is where this runtime listens; the control plane
+connects, names a port on a first line ("8000\n"), and the bytes are carried to 127.0.0.1:8000 here.
 """
 
 from __future__ import annotations
@@ -76,6 +79,52 @@ class Bridge:
         upstream.close()
 
 
+class Ingress:
+    """Listens on a Unix socket; each connection names a loopback port and is carried to it."""
+
+    def __init__(self, socket_path: str) -> None:
+        if os.path.lexists(socket_path):
+            os.unlink(socket_path)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(socket_path)
+        os.chmod(socket_path, 0o666)  # the host side may be another uid (docker)
+        self._listener.listen(128)
+        threading.Thread(target=self._accept, name="ingress", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            try:
+                threading.Thread(target=self._carry, args=(client,), daemon=True).start()
+            except RuntimeError:
+                client.close()
+
+    def _carry(self, client: socket.socket) -> None:
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 8:
+            byte = client.recv(1)
+            if not byte:
+                break
+            line += byte
+        port = line.strip()
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            client.close()
+            return
+        try:
+            inner = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
+        except OSError:  # nothing listens there: the host side sees the connection close
+            client.close()
+            return
+        inner.settimeout(None)
+        inner.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=_copy, args=(inner, client), daemon=True)
+        back.start()
+        _copy(client, inner)
+        back.join()
+        client.close()
+        inner.close()
+
+
 def _copy(source: socket.socket, sink: socket.socket) -> None:
     try:
         while True:
@@ -91,7 +140,13 @@ def _copy(source: socket.socket, sink: socket.socket) -> None:
 
 
 def start_from_environment() -> dict[str, str]:
-    """Start the bridge if the sandbox has an egress socket; the proxy variables to set (or none)."""
+    """Open the doors the control plane mounted; the proxy variables to set (none without egress)."""
+    ingress = os.environ.get("HERMETIC_INGRESS_SOCKET")
+    if ingress and os.path.isdir(os.path.dirname(ingress)):
+        try:
+            Ingress(ingress)
+        except OSError as exc:  # a read-only or missing mount: no exposed ports, the rest works
+            log.warning("no ingress socket at %s: %s", ingress, exc)
     path = os.environ.get("HERMETIC_EGRESS_SOCKET")
     if not path:
         return {}

@@ -13,12 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .expose import SANDBOX_INGRESS_DIR, ExposeError, Exposure, Ingress, exposures
 from .policy import Policy, PolicyError
 from .proxy import SOCKET_NAME, egress_proxy
 
 NET_ROOT = Path.home() / ".hermetic" / "net"
 """Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
 SANDBOX_NET_DIR = "/run/hermetic"
+
+
+def net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
+    """A sandbox's directory of doors: sock/ (egress), in/ (ingress), exposed/, egress.jsonl."""
+    return root / sandbox_id
+
+
+def open_ingress(sandbox_id: str, root: Path = NET_ROOT) -> Ingress:
+    """The sandbox's ingress directory, created (mount it at SANDBOX_INGRESS_DIR, read-write)."""
+    return Ingress(sandbox_id, net_dir(sandbox_id, root)).create()
 
 
 def audit_path(sandbox_id: str, root: Path = NET_ROOT) -> Path:
@@ -66,4 +77,19 @@ class Egress:
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
-__all__ = ["Egress", "NET_ROOT", "Policy", "PolicyError", "SANDBOX_NET_DIR", "audit_path", "read_audit"]
+__all__ = [
+    "Egress",
+    "ExposeError",
+    "Exposure",
+    "Ingress",
+    "NET_ROOT",
+    "Policy",
+    "PolicyError",
+    "SANDBOX_INGRESS_DIR",
+    "SANDBOX_NET_DIR",
+    "audit_path",
+    "exposures",
+    "net_dir",
+    "open_ingress",
+    "read_audit",
+]

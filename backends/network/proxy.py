@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .loop import on_loop
 from .policy import Denial, IPAddress, Policy, PolicyError, Target, advice, normalise_host, split_authority
 from .tls import NotClientHello, read_client_hello
 
@@ -72,7 +73,7 @@ class Attachment:
 
 
 class EgressProxy:
-    """The process's egress proxy. Thread-safe facade over an event loop in a daemon thread."""
+    """The process's egress proxy: a thread-safe facade over the network loop (loop.py)."""
 
     def __init__(
         self, resolver: Resolver | None = None, connect_timeout: float = 10.0, idle_timeout: float = 300.0
@@ -83,16 +84,6 @@ class EgressProxy:
         self.idle_timeout = idle_timeout
         self.head_timeout = 30.0
         self._attached: dict[str, Attachment] = {}
-        self._loop = asyncio.new_event_loop()
-        self._running = False
-        thread = threading.Thread(target=self._loop.run_forever, name="egress-proxy", daemon=True)
-        thread.start()
-
-    def _run(self, coro: Awaitable[Any]) -> Any:
-        async def wrapper() -> Any:
-            return await coro
-
-        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result()
 
     # -- what backends call ----------------------------------------------------------------
 
@@ -103,28 +94,25 @@ class EgressProxy:
         audit.parent.mkdir(parents=True, exist_ok=True)
         attachment = Attachment(sandbox_id, socket_dir, policy, audit)
         self._attached[sandbox_id] = attachment
-        self._run(self._listen(attachment))
-        self._running = True
+        on_loop(self._listen(attachment))
 
     def detach(self, sandbox_id: str) -> None:
         """Stop serving the sandbox and remove its socket; the audit log stays."""
         attachment = self._attached.pop(sandbox_id, None)
         if attachment is not None:
-            self._run(self._close(attachment))
+            on_loop(self._close(attachment))
             (attachment.socket_dir / SOCKET_NAME).unlink(missing_ok=True)
 
     def stop(self) -> None:
         """Close every listener (the sockets stay, refusing connections): the sandboxes lose the network."""
         for attachment in list(self._attached.values()):
-            self._run(self._close(attachment))
-        self._running = False
+            on_loop(self._close(attachment))
 
     def start(self) -> None:
         """Listen again for every attached sandbox, on the same paths inside their mounted directories."""
         for attachment in list(self._attached.values()):
             if attachment.server is None:
-                self._run(self._listen(attachment))
-        self._running = True
+                on_loop(self._listen(attachment))
 
     def allow(self, sandbox_id: str, rules: list[str]) -> None:
         """Add rules to an attached sandbox's policy from now on (an approved request). Raises PolicyError."""

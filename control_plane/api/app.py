@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from .. import __version__
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
+from .network import router as network_router
 from .profiles import Auth, Hub, Live, LiveSession
 from .skills import router as skills_router
 from .tokens import TokenStore
@@ -72,6 +73,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.state.tokens = tokens
 
     app.include_router(skills_router)
+    app.include_router(network_router)
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from backends import Sandbox
-from backends.network import PolicyError
+from backends.network import ExposeError, PolicyError
 from backends.network.policy import Policy
 
 from .registry import ToolContext, ToolResult, tool
@@ -82,3 +82,41 @@ def remember(config: Path, rule: str) -> None:
     temporary = config.with_suffix(".yaml.tmp")
     temporary.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     os.replace(temporary, config)
+
+
+class ExposeArgs(BaseModel):
+    port: int = Field(gt=0, lt=65536, description="The port a program in the sandbox listens on (127.0.0.1).")
+    reason: str = Field("", description="What the user will see there, in one sentence.", max_length=500)
+    close: bool = Field(False, description="Stop exposing this port instead.")
+
+
+@tool("expose_port", toolset="network")
+def expose_port(ctx: ToolContext, args: ExposeArgs) -> ToolResult:
+    """Show the user a port a program in the sandbox listens on (a web server, a notebook): asks the
+    user, then makes it reachable on the user's machine and returns the URL. HTTP and WebSocket work."""
+    sandbox = ctx.sandbox
+    if sandbox.ingress is None:
+        return ToolResult(f"error: the {sandbox.backend} backend cannot expose ports", ok=False)
+    if args.close:
+        closed = sandbox.ingress.unexpose(args.port)
+        return ToolResult(f"port {args.port} is {'no longer exposed' if closed else 'not exposed'}")
+    network = ctx.settings.network if ctx.settings is not None else None
+    answer = ctx.ask(
+        kind="approval",
+        prompt=f"The agent asks to show you port {args.port} of its sandbox"
+        + (f": {args.reason}" if args.reason else ""),
+        choices=["yes", "no"],
+        timeout=network.ask_timeout if network is not None else 120.0,
+        detail={"what": "expose", "port": str(args.port), "sandbox": sandbox.id},
+    )
+    if answer != "yes":
+        return ToolResult(f"the user did not want port {args.port} exposed", ok=False)
+    try:
+        exposure = sandbox.ingress.expose(
+            args.port, network.expose_bind if network is not None else "127.0.0.1"
+        )
+    except ExposeError as exc:
+        return ToolResult(f"error: {exc}", ok=False)
+    return ToolResult(
+        f"port {args.port} is reachable at {exposure.url} until the sandbox ends; tell the user"
+    )
