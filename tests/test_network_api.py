@@ -85,3 +85,36 @@ def test_the_approval_is_an_event_answered_on_an_endpoint(
     assert answered["answer"] == "once" and answered["by"] == "user"
     results = [e["result"] for e in seen if e["event"] == "tool_end"]
     assert "egress refused" in results[0] and "hello from the host" in results[2]
+
+
+def test_a_port_of_the_sessions_sandbox_is_exposed_listed_and_closed(
+    api: tuple[str, str], fake_llm: Any
+) -> None:
+    url, token = api
+    serve = "cd /tmp && echo api-exposed > index.html && exec python3 -m http.server 8000 --bind 127.0.0.1"
+    wait = "for i in $(seq 200); do grep -qi ':1F40 .* 0A' /proc/net/tcp && break; sleep 0.05; done"
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": serve, "background": True}}]},
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": wait}}]},
+            {"text": "serving"},
+        ]
+    )
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+        session = client.post("/sessions", json={}).json()["id"]
+        after = client.post(f"/sessions/{session}/messages", json={"content": "serve"}).json()["after"]
+        with client.stream("GET", f"/sessions/{session}/events?after={after}&until_turn_end=true") as events:
+            for _ in events.iter_lines():
+                pass
+        assert client.post(f"/sessions/{session}/exposures", json={"port": 0}).status_code == 422
+        exposed = client.post(f"/sessions/{session}/exposures", json={"port": 8000})
+        assert exposed.status_code == 201, exposed.text
+        body = exposed.json()
+        assert body["host"] == "127.0.0.1" and body["port"] == 8000
+        assert httpx.get(body["url"]).text == "api-exposed\n"
+        assert client.get(f"/sessions/{session}/exposures").json() == [body]
+        assert client.delete(f"/sessions/{session}/exposures/8000").json() == {"closed": True}
+        assert client.delete(f"/sessions/{session}/exposures/8000").status_code == 404
+        assert client.get(f"/sessions/{session}/exposures").json() == []
+        with pytest.raises(httpx.TransportError):
+            httpx.get(body["url"])
