@@ -24,6 +24,7 @@ from backends.network.proxy import egress_proxy
 HERE = Path(__file__).resolve().parent
 ALLOW = ["pypi.hm14.test", "git.hm14.test", "*.wild.hm14.test", "loop.hm14.test", "ten.hm14.test"]
 CA = "/tmp/hm14-ca.pem"
+BROWSER_IMAGE = "hermetic-sandbox:browser"
 
 
 def _publish(server: Upstream) -> None:
@@ -161,3 +162,19 @@ def test_the_socket_directory_goes_with_the_sandbox(upstream: Upstream) -> None:
         assert (socket_dir / "egress.sock").exists()
     assert not socket_dir.exists()
     assert shutil.which("curl")
+
+
+def test_the_in_sandbox_browser_goes_through_the_proxy(allowed: Sandbox, upstream: Upstream) -> None:  # noqa: F811
+    backend = get_backend(allowed.backend)
+    if allowed.backend == "docker":
+        backend.ensure_image(BROWSER_IMAGE)  # type: ignore[attr-defined]
+    spec = SandboxSpec(image=BROWSER_IMAGE, network="allowlist", allow=ALLOW, memory="1g", pids=512)
+    with backend.create(spec) as sb:
+        page = sb.call("browser.navigate", {"url": "http://pypi.hm14.test/host"}, timeout=120)
+        assert page["status"] == 200 and "host=pypi.hm14.test" in page["snapshot"]
+        refused = sb.call("browser.navigate", {"url": "http://other.hm14.test/host"}, timeout=120)
+        assert refused["status"] == 403 and "sandbox.allow" in refused["snapshot"]
+        decisions = {(e["host"], e["allowed"]) for e in read_audit(sb.id)}
+        assert {("pypi.hm14.test", True), ("other.hm14.test", False)} <= decisions
+        # Chromium's own background requests (update checks) also met the allowlist, and were refused
+        assert {host for host, allowed in decisions if allowed} == {"pypi.hm14.test"}, decisions
