@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxError, SandboxSpec, create_backend
+from backends.network.proxy import configure_egress
 from backends.pool import WarmPool
 
 from .settings import Settings
@@ -56,6 +57,7 @@ class SandboxManager:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.notices: list[str] = []
+        configure_egress(settings.network.connect_timeout, settings.network.idle_timeout)
 
     @property
     def backend(self) -> Backend:

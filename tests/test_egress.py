@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -178,3 +179,30 @@ def test_the_in_sandbox_browser_goes_through_the_proxy(allowed: Sandbox, upstrea
         assert {("pypi.hm14.test", True), ("other.hm14.test", False)} <= decisions
         # Chromium's own background requests (update checks) also met the allowlist, and were refused
         assert {host for host, allowed in decisions if allowed} == {"pypi.hm14.test"}, decisions
+
+
+def _through_the_socket(sb: Sandbox, head: bytes) -> socket.socket:
+    """A connection to the sandbox's egress socket from the host side, as the bridge inside makes it."""
+    assert sb.egress is not None
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(30)
+    client.connect(str(sb.egress.socket_dir / "egress.sock"))
+    client.sendall(head)
+    return client
+
+
+def test_connect_and_idle_timeouts_close_what_hangs(allowed: Sandbox) -> None:
+    proxy = egress_proxy()
+    saved = proxy.connect_timeout, proxy.idle_timeout
+    proxy.connect_timeout, proxy.idle_timeout = 0.5, 0.5
+    allowed.egress.allow(["void.hm14.test"])  # type: ignore[union-attr]
+    try:
+        with _through_the_socket(allowed, b"CONNECT void.hm14.test:443 HTTP/1.1\r\n\r\n") as hung:
+            assert hung.recv(4096).startswith(b"HTTP/1.1 502 Bad Gateway")
+        with _through_the_socket(allowed, b"CONNECT pypi.hm14.test:80 HTTP/1.1\r\n\r\n") as idle:
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            assert idle.recv(4096) == b"", "an idle tunnel is closed by the proxy"
+    finally:
+        proxy.connect_timeout, proxy.idle_timeout = saved
+    denied = [e for e in read_audit(allowed.id) if e.get("host") == "void.hm14.test"]
+    assert denied[-1]["denied"] == "connect-failed"

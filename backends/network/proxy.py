@@ -325,6 +325,12 @@ _PROXY: EgressProxy | None = None
 _PROXY_LOCK = threading.Lock()
 
 
+def configure_egress(connect_timeout: float, idle_timeout: float) -> None:
+    """Set the process's proxy timeouts (the settings' network.*); applies to connections from now on."""
+    proxy = egress_proxy()
+    proxy.connect_timeout, proxy.idle_timeout = connect_timeout, idle_timeout
+
+
 def egress_proxy() -> EgressProxy:
     """The process's one egress proxy, started on first use."""
     global _PROXY
