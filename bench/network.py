@@ -81,7 +81,8 @@ def _round_trips(port: int, n: int) -> list[float]:
 
 
 def collect(n: int, bulk_mb: int) -> tuple[Results, list[tuple[str, str, bool]]]:
-    upstream = subprocess.Popen([sys.executable, "-m", "bench.network", "--serve"], stdout=subprocess.PIPE, text=True)
+    serve_cmd = [sys.executable, "-m", "bench.network", "--serve"]
+    upstream = subprocess.Popen(serve_cmd, stdout=subprocess.PIPE, text=True)
     assert upstream.stdout is not None
     port = int(upstream.stdout.readline())
     bulk = bulk_mb * 1_000_000
@@ -89,7 +90,8 @@ def collect(n: int, bulk_mb: int) -> tuple[Results, list[tuple[str, str, bool]]]
     results: Results = {}
     try:
         proxied = SandboxSpec(network="allowlist", allow=[f"127.0.0.1/32:{port}"], memory="512m")
-        with backend.create(proxied) as via, backend.create(SandboxSpec(network="full", memory="512m")) as full:
+        direct_spec = SandboxSpec(network="full", memory="512m")
+        with backend.create(proxied) as via, backend.create(direct_spec) as full:
             for sb in (via, full):
                 sb.upload(HERE / "network_probe.py", "/tmp")
             bridge = int(via.run("echo ${http_proxy##*:}")["output"])
@@ -99,10 +101,10 @@ def collect(n: int, bulk_mb: int) -> tuple[Results, list[tuple[str, str, bool]]]
             results["egress: connection set-up, through the proxy"] = through["setup"]  # type: ignore[assignment]
             results["egress: bulk download, direct (s)"] = [direct["bulk"]]  # type: ignore[list-item]
             results["egress: bulk download, through the proxy (s)"] = [through["bulk"]]  # type: ignore[list-item]
-            web = f"exec python3 -c \"{_INNER_SERVER}\""
+            web = f'exec python3 -c "{_INNER_SERVER}"'
             full.call("proc.spawn", {"command": web})
             inner = 18080
-            full.run("for i in $(seq 200); do grep -qi ':469F .* 0A' /proc/net/tcp && break; sleep 0.05; done")
+            full.run("for i in $(seq 200); do grep -qi ':469F .* 0A' /proc/net/tcp && break; sleep .05; done")
             assert full.ingress is not None
             exposed = full.ingress.expose(inner)
             results["expose: request round trip, direct"] = _round_trips(inner, n)
@@ -113,11 +115,13 @@ def collect(n: int, bulk_mb: int) -> tuple[Results, list[tuple[str, str, bool]]]
     return results, _targets(results, bulk_mb)
 
 
+# The server inside the exposed sandbox: one write per answer (headers and body), so neither path
+# waits on Nagle and delayed ACKs.
 _INNER_SERVER = (
     "import http.server as h;"
+    "R=b'HTTP/1.1 200 OK\\r\\nContent-Length: 16\\r\\n\\r\\n'+bytes(16);"
     "B=type('B',(h.BaseHTTPRequestHandler,),{'protocol_version':'HTTP/1.1','log_message':lambda *a:None,"
-    "'do_GET':lambda s:(s.send_response(200),s.send_header('Content-Length','16'),s.end_headers(),"
-    "s.wfile.write(bytes(16)))});h.ThreadingHTTPServer(('127.0.0.1',18080),B).serve_forever()"
+    "'do_GET':lambda s:s.wfile.write(R)});h.ThreadingHTTPServer(('127.0.0.1',18080),B).serve_forever()"
 )
 
 
@@ -145,7 +149,9 @@ def _targets(results: Results, bulk_mb: int) -> list[tuple[str, str, bool]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-n", "--iterations", type=int, default=200)
     parser.add_argument("--bulk-mb", type=int, default=200)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

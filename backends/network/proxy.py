@@ -10,6 +10,7 @@ plain HTTP, and appends every decision to the sandbox's audit log (JSON lines). 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
@@ -23,13 +24,13 @@ from typing import Any
 
 from .loop import on_loop
 from .policy import Denial, IPAddress, Policy, PolicyError, Target, advice, normalise_host, split_authority
+from .pump import SocketReader, tunnel
 from .tls import NotClientHello, read_client_hello
 
 log = logging.getLogger("hermetic.network.proxy")
 
 SOCKET_NAME = "egress.sock"
 HEAD_LIMIT = 64 * 1024
-CHUNK = 256 * 1024
 # Hop-by-hop headers of the client's request, and the proxy's own: never forwarded upstream.
 _DROP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "upgrade"}
 
@@ -64,7 +65,8 @@ class Attachment:
     socket_dir: Path
     policy: Policy
     audit: Path
-    server: asyncio.AbstractServer | None = None
+    server: asyncio.Task[None] | None = None
+    """The accept loop while the proxy listens for this sandbox."""
     denied: list[str] = field(default_factory=list)
 
     def record(self, entry: dict[str, Any]) -> None:
@@ -84,6 +86,7 @@ class EgressProxy:
         self.idle_timeout = idle_timeout
         self.head_timeout = 30.0
         self._attached: dict[str, Attachment] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- what backends call ----------------------------------------------------------------
 
@@ -132,56 +135,69 @@ class EgressProxy:
     async def _listen(self, attachment: Attachment) -> None:
         path = attachment.socket_dir / SOCKET_NAME
         path.unlink(missing_ok=True)
-        attachment.server = await asyncio.start_unix_server(
-            lambda r, w: self._serve(attachment, r, w), path=str(path), limit=HEAD_LIMIT
-        )
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
         path.chmod(0o666)  # the sandbox's user (uid 1000) must be able to connect
+        listener.listen(256)
+        listener.setblocking(False)
+        attachment.server = asyncio.create_task(self._accept(attachment, listener))
+
+    async def _accept(self, attachment: Attachment, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                client, _ = await loop.sock_accept(listener)
+                client.setblocking(False)
+                task = loop.create_task(self._serve(attachment, client))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            listener.close()
 
     async def _close(self, attachment: Attachment) -> None:
         if attachment.server is not None:
-            attachment.server.close()
+            attachment.server.cancel()
+            await asyncio.gather(attachment.server, return_exceptions=True)
             attachment.server = None
 
-    async def _serve(
-        self, attachment: Attachment, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve(self, attachment: Attachment, client: socket.socket) -> None:
         started = time.monotonic()
         entry: dict[str, Any] = {"time": round(time.time(), 3), "host": None, "port": None}
-        upstream: asyncio.StreamWriter | None = None
+        upstream: socket.socket | None = None
+        reader = SocketReader(client, HEAD_LIMIT)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
             method, host, port, forward = _parse_head(head)
             entry.update(host=host, port=port, method=method)
             target = _checked(attachment.policy.check(host, port))
             entry["host"] = target.host
-            up_reader, upstream, address = await self._connect(attachment.policy, target)
+            upstream, address = await self._connect(attachment.policy, target)
             entry["address"] = str(address)
+            loop = asyncio.get_running_loop()
             if method == "CONNECT":
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
+                await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
                 if target.port == 443:
                     forward = await self._check_server_name(reader, target)
-            upstream.write(forward)
-            up, down = await self._pipe(reader, writer, up_reader, upstream)
+            forward += reader.leftover()
+            await loop.sock_sendall(upstream, forward)
+            up, down = await tunnel(client, upstream, self.idle_timeout)
             entry.update(allowed=True, bytes_up=len(forward) + up, bytes_down=down)
         except Refused as exc:
             entry.update(allowed=False, denied=exc.denial.rule, reason=exc.denial.reason)
             message = advice(str(entry["host"]), int(entry["port"] or 0), exc.denial)
             attachment.denied.append(message)
-            await _answer(writer, exc.status, exc.denial.rule, message)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as exc:
+            await _answer(client, exc.status, exc.denial.rule, message)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError) as exc:
             entry.update(allowed=False, denied="protocol", reason=f"{type(exc).__name__}: {exc}")
         finally:
             entry["duration"] = round(time.monotonic() - started, 4)
             if entry["host"] is not None or entry.get("denied") != "protocol":
                 attachment.record(entry)
-            for stream in (writer, upstream):
-                if stream is not None:
-                    stream.close()
+            for sock in (client, upstream):
+                if sock is not None:
+                    sock.close()
 
-    async def _connect(
-        self, policy: Policy, target: Target
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, IPAddress]:
+    async def _connect(self, policy: Policy, target: Target) -> tuple[socket.socket, IPAddress]:
         """A connection to an address the policy admitted for `target`; the first that answers."""
         if target.literal is not None:
             addresses: list[IPAddress] = [target.literal]
@@ -194,17 +210,23 @@ class EgressProxy:
                 raise Refused(502, Denial("unresolved", f"{target.host} did not resolve ({exc})")) from None
             addresses = _checked(policy.admit(target, resolved))
         failures = []
+        loop = asyncio.get_running_loop()
         for address in addresses:
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            upstream = socket.socket(family, socket.SOCK_STREAM)
+            upstream.setblocking(False)
+            upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                up_reader, upstream = await asyncio.wait_for(
-                    asyncio.open_connection(str(address), target.port, limit=HEAD_LIMIT), self.connect_timeout
+                await asyncio.wait_for(
+                    loop.sock_connect(upstream, (str(address), target.port)), self.connect_timeout
                 )
-                return up_reader, upstream, address
+                return upstream, address
             except (OSError, TimeoutError) as exc:
+                upstream.close()
                 failures.append(f"{address}: {exc or 'timed out'}")
         raise Refused(502, Denial("connect-failed", f"{target.host}:{target.port}: {'; '.join(failures)}"))
 
-    async def _check_server_name(self, reader: asyncio.StreamReader, target: Target) -> bytes:
+    async def _check_server_name(self, reader: SocketReader, target: Target) -> bytes:
         """The ClientHello to forward, once its server name is the CONNECT host (none for an IP)."""
         try:
             hello, name = await asyncio.wait_for(read_client_hello(reader), self.head_timeout)
@@ -224,31 +246,6 @@ class EgressProxy:
                 ),
             )
         return hello
-
-    async def _pipe(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        upstream: asyncio.StreamWriter,
-    ) -> tuple[int, int]:
-        """Copy both ways until both sides finish or one side is idle too long; bytes each way."""
-
-        async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> int:
-            total = 0
-            try:
-                while data := await asyncio.wait_for(source.read(CHUNK), self.idle_timeout):
-                    sink.write(data)
-                    total += len(data)
-                    await sink.drain()
-                if sink.can_write_eof():
-                    sink.write_eof()
-            except (ConnectionError, TimeoutError):
-                sink.close()
-            return total
-
-        up, down = await asyncio.gather(copy(reader, upstream), copy(up_reader, writer))
-        return up, down
 
 
 def _checked(decision: Any) -> Any:
@@ -304,9 +301,9 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
     return method, host, port, forward.encode("latin-1")
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, rule: str, message: str) -> None:
+async def _answer(client: socket.socket, status: int, rule: str, message: str) -> None:
     """Tell the client why (an HTTP answer), unless the tunnel is already open (status 0)."""
-    if status == 0 or writer.is_closing():
+    if status == 0:
         return
     body = (message + "\n").encode()
     reasons = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}
@@ -314,11 +311,8 @@ async def _answer(writer: asyncio.StreamWriter, status: int, rule: str, message:
         f"HTTP/1.1 {status} {reasons[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Hermetic-Egress: denied; rule={rule}\r\n\r\n"
     )
-    try:
-        writer.write(head.encode() + body)
-        await writer.drain()
-    except ConnectionError:
-        pass
+    with contextlib.suppress(OSError):
+        await asyncio.get_running_loop().sock_sendall(client, head.encode() + body)
 
 
 _PROXY: EgressProxy | None = None

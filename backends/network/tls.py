@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import Protocol
 
 HANDSHAKE = 0x16
 CLIENT_HELLO = 0x01
@@ -14,7 +14,11 @@ class NotClientHello(ValueError):
     """The first bytes are not a well-formed TLS ClientHello."""
 
 
-async def read_client_hello(reader: asyncio.StreamReader) -> tuple[bytes, str | None]:
+class Reader(Protocol):
+    async def readexactly(self, size: int) -> bytes: ...
+
+
+async def read_client_hello(reader: Reader) -> tuple[bytes, str | None]:
     """The raw records that carry the ClientHello (to forward as they are) and its server name."""
     raw = bytearray()
     handshake = bytearray()
