@@ -199,9 +199,11 @@ def test_connect_and_idle_timeouts_close_what_hangs(allowed: Sandbox) -> None:
     try:
         with _through_the_socket(allowed, b"CONNECT void.hm14.test:443 HTTP/1.1\r\n\r\n") as hung:
             assert hung.recv(4096).startswith(b"HTTP/1.1 502 Bad Gateway")
-        with _through_the_socket(allowed, b"CONNECT pypi.hm14.test:80 HTTP/1.1\r\n\r\n") as idle:
-            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
-            assert idle.recv(4096) == b"", "an idle tunnel is closed by the proxy"
+        waiting = b"GET http://pypi.hm14.test/hang HTTP/1.1\r\nHost: pypi.hm14.test\r\n\r\n"
+        with _through_the_socket(allowed, waiting) as idle:  # the upstream never answers
+            assert idle.recv(4096) == b"", "an idle connection is closed by the proxy"
+        with _through_the_socket(allowed, b"CONNECT pypi.hm14.test:80 HTTP/1.1\r\n\r\n") as opaque:
+            assert opaque.recv(4096).startswith(b"HTTP/1.1 403 Forbidden")
     finally:
         proxy.connect_timeout, proxy.idle_timeout = saved
     denied = [e for e in read_audit(allowed.id) if e.get("host") == "void.hm14.test"]

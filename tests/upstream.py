@@ -1,8 +1,8 @@
 """Test upstream servers, run inside a network namespace the test created (`ip netns exec ...`).
 
-`python upstream.py ADDRESS ROOT`: HTTP on ADDRESS:80 and HTTPS on ADDRESS:443 (ROOT/cert.pem, ROOT/key.pem
-from a throwaway CA) serving ROOT/www; `/host` answers with the Host header it got, `/bytes/N` with N
-zero bytes. Prints "ready" once both listen, and serves until killed.
+`python upstream.py ADDRESS ROOT`: HTTP on ADDRESS:80 and HTTPS on ADDRESS:443 (ROOT/cert.pem,
+ROOT/key.pem from a throwaway CA) serving ROOT/www; `/host` answers with the Host header it got,
+`/hang` never answers, `/bytes/N` with N zero bytes. Prints "ready" once both listen, and serves until killed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        if self.path == "/host":
+        if self.path == "/hang":  # answers never: for idle timeouts
+            threading.Event().wait()
+        elif self.path == "/host":
             self._send(f"host={self.headers.get('Host')}\n".encode())
         elif self.path.startswith("/bytes/"):
             size = int(self.path.rsplit("/", 1)[1])

@@ -169,6 +169,11 @@ class EgressProxy:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
             method, host, port, forward = _parse_head(head)
             entry.update(host=host, port=port, method=method)
+            if method == "CONNECT" and port == 80:  # an opaque tunnel would hide the Host header
+                raise Refused(
+                    403,
+                    Denial("connect-80", "CONNECT to port 80: send http:// URLs as plain proxy requests"),
+                )
             target = _checked(attachment.policy.check(host, port))
             entry["host"] = target.host
             upstream, address = await self._connect(attachment.policy, target)
