@@ -166,4 +166,4 @@ def test_exposures_end_with_the_sandbox() -> None:
     sb.close()
     with pytest.raises(OSError):
         _get(exposure.url)
-    assert exposures(net_dir(sb.id)) == [] and not sb.ingress.dir.exists()
+    assert exposures(net_dir(sb.id)) == [] and not net_dir(sb.id).exists(), "nothing is left behind"

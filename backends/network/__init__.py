@@ -73,6 +73,7 @@ class Egress:
         return egress_proxy().take_denials(self.sandbox_id)
 
     def close(self) -> None:
+        """Stop serving the sandbox; its audit log stays (`hermetic sandbox egress ID` after the end)."""
         egress_proxy().detach(self.sandbox_id)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 

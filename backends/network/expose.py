@@ -98,6 +98,8 @@ class Ingress:
             self.unexpose(port)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.records, ignore_errors=True)
+        with contextlib.suppress(OSError):  # kept when it holds an egress log
+            self.dir.parent.rmdir()
 
     async def _carry(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         inner_writer = None
