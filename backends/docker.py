@@ -19,7 +19,7 @@ from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
 from .errors import BackendUnavailable
-from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -106,6 +106,8 @@ class DockerBackend(Backend):
             if expired or container.status in ("exited", "dead") or _owner_dead(labels.get(OWNER_LABEL, "")):
                 name = labels.get(SANDBOX_LABEL) or container.id
                 _quietly(lambda name=name: self.client.api.remove_container(name, force=True))
+                if labels.get(SANDBOX_LABEL):
+                    forget(labels[SANDBOX_LABEL])  # its socket directories; the audit log stays
                 removed += 1
         for volume in self.client.volumes.list(filters={"label": MANAGED_LABEL}):
             owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")

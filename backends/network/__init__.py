@@ -7,6 +7,7 @@ SANDBOX_NET_DIR and put `Egress.env` in the sandbox's environment; the sandbox's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ def net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
 def open_ingress(sandbox_id: str, root: Path = NET_ROOT) -> Ingress:
     """The sandbox's ingress directory, created (mount it at SANDBOX_INGRESS_DIR, read-write)."""
     return Ingress(sandbox_id, net_dir(sandbox_id, root)).create()
+
+
+def forget(sandbox_id: str, root: Path = NET_ROOT) -> None:
+    """Remove the doors of a sandbox another (dead) process created; its audit log stays."""
+    directory = net_dir(sandbox_id, root)
+    for part in ("sock", "in", "exposed"):
+        shutil.rmtree(directory / part, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
 
 
 def audit_path(sandbox_id: str, root: Path = NET_ROOT) -> Path:
@@ -90,6 +100,7 @@ __all__ = [
     "SANDBOX_NET_DIR",
     "audit_path",
     "exposures",
+    "forget",
     "net_dir",
     "open_ingress",
     "read_audit",
