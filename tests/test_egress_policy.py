@@ -169,3 +169,25 @@ def _client_hello(name: bytes | None) -> bytes:
 def test_the_server_name_is_read_from_a_client_hello() -> None:
     assert server_name(_client_hello(b"pypi.example")) == "pypi.example"
     assert server_name(_client_hello(None)) is None
+
+
+def test_the_server_name_of_a_real_client_hello_is_read() -> None:
+    """A ClientHello from Python's own TLS stack (OpenSSL), read the way the proxy reads the tunnel."""
+    import asyncio
+    import ssl
+
+    from backends.network.tls import read_client_hello
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="Pypi.Example")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+
+    async def parse() -> tuple[bytes, str | None]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(hello + b"after")
+        return await read_client_hello(reader)
+
+    raw, name = asyncio.run(parse())
+    assert raw == hello and name == "Pypi.Example"

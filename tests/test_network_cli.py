@@ -129,6 +129,14 @@ def test_always_adds_the_host_to_the_profile_and_end_of_input_is_no(
     assert "hello from the host" not in results[2]
 
 
+def test_chat_asks_at_its_prompt_between_messages(env: dict[str, str], fake_llm: Any, web: int) -> None:
+    fake_llm.load(_script(web))
+    done = hermetic("chat", env=env, stdin="fetch the greeting\nonce\n/exit\n")
+    assert done.returncode == 0, done.stderr
+    assert f"The agent asks to reach 127.0.0.1:{web}" in done.stderr
+    assert "hello from the host" in _tool_results(fake_llm)[2]
+
+
 def test_presets_are_listed() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "control_plane", "network", "presets"], capture_output=True, text=True
