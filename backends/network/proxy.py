@@ -42,7 +42,7 @@ async def host_resolver(host: str, port: int) -> list[IPAddress]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     seen: list[IPAddress] = []
     for *_, sockaddr in infos:
-        address = ipaddress.ip_address(sockaddr[0])
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])  # fe80::1%eth0: the scope goes
         if address not in seen:
             seen.append(address)
     return seen
@@ -194,6 +194,9 @@ class EgressProxy:
             await _answer(client, exc.status, exc.denial.rule, message)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError) as exc:
             entry.update(allowed=False, denied="protocol", reason=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug: this connection ends, the proxy serves on
+            log.exception("egress proxy: %s", entry)
+            entry.update(allowed=False, denied="internal", reason=f"{type(exc).__name__}: {exc}")
         finally:
             entry["duration"] = round(time.monotonic() - started, 4)
             if entry["host"] is not None or entry.get("denied") != "protocol":
