@@ -231,7 +231,7 @@ class Settings(BaseSettings):
     pool: PoolSettings = PoolSettings()
     """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
     toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall", "skills"]
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills."""
+    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, network."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
