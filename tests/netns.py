@@ -1,10 +1,10 @@
 """Upstream hosts for egress tests, in a network namespace this test run creates (names prefixed hm14).
 
-The namespace `hm14-up` gets one end of a veth pair (`hm14-n`, 198.18.14.2/24); the host keeps the other
-(`hm14-h`, 198.18.14.1/24), so the only route to 198.18.14.0/24 is that link (198.18.0.0/15 is the
-benchmarking range: never routed on the internet). `tests/upstream.py` serves HTTP and HTTPS (a
-throwaway CA from trustme) there. The egress proxy's resolver is pointed at a table of test names.
-Nothing here sends a packet anywhere else; every start checks the route first.
+The namespace `hm14-upXX` gets one end of a veth pair (`hm14-nXX`, 198.18.N.2/24); the host keeps the
+other (`hm14-hXX`, 198.18.N.1/24), so the only route to 198.18.N.0/24 is that link (198.18.0.0/15 is
+the benchmarking range: never routed on the internet; N is this run's slot). `tests/upstream.py`
+serves HTTP and HTTPS (a throwaway CA from trustme) there. The egress proxy's resolver is pointed
+at a table of test names. Nothing here sends a packet anywhere else; every start checks the route first.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import trustme
 from backends.network.policy import IPAddress
 from backends.network.proxy import egress_proxy
 
-NS = "hm14-up"
-HOST_IF, NS_IF = "hm14-h", "hm14-n"
-HOST_ADDR, UPSTREAM = "198.18.14.1", "198.18.14.2"
+# One slot per test run, so two runs on this machine never share a namespace, a link or a subnet.
+SLOT = os.getpid() % 256
+NS = f"hm14-up{SLOT:02x}"
+HOST_IF, NS_IF = f"hm14-h{SLOT:02x}", f"hm14-n{SLOT:02x}"
+HOST_ADDR, UPSTREAM = f"198.18.{SLOT}.1", f"198.18.{SLOT}.2"
 NAMES = {
     "pypi.hm14.test": UPSTREAM,
     "git.hm14.test": UPSTREAM,
@@ -33,7 +35,7 @@ NAMES = {
     "sub.wild.hm14.test": UPSTREAM,
     "loop.hm14.test": "127.0.0.1",  # names that lead home: refused unless a CIDR rule names the range
     "ten.hm14.test": "10.14.0.1",
-    "void.hm14.test": "198.18.14.9",  # on the test's link, but nobody answers there
+    "void.hm14.test": f"198.18.{SLOT}.9",  # on the test's link, but nobody answers there
 }
 HERE = Path(__file__).resolve().parent
 
