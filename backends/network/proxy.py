@@ -31,6 +31,7 @@ log = logging.getLogger("hermetic.network.proxy")
 
 SOCKET_NAME = "egress.sock"
 HEAD_LIMIT = 64 * 1024
+MAX_DENIALS = 50  # refusals kept for the next tool result; the audit log has them all
 # Hop-by-hop headers of the client's request, and the proxy's own: never forwarded upstream.
 _DROP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "upgrade"}
 
@@ -146,7 +147,12 @@ class EgressProxy:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                client, _ = await loop.sock_accept(listener)
+                try:
+                    client, _ = await loop.sock_accept(listener)
+                except OSError as exc:  # out of file descriptors: refuse for a moment, keep listening
+                    log.warning("egress proxy for %s: accept failed: %s", attachment.sandbox_id, exc)
+                    await asyncio.sleep(0.1)
+                    continue
                 client.setblocking(False)
                 task = loop.create_task(self._serve(attachment, client))
                 self._tasks.add(task)
@@ -190,7 +196,7 @@ class EgressProxy:
         except Refused as exc:
             entry.update(allowed=False, denied=exc.denial.rule, reason=exc.denial.reason)
             message = advice(str(entry["host"]), int(entry["port"] or 0), exc.denial)
-            attachment.denied.append(message)
+            attachment.denied = [*attachment.denied[-(MAX_DENIALS - 1) :], message]
             await _answer(client, exc.status, exc.denial.rule, message)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError) as exc:
             entry.update(allowed=False, denied="protocol", reason=f"{type(exc).__name__}: {exc}")
