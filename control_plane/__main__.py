@@ -1,5 +1,5 @@
 """`python -m control_plane` is the `hermetic` command."""
 
-from .cli.main import app
+from .cli.main import run
 
-app(prog_name="hermetic")
+run()

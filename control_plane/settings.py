@@ -24,6 +24,8 @@ from pydantic_settings import (
 
 from backends import ModalConfig, SandboxSpec, SSHConfig
 
+from .keys import load_env_file
+
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _yaml_file: ContextVar[Path | None] = ContextVar("_yaml_file", default=None)
@@ -165,6 +167,15 @@ class SkillsSettings(BaseModel):
     """A skill unused this long is archived: out of the listing, kept on disk, restorable."""
     prompt_tokens: int = Field(1500, ge=100)
     """Budget of the skills listing in the system prompt; over it, the most relevant skills are listed."""
+    review_below: float = Field(0.5, ge=0, le=1)
+    """A skill whose smoothed success rate falls below this (after min_runs runs) is reviewed for repair."""
+    min_runs: int = Field(5, ge=1)
+    """Runs before a skill's success rate alone gets it reviewed (and between two such reviews)."""
+    retire_after: int = Field(10, ge=1)
+    """Failed runs in a row after which a skill is marked failing and left out of the prompt listing."""
+    duplicate_threshold: float = Field(0.6, gt=0, le=1)
+    """Similarity (Jaccard of word 3-shingles over name, description and body) from which curation
+    calls two skills near-duplicates and offers them to the reviewer for a merge."""
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
@@ -300,10 +311,13 @@ def load_settings(profile: str | None = None, **overrides: Any) -> Settings:
     """Settings for `profile` (else HERMETIC_PROFILE, else default), reading its config.yaml.
 
     `overrides` win over everything (the CLI's options). The home is created, private to the user.
+    The profile's .env is read into the environment first (a variable already set wins). Raises
+    KeyFileError when that file is readable by others.
     """
     root = Path(overrides.get("root") or os.environ.get("HERMETIC_ROOT") or Path.home() / ".hermetic")
     name = profile or os.environ.get("HERMETIC_PROFILE") or DEFAULT_PROFILE
     Settings._valid_profile(name)
+    load_env_file(profile_home(root, name))  # the profile's keys, beneath the environment
     if profile:
         overrides["profile"] = profile
     token = _yaml_file.set(profile_home(root, name) / "config.yaml")

@@ -195,7 +195,14 @@ def test_parallel_safe_calls_run_together(tmp_path: Path, fake_llm: Any) -> None
 
 def test_interrupt_stops_a_command_and_the_session_goes_on(tmp_path: Path, fake_llm: Any) -> None:
     fake_llm.load(
-        [{"tool_calls": [call("terminal", command="sleep 60"), call("terminal", command="echo never")]}]
+        [
+            {
+                "tool_calls": [
+                    call("terminal", command="echo started; sleep 60"),
+                    call("terminal", command="echo never"),
+                ]
+            }
+        ]
     )
     agent = Agent(settings_for(tmp_path, fake_llm.url, backend="local"))
     conversation = agent.new_conversation()
@@ -203,8 +210,10 @@ def test_interrupt_stops_a_command_and_the_session_goes_on(tmp_path: Path, fake_
 
     def on_event(event: Event) -> None:
         events.append(event)
-        if event.type == "tool_start":
-            threading.Timer(0.5, conversation.interrupt).start()
+        # interrupt once the command is known to run (not after a delay: a slow sandbox start would
+        # let the interrupt land before the command, and the test would prove nothing)
+        if event.type == "tool_progress" and "started" in event.text:
+            threading.Thread(target=conversation.interrupt).start()
 
     end = asyncio.run(conversation.run("sleep", on_event))
     assert end.reason == "interrupted"

@@ -186,7 +186,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from control_plane.memory import Memory, Op
+    from control_plane.memory.store import Memory, Op
     from control_plane.settings import MemorySettings
 
     home, tag, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])

@@ -10,7 +10,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..memory.store import Memory
+from backends import SandboxError
+
+from ..keys import read_env_file
+from ..memory.persona import load_persona, persona_block, soul_path
+from ..memory.store import FILES, Memory, MemoryFileError
 from ..models.router import Router
 from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
@@ -21,6 +25,7 @@ from ..tools import TOOLS, Registry
 from .event_log import EventLog
 from .learning import Background
 from .prompt import system_prompt
+from .status import Status
 
 log = logging.getLogger("hermetic.agent")
 
@@ -52,12 +57,39 @@ class AgentBase:
         self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
 
     def system_prompt(self, base: str | None = None) -> str:
-        """The system prompt with the memory block as it is now. A session builds it once and keeps the
-        string byte-identical for every model call (prefix caching); memory written during the session
-        shows up in the next one, or after a compression rebuilds it."""
-        prompt = f"{base or system_prompt(self.settings)}\n\n{self.memory.snapshot()}"
+        """The system prompt with the persona and the memory block as they are now. A session builds it
+        once and keeps the string byte-identical for every model call (prefix caching); memory written
+        during the session shows up in the next one, or after a compression rebuilds it. A fork with a
+        prompt of its own (a learning review) gets no persona."""
+        persona = "" if base else persona_block(load_persona(self.settings.home))
         listing = self.skills.skills_prompt("") if "skills" in self.settings.toolsets else ""
-        return f"{prompt}\n\n{listing}" if listing else prompt
+        sections = [base or system_prompt(self.settings), persona, self.memory.snapshot(), listing]
+        return "\n\n".join(section for section in sections if section)
+
+    def problems(self) -> list[str]:
+        """What to tell the user when a session starts: withheld memory entries and persona lines."""
+        persona = load_persona(self.settings.home)
+        return self.memory.problems() + (persona.problems(soul_path(self.settings.home)) if persona else [])
+
+    def status(self) -> Status:
+        """What surfaces show when a session opens (`hermetic chat`, `run`, /health)."""
+        try:
+            backend = self.sandboxes.backend.name
+        except SandboxError as exc:  # the status says so; the session still opens (tools will say why)
+            backend = f"unavailable ({exc})"
+        memory: dict[str, float | None] = {}
+        for target, name in FILES.items():
+            try:
+                memory[name] = self.memory.read(target).usage.percent
+            except MemoryFileError:
+                memory[name] = None
+        return Status(
+            profile=self.settings.profile,
+            model=self.settings.model.name or "none",
+            backend=backend,
+            memory_percent=memory,
+            skills=len(self.skills.list_skills()),
+        )
 
     def close(self) -> None:
         """Finish background reviews, release the sandboxes, flush the database writes."""
@@ -90,10 +122,14 @@ class _Writer(ThreadPoolExecutor):
 
 
 def _known_secrets(settings: Settings) -> list[str]:
-    """Values the model must never see back: model keys, and sandbox variables named like secrets."""
+    """Values the model must never see back: model keys, the profile's .env, and sandbox variables named
+    like secrets."""
     keys = [endpoint.api_key.get_secret_value() for endpoint in settings.model.chain if endpoint.api_key]
     given = {
         **{name: os.environ.get(name, "") for name in settings.sandbox.env_allow},
         **settings.sandbox.env,
     }
-    return keys + [value for name, value in given.items() if SECRET_NAME.search(name)]
+    # every value of the profile's .env is a key by definition (that file is where keys go)
+    stored = read_env_file(settings.home)
+    stored_values = [*stored.values(), *(os.environ.get(name, "") for name in stored)]
+    return keys + stored_values + [value for name, value in given.items() if SECRET_NAME.search(name)]

@@ -32,8 +32,9 @@ from .events import (
     TurnEnd,
     UserMessage,
 )
-from .learning import REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
+from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 from .questions import Questions
+from .skill_reviews import review_skills
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -59,7 +60,11 @@ class Conversation:
         self.history = history
         self.tools = agent.tools if tools is None else tools
         self.schemas = [tool.schema() for tool in self.tools.values()]
+        self.forked = not learns
+        """A fork (a learning review): its turns neither count skill outcomes nor get reviewed."""
         self.learns = learns and "memory" in agent.settings.toolsets
+        self._last_loaded: list[str] = []
+        """Skills the last turn loaded and counted a success: a correction by the user turns them over."""
         """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._turns_without_memory = 0
         self.notices: list[str] = []
@@ -103,7 +108,7 @@ class Conversation:
         agent.store.add_message(record.id, prompt)
         tools = agent.registry.select(toolsets) if toolsets is not None else agent.tools
         conversation = cls(agent, record.id, [prompt], tools=tools, learns=toolsets is None)
-        conversation.notices += agent.memory.problems()
+        conversation.notices += agent.problems()
         conversation.rebuild_system = lambda: agent.system_prompt(system)
         return conversation
 
@@ -165,6 +170,7 @@ class Conversation:
             self._cancelled.clear()
             self._turn_state = {}
             self._turn_record = TurnRecord(user_text=text)
+            corrected, self._last_loaded = (self._last_loaded if CORRECTION.search(text) else []), []
         loop = self._loop
 
         def emit_event(event: Event) -> None:
@@ -183,7 +189,7 @@ class Conversation:
                 emit_event(Error(message=f"internal error: {type(exc).__name__}: {exc}", kind="internal"))
                 end = TurnEnd(reason="error")
             if end.reason in ("done", "error"):  # an interrupt or the budget says nothing about skills
-                self._write(self.agent.skills.record_outcome, self.id, end.reason == "done")
+                self._write(self._skill_outcome, end.reason == "done", list(self.history), corrected)
             await self._flush(emit_event)
         finally:
             with self._lock:
@@ -212,21 +218,25 @@ class Conversation:
 
     async def _review(self, messages: list[dict[str, Any]], reasons: list[str]) -> str:
         """The forked reviewer, run to completion on the background loop; returns its session id."""
-        fork = Conversation.open(
-            self.agent,
-            title=f"review of {self.id}",
-            source="review",
-            parent_id=self.id,
-            system=REVIEW_PROMPT,
-            toolsets=REVIEW_TOOLSETS,
-        )
         text = (
             f"Why this review: {'; '.join(reasons)}.\n\n<transcript>\n{transcript(messages)}\n</transcript>"
+        )
+        return await self._fork(f"review of {self.id}", REVIEW_PROMPT, REVIEW_TOOLSETS, text)
+
+    def _skill_outcome(self, success: bool, messages: list[dict[str, Any]], corrected: list[str]) -> None:
+        """On the writer thread: count the turn for its skills; schedule the skill reviews now due."""
+        loaded = review_skills(self.agent, self.id, success, messages, corrected, self._fork)
+        self._last_loaded = loaded if success else []
+
+    async def _fork(self, title: str, system: str, toolsets: list[str], text: str) -> str:
+        """A forked reviewer of this conversation, run to completion; returns its session id."""
+        fork = Conversation.open(
+            self.agent, title=title, source="review", parent_id=self.id, system=system, toolsets=toolsets
         )
 
         def quiet(event: Event) -> None:
             if event.type == "error":
-                log.warning("review of %s: %s", self.id, getattr(event, "message", ""))
+                log.warning("%s: %s", title, getattr(event, "message", ""))
 
         try:
             await fork.run(text, quiet)
@@ -365,6 +375,7 @@ class Conversation:
             skills=agent.skills,
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
+            proposer="review" if self.forked else "agent",
             ask=lambda **question: self.questions.ask(emit_threadsafe, **question),
             settings=agent.settings,
         )

@@ -15,10 +15,11 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .network import router as network_router
-from .profiles import Auth, Hub, Live, LiveSession
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skills import router as skills_router
 from .tokens import TokenStore
 
@@ -41,6 +42,13 @@ class Posted(BaseModel):
     """started: a new run; steered: added to the running one after its current tool batch."""
     after: int
     """Follow /events?after=this to get exactly this message's events."""
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    profile: Status | None = None
+    """The caller's profile (with a valid bearer token only)."""
 
 
 class QuestionAnswer(BaseModel):
@@ -76,8 +84,11 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.include_router(network_router)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    async def health(profile: OptionalAuth) -> Health:
+        """Liveness for anyone; with a valid token, also the caller's profile status (model, backend,
+        memory use, skill count)."""
+        status = await asyncio.to_thread(profile.agent.status) if profile is not None else None
+        return Health(status="ok", version=__version__, profile=status)
 
     @app.post("/sessions", status_code=status.HTTP_201_CREATED)
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:

@@ -123,6 +123,17 @@ def current_profile(
 Auth = Annotated[Profile, Depends(current_profile)]
 
 
+def optional_profile(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Profile | None:
+    """The caller's profile when the request carries a valid token, else None (never a 401)."""
+    name = request.app.state.tokens.profile_of(creds.credentials) if creds else None
+    return request.app.state.hub.profile(name) if name else None
+
+
+OptionalAuth = Annotated[Profile | None, Depends(optional_profile)]
+
+
 def live_session(profile: Auth, session_id: str) -> LiveSession:
     # a dependency, so a 404 is sent before an SSE response has started
     return profile.session(session_id)

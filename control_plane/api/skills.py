@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
-from ..skills.library import SkillError, SkillLibrary, UnknownSkill
+from ..skills.curation import duplicates, unmerge
+from ..skills.library import SkillError, SkillInfo, SkillLibrary, UnknownSkill
 from ..skills.model import Verdict
 from .profiles import Auth
 
@@ -37,7 +38,7 @@ def _run(profile: Auth, action: Any) -> Any:
 
 @router.get("")
 def list_skills(profile: Auth, archived: bool = False) -> list[dict[str, Any]]:
-    return _run(profile, lambda lib: [asdict(info) for info in lib.list_skills(archived=archived)])
+    return _run(profile, lambda lib: [_record(info) for info in lib.list_skills(archived=archived)])
 
 
 @router.post("/verify-all")
@@ -48,7 +49,7 @@ def verify_all(profile: Auth) -> list[dict[str, Any]]:
 
 @router.get("/{name}")
 def show(profile: Auth, name: str, file: str | None = None) -> dict[str, Any]:
-    return _run(profile, lambda lib: {**asdict(lib.info(name)), "content": lib.view(name, file)})
+    return _run(profile, lambda lib: {**_record(lib.info(name)), "content": lib.view(name, file)})
 
 
 @router.get("/{name}/history")
@@ -87,3 +88,26 @@ def restore(profile: Auth, name: str) -> dict[str, str]:
 def pin(profile: Auth, name: str, body: Pin) -> dict[str, bool]:
     _run(profile, lambda lib: lib.pin(name, body.pinned))
     return {"pinned": body.pinned}
+
+
+@router.get("/curation/plan")
+def curation_plan(profile: Auth) -> dict[str, Any]:
+    """What `hermetic skills curate` would do: staleness changes, near-duplicate pairs, failing skills."""
+
+    def plan(lib: SkillLibrary) -> dict[str, Any]:
+        return {
+            "changes": lib.curate(apply=False),
+            "duplicates": [asdict(pair) for pair in duplicates(lib)],
+            "failing": [info.name for info in lib.list_skills() if info.state == "failing"],
+        }
+
+    return _run(profile, plan)
+
+
+@router.post("/{name}/unmerge")
+def unmerge_skill(profile: Auth, name: str) -> dict[str, Any]:
+    return _run(profile, lambda lib: {"changes": unmerge(lib, name)})
+
+
+def _record(info: SkillInfo) -> dict[str, Any]:
+    return {**asdict(info), "runs": info.runs, "success_rate": info.success_rate}

@@ -100,6 +100,7 @@ def run(
     settings = agent_settings(model, backend, toolsets, **overrides)
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
+    err.print(f"[dim]{escape(agent.status().line())}[/]")
     emit = PromptingEmit(_json_line if json_events else EventPrinter(console), conversation, err)
     try:
         end = asyncio.run(drive(conversation, task, emit))
@@ -128,6 +129,7 @@ def chat(
     except KeyError:
         err.print(f"[red]no session {resume} in profile {settings.profile}[/] (hermetic sessions list)")
         raise typer.Exit(2) from None
+    err.print(f"[dim]{escape(agent.status().line())}[/]")
     if resume:
         turns = sum(1 for m in conversation.history if m["role"] == "user")
         err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")

@@ -8,9 +8,12 @@ from typing import Annotated
 
 import typer
 
+from ..keys import KeyFileError
 from . import agent as agent_cli
+from . import config as config_cli
 from . import demo, dev, doctor, network
 from . import sandbox as sandbox_cli
+from . import setup as setup_cli
 from . import skills as skills_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
@@ -21,6 +24,10 @@ app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
+app.command("setup")(setup_cli.setup)
+app.add_typer(config_cli.config_app, name="config")
+app.add_typer(config_cli.model_app, name="model")
+app.add_typer(config_cli.persona_app, name="persona")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
@@ -50,4 +57,13 @@ def image_build(
     typer.echo(ensure_image(variant, force=force))
 
 
-__all__ = ["app", "sandbox_app"]
+def run() -> None:
+    """The console script: the app, with a broken key file said in one line instead of a traceback."""
+    try:
+        app(prog_name="hermetic")
+    except KeyFileError as exc:
+        typer.echo(f"hermetic: {exc}", err=True)
+        raise SystemExit(2) from None
+
+
+__all__ = ["app", "run", "sandbox_app"]

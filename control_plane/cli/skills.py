@@ -13,6 +13,8 @@ from rich.table import Table
 
 from ..sandbox_manager import choose_backend
 from ..settings import load_settings
+from ..skills.curation import duplicates
+from ..skills.curation import unmerge as unmerge_skill
 from ..skills.library import SkillError, SkillLibrary
 from ..skills.model import Verdict
 
@@ -40,11 +42,15 @@ def library() -> Iterator[SkillLibrary]:
 def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
     """Every skill with its version, verdict, state and usage."""
     with library() as skills:
-        table = Table("name", "version", "status", "state", "uses", "ok/failed", "description")
+        table = Table()
+        table.add_column("name", no_wrap=True)  # a name never wraps: it is what users copy
+        for column in ("version", "status", "state", "runs", "success (ok/failed)", "description"):
+            table.add_column(column)
         for s in skills.list_skills(archived=archived):
             state = s.state + (", pinned" if s.pinned else "")
-            ok = f"{s.successes}/{s.failures}"
-            table.add_row(s.name, str(s.version), s.status, state, str(s.uses), ok, s.description[:60])
+            state += f", merged into {s.merged_into}" if s.merged_into else ""
+            success = f"{s.success_rate:.0%} ({s.successes}/{s.failures})"
+            table.add_row(s.name, str(s.version), s.status, state, str(s.runs), success, s.description[:60])
         console.print(table)
 
 
@@ -139,11 +145,45 @@ def pin(name: Name, unpin: Annotated[bool, typer.Option(help="Remove the pin")] 
 
 
 @app.command()
-def curate() -> None:
-    """Mark long-unused skills stale and archive the longest unused (pinned ones are left alone)."""
+def curate(
+    apply: Annotated[bool, typer.Option(help="Do it (without: only show what curation would do)")] = False,
+) -> None:
+    """Show, or with --apply do: mark long-unused skills stale, archive the longest unused (pinned ones
+    are left alone), and offer near-duplicate pairs to the reviewer, who may merge them (through the
+    gate; `hermetic skills unmerge NAME` undoes a merge). Failing skills are listed for a look."""
     with library() as skills:
-        for change in skills.curate() or ["nothing to do"]:
-            console.print(change)
+        lines = skills.curate(apply=apply)
+        pairs = duplicates(skills)
+        failing = [s.name for s in skills.list_skills() if s.state == "failing"]
+    lines += [
+        f"{p.a} + {p.b}: near-duplicates ({p.similarity:.2f}){'' if apply else ', a merge to review'}"
+        for p in pairs
+    ]
+    lines += [
+        f"{name}: failing (out of the prompt listing; hermetic skills restore {name})" for name in failing
+    ]
+    for line in lines or ["nothing to do"]:
+        console.print(line, markup=False)
+    if apply and pairs:
+        from ..agent.agent import Agent
+        from ..agent.curation import review_duplicates
+
+        agent = Agent(load_settings())
+        try:
+            for answer in review_duplicates(agent, pairs):
+                console.print(answer, markup=False)
+        finally:
+            agent.close()
+    elif pairs:
+        console.print("[dim]run with --apply to have the reviewer merge them[/]")
+
+
+@app.command()
+def unmerge(name: Name) -> None:
+    """Undo the latest merge into NAME: the merged skills come back and NAME returns to before it."""
+    with library() as skills:
+        for change in unmerge_skill(skills, name):
+            console.print(change, markup=False)
 
 
 def _print_verdict(verdict: Verdict) -> None:

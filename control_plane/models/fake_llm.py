@@ -106,8 +106,17 @@ def rough_tokens(text: str) -> int:
 class FakeLLM:
     """The scripted server. `url` is its api_base; `requests` holds the JSON bodies it received, in order."""
 
-    def __init__(self, turns: Iterable[Turn | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        turns: Iterable[Turn | dict[str, Any]] = (),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        require_key: str | None = None,
+    ):
         self._turns = parse_turns(turns)
+        self.require_key = require_key
+        """When set, a request without `Authorization: Bearer <this>` gets the 401 a provider sends."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -204,6 +213,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"the request body is not JSON: {exc}")
             return
         fake = self.server.fake
+        if fake.require_key is not None and self.headers.get("Authorization") != f"Bearer {fake.require_key}":
+            self._json(
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+            return
         number, turn = fake._next(body)
         if turn is None:
             self._error(

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .format import SKILL_FILE, Skill, SkillFormatError, parse_skill
-from .model import GatePolicy, Verdict
+from .listing import Listing, SkillInfo
+from .model import GatePolicy, SkillError, UnknownSkill, Verdict
 from .store import SkillStore
 
 if TYPE_CHECKING:
@@ -32,47 +33,6 @@ if TYPE_CHECKING:
 
 VerifyFn = Callable[[Path, GatePolicy, "Backend"], Verdict]
 DAY = 86_400.0
-PRIOR_RATE = 0.5
-PRIOR_WEIGHT = 5.0
-"""Bayesian smoothing of the success rate: every skill starts as if it had PRIOR_WEIGHT runs at
-PRIOR_RATE, so one lucky run does not outrank a long good record."""
-
-
-class SkillError(ValueError):
-    """A request the library refuses (bad path, name taken, ...); the message says why."""
-
-
-class UnknownSkill(SkillError):
-    """No skill (or no such version or file of it) by that name."""
-
-
-@dataclass
-class SkillInfo:
-    name: str
-    description: str
-    version: int
-    status: str
-    """pass, unverified (merged without checks), or fail (no longer passes re-verification)."""
-    state: str
-    """active, stale or archived."""
-    pinned: bool
-    uses: int
-    successes: int
-    failures: int
-    last_used: float
-
-    @property
-    def success_rate(self) -> float:
-        """The Bayesian-smoothed share of successful runs among the runs that loaded the skill."""
-        return (self.successes + PRIOR_RATE * PRIOR_WEIGHT) / (self.successes + self.failures + PRIOR_WEIGHT)
-
-    @property
-    def marks(self) -> str:
-        """Flags shown wherever the skill is listed."""
-        flags = [self.status] if self.status != "pass" else []
-        flags += [self.state] if self.state != "active" else []
-        flags += ["pinned"] if self.pinned else []
-        return f" [{', '.join(flags)}]" if flags else ""
 
 
 @dataclass
@@ -89,7 +49,7 @@ def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdic
     return verify(candidate, policy, backend)
 
 
-class SkillLibrary:
+class SkillLibrary(Listing):
     def __init__(
         self,
         root: Path,
@@ -117,16 +77,6 @@ class SkillLibrary:
         )
 
     # -- reading ------------------------------------------------------------------------
-
-    def info(self, name: str) -> SkillInfo:
-        rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
-        if not rows:
-            raise UnknownSkill(f"there is no skill named {name!r}; skills_list shows the skills")
-        return _info(rows[0])
-
-    def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
-        rows = self.store.execute("SELECT * FROM skills ORDER BY name")
-        return [_info(row) for row in rows if archived or row["state"] != "archived"]
 
     def path(self, name: str) -> Path:
         """The directory of a skill's current version (library/, or archive/ once archived)."""
@@ -203,16 +153,27 @@ class SkillLibrary:
         target.unlink()
         return directory
 
-    def submit(self, name: str, *, proposer: str, session_id: str | None = None) -> Submission:
-        """Verify the candidate in quarantine; merge it as a new version when the gate passes it."""
+    def submit(
+        self, name: str, *, proposer: str, session_id: str | None = None, note: str = ""
+    ) -> Submission:
+        """Verify the candidate in quarantine; merge it as a new version when the gate passes it. `note`
+        (why the change) is stored with the version, or with a refused candidate's verdict."""
         candidate = self.root / "quarantine" / name
         if not candidate.is_dir():
             raise SkillError(f"there is no candidate for {name!r} in quarantine")
         verdict = self._verify(candidate, self.policy, self._backend())
+        if note and verdict.status == "fail":  # a merged version keeps the note itself
+            verdict.reasons.append(f"proposed because: {note}")
         verdict_id = self.store.add_verdict(verdict, proposer, session_id)
         if verdict.status == "fail":
             return Submission(verdict, None)
-        version = self._merge(name, candidate, verdict, verdict_id, note=f"proposed by {proposer}")
+        version = self._merge(
+            name,
+            candidate,
+            verdict,
+            verdict_id,
+            note=f"proposed by {proposer}" + (f": {note}" if note else ""),
+        )
         shutil.rmtree(candidate)
         return Submission(verdict, version)
 
@@ -232,8 +193,8 @@ class SkillLibrary:
                 (
                     "INSERT INTO skills (name, description, version, status, created, last_used) "
                     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
-                    "description = excluded.description, "
-                    "version = excluded.version, status = excluded.status, state = 'active'",
+                    "description = excluded.description, version = excluded.version, "
+                    "status = excluded.status, state = 'active', streak = 0, merged_into = NULL",
                     (name, skill.description, version, verdict.status, now, now),
                 ),
                 *_index(skill),
@@ -343,14 +304,38 @@ class SkillLibrary:
                 "DELETE FROM loads WHERE session_id = ? RETURNING name", (session_id,)
             )
         ]
-        column = "successes" if success else "failures"
         for name in loaded:
-            self.store.execute(f"UPDATE skills SET {column} = {column} + 1 WHERE name = ?", (name,))
+            if success:
+                self.store.execute(
+                    "UPDATE skills SET successes = successes + 1, streak = 0 WHERE name = ?", (name,)
+                )
+            else:
+                self._failed(name)
         return loaded
 
-    def curate(self, now: float | None = None) -> list[str]:
+    def correct_outcome(self, names: list[str]) -> None:
+        """The user corrected the agent after a run counted as a success: count it as a failure."""
+        for name in names:
+            self.store.execute(
+                "UPDATE skills SET successes = MAX(successes - 1, 0) WHERE name = ? AND successes > 0",
+                (name,),
+            )
+            self._failed(name)
+
+    def _failed(self, name: str) -> None:
+        """One more failed run; `retire_after` in a row mark the skill failing (out of the prompt listing
+        until a passing new version or `restore`; nothing is deleted)."""
+        self.store.execute(
+            "UPDATE skills SET failures = failures + 1, streak = streak + 1, "
+            "state = CASE WHEN streak + 1 >= ? AND state IN ('active', 'stale') THEN 'failing' "
+            "ELSE state END "
+            "WHERE name = ?",
+            (self.settings.retire_after, name),
+        )
+
+    def curate(self, now: float | None = None, *, apply: bool = True) -> list[str]:
         """Mark skills unused for stale_days stale and archive those unused for archive_days; pinned skills
-        are never touched. Returns what changed, one line each."""
+        are never touched. Returns what changed (or, with apply=False, what would), one line each."""
         now = time.time() if now is None else now
         changes = []
         for info in self.list_skills():
@@ -358,10 +343,12 @@ class SkillLibrary:
             if info.pinned:
                 continue
             if idle >= self.settings.archive_days:
-                self.archive(info.name)
+                if apply:
+                    self.archive(info.name)
                 changes.append(f"{info.name}: archived (unused for {idle:.0f} days)")
             elif idle >= self.settings.stale_days and info.state == "active":
-                self.store.execute("UPDATE skills SET state = 'stale' WHERE name = ?", (info.name,))
+                if apply:
+                    self.store.execute("UPDATE skills SET state = 'stale' WHERE name = ?", (info.name,))
                 changes.append(f"{info.name}: stale (unused for {idle:.0f} days)")
         return changes
 
@@ -374,80 +361,24 @@ class SkillLibrary:
         self.store.execute("UPDATE skills SET state = 'archived' WHERE name = ?", (name,))
 
     def restore(self, name: str) -> None:
-        if self.info(name).state != "archived":
-            raise SkillError(f"skill {name!r} is not archived")
-        shutil.move(self.root / "archive" / name, self.root / "library" / name)
+        """Bring back an archived skill, or put a failing one back in the listing (its streak reset)."""
+        state = self.info(name).state
+        if state not in ("archived", "failing"):
+            raise SkillError(f"skill {name!r} is neither archived nor failing")
+        if state == "archived":
+            shutil.move(self.root / "archive" / name, self.root / "library" / name)
         self.store.execute(
-            "UPDATE skills SET state = 'active', last_used = ? WHERE name = ?", (time.time(), name)
+            "UPDATE skills SET state = 'active', streak = 0, merged_into = NULL, last_used = ? "
+            "WHERE name = ?",
+            (time.time(), name),
         )
 
     def pin(self, name: str, pinned: bool = True) -> None:
         self.info(name)
         self.store.execute("UPDATE skills SET pinned = ? WHERE name = ?", (int(pinned), name))
 
-    # -- progressive disclosure ---------------------------------------------------------
-
-    def ranked(self, task: str) -> list[SkillInfo]:
-        """Active skills, most useful for `task` first: BM25 relevance over name, description and body
-        times the smoothed success rate; skills the task does not match follow, by success rate."""
-        skills = {info.name: info for info in self.list_skills()}
-        terms = re.findall(r"[a-z0-9]+", task.lower())
-        relevance: dict[str, float] = {}
-        if terms:
-            query = " OR ".join(f'"{term}"' for term in terms)
-            rows = self.store.execute(
-                "SELECT name, -bm25(skills_fts, 10.0, 4.0, 1.0) AS score FROM skills_fts "
-                "WHERE skills_fts MATCH ?",
-                (query,),
-            )
-            relevance = {row["name"]: row["score"] for row in rows}
-
-        def key(info: SkillInfo) -> tuple[float, float, str]:
-            return (-relevance.get(info.name, 0.0) * info.success_rate, -info.success_rate, info.name)
-
-        return sorted(skills.values(), key=key)
-
-    def skills_prompt(self, task: str, budget_tokens: int | None = None) -> str:
-        """The system prompt's skills section: name and description of each skill, within the token
-        budget (about 4 characters a token); over budget, the most relevant to `task` are listed."""
-        budget = (budget_tokens or self.settings.prompt_tokens) * 4
-        skills = self.list_skills()
-        if not skills:
-            return ""
-        head = (
-            "Skills (procedures proven in a sandbox; load one with skill_view(name) before using it, "
-            "write new ones with skill_manage):"
-        )
-        lines = [f"- {info.name}{info.marks}: {info.description}" for info in skills]
-        if len(head) + sum(len(line) + 1 for line in lines) <= budget:
-            return "\n".join([head, *lines])
-        chosen, used = [], len(head) + 100  # room for the closing line
-        for info in self.ranked(task):
-            line = f"- {info.name}{info.marks}: {info.description}"
-            if used + len(line) + 1 > budget:
-                continue
-            chosen.append(line)
-            used += len(line) + 1
-        rest = len(skills) - len(chosen)
-        return "\n".join([head, *chosen, f"({rest} more skills not listed here: skills_list shows them all)"])
-
     def close(self) -> None:
         self.store.close()
-
-
-def _info(row: Any) -> SkillInfo:
-    return SkillInfo(
-        name=row["name"],
-        description=row["description"],
-        version=row["version"],
-        status=row["status"],
-        state=row["state"],
-        pinned=bool(row["pinned"]),
-        uses=row["uses"],
-        successes=row["successes"],
-        failures=row["failures"],
-        last_used=row["last_used"],
-    )
 
 
 def _index(skill: Skill) -> list[tuple[str, tuple[Any, ...]]]:

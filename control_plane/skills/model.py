@@ -30,3 +30,11 @@ class GatePolicy:
     allowed_hosts: list[str] = field(default_factory=list)  # hosts the operator accepts in such a request
     timeout: float = 120.0  # seconds for the skill's checks
     image: str = "hermetic-sandbox:slim"  # pinned: the gate resolves it to an image id and records it
+
+
+class SkillError(ValueError):
+    """A request the library refuses (bad path, name taken, ...); the message says why."""
+
+
+class UnknownSkill(SkillError):
+    """No skill (or no such version or file of it) by that name."""

@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS skills (
     description TEXT NOT NULL,
     version INTEGER NOT NULL,              -- the version in library/NAME
     status TEXT NOT NULL,                  -- pass | unverified | fail (failed re-verification)
-    state TEXT NOT NULL DEFAULT 'active',  -- active | stale | archived
+    state TEXT NOT NULL DEFAULT 'active',  -- active | stale | failing | archived
     pinned INTEGER NOT NULL DEFAULT 0,
     uses INTEGER NOT NULL DEFAULT 0,
     successes INTEGER NOT NULL DEFAULT 0,
@@ -54,7 +54,21 @@ CREATE TABLE IF NOT EXISTS loads (       -- which session loaded which skill (fo
     PRIMARY KEY (session_id, name)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS skills_fts USING fts5(name, description, body);
+CREATE TABLE IF NOT EXISTS merges (      -- skills merged into one, for unmerge
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    into_name TEXT NOT NULL,
+    into_version INTEGER NOT NULL,         -- the merged version
+    previous_version INTEGER,              -- into_name's version before the merge; NULL: a new skill
+    sources TEXT NOT NULL,                 -- JSON list of the skills merged (archived, merged_into set)
+    created REAL NOT NULL,
+    undone REAL                            -- when the merge was rolled back
+);
 """
+COLUMNS = {  # added to skills.db files made before them (CREATE TABLE IF NOT EXISTS keeps old tables)
+    "streak": "INTEGER NOT NULL DEFAULT 0",  # failed runs in a row; retire_after of them: state failing
+    "merged_into": "TEXT",  # set on a skill archived by a merge
+    "reviewed_runs": "INTEGER NOT NULL DEFAULT 0",  # runs counted when it was last reviewed for its rate
+}
 
 
 class SkillStore:
@@ -64,6 +78,10 @@ class SkillStore:
         self._lock = threading.Lock()
         with self._lock:
             self._db.executescript(SCHEMA)
+            have = {row["name"] for row in self._db.execute("PRAGMA table_info(skills)")}
+            for column, declaration in COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE skills ADD COLUMN {column} {declaration}")
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:

@@ -7,16 +7,16 @@ agent reads which host was refused and how an operator allows it.
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, Field
 
 from backends import Sandbox
 from backends.network import ExposeError, PolicyError
 from backends.network.policy import Policy
 
+from ..config_file import config_path, read, set_value
 from .registry import ToolContext, ToolResult, tool
 
 ANSWERS = ["once", "always", "no"]
@@ -63,7 +63,7 @@ def network_request(ctx: ToolContext, args: HostRequestArgs) -> ToolResult:
         return ToolResult(f"the user did not allow {args.host}:{args.port}; do without it", ok=False)
     sandbox.egress.allow([rule])
     if answer == "always" and ctx.settings is not None:
-        remember(ctx.settings.home / "config.yaml", rule)
+        remember(config_path(ctx.settings), rule)
         spec = ctx.settings.sandbox
         if rule not in spec.allow:
             ctx.settings.sandbox = spec.model_copy(update={"allow": [*spec.allow, rule]})
@@ -72,16 +72,11 @@ def network_request(ctx: ToolContext, args: HostRequestArgs) -> ToolResult:
 
 
 def remember(config: Path, rule: str) -> None:
-    """Add `rule` to `sandbox.allow` in a profile's config.yaml (written whole, atomically)."""
-    data = yaml.safe_load(config.read_text(encoding="utf-8")) if config.exists() else None
-    data = data if isinstance(data, dict) else {}
-    sandbox = data.setdefault("sandbox", {})
-    allow = sandbox.setdefault("allow", [])
+    """Add `rule` to `sandbox.allow` in a profile's config.yaml, the rest of the file kept as it was."""
+    sandbox = read(config).get("sandbox")
+    allow = list(sandbox.get("allow") or []) if isinstance(sandbox, dict) else []
     if rule not in allow:
-        allow.append(rule)
-    temporary = config.with_suffix(".yaml.tmp")
-    temporary.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    os.replace(temporary, config)
+        set_value(config, "sandbox.allow", json.dumps([*allow, rule]))
 
 
 class ExposeArgs(BaseModel):

@@ -55,6 +55,8 @@ class ToolContext:
     """The profile's curated memory (the memory tool)."""
     skills: SkillLibrary | None = None
     """The profile's skill library (the skills tools)."""
+    proposer: str = "agent"
+    """Who a skill change is recorded as proposed by: the agent, or a background review."""
     settings: Settings | None = None
     """The profile's settings (the network tools read network.* and write the profile's allowlist)."""
     ask: Callable[..., str | None] = lambda **question: None

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..skills.curation import merge
 from ..skills.format import SKILL_FILE, SkillFormatError
 from ..skills.library import SkillError, SkillLibrary, Submission
 from .registry import ToolContext, ToolResult, tool
@@ -23,7 +24,7 @@ class ViewArgs(BaseModel):
 
 
 class ManageArgs(BaseModel):
-    action: Literal["create", "patch", "edit", "delete", "write_file", "remove_file"]
+    action: Literal["create", "patch", "edit", "delete", "write_file", "remove_file", "merge"]
     name: str = Field(description="The skill's name: 1-64 characters of a-z, 0-9 and single hyphens.")
     content: str | None = Field(
         None, description="create: the whole SKILL.md; edit and write_file: the file's whole new content."
@@ -37,6 +38,13 @@ class ManageArgs(BaseModel):
     )
     old: str | None = Field(None, description="patch: text that occurs exactly once in the file.")
     new: str | None = Field(None, description="patch: its replacement.")
+    sources: list[str] = Field(
+        default_factory=list,
+        description="merge: the skills `name` replaces (name may be one of them); archived once it passes.",
+    )
+    reason: str = Field(
+        "", max_length=2000, description="Why this change: kept with the version and verdict."
+    )
 
 
 def _library(ctx: ToolContext) -> SkillLibrary:
@@ -81,7 +89,9 @@ def skill_manage(ctx: ToolContext, args: ManageArgs) -> ToolResult:
     a throwaway sandbox, and merges it as a new version only if they pass; otherwise the candidate stays
     in quarantine and you get the reasons and the check output: fix it (patch, edit, write_file) and it is
     verified again. Actions: create (content = SKILL.md, files = supporting files), patch (old -> new in
-    file), edit (content replaces file), write_file, remove_file, delete (archives the skill; kept)."""
+    file), edit (content replaces file), write_file, remove_file, delete (archives the skill; kept),
+    merge (content = the SKILL.md of one skill `name` replacing the near-duplicates in `sources`: once it
+    passes the gate they are archived, pointing at it; `hermetic skills unmerge` undoes it)."""
     try:
         library = _library(ctx)
         name = args.name
@@ -105,7 +115,16 @@ def skill_manage(ctx: ToolContext, args: ManageArgs) -> ToolResult:
             case "delete":
                 library.archive(name)
                 return ToolResult(f"skill {name!r} archived (restorable with `hermetic skills restore`)")
-        return _report(library.submit(name, proposer="agent", session_id=ctx.session_id))
+            case "merge":
+                if not args.content:
+                    raise SkillError("merge needs content: the merged skill's whole SKILL.md")
+                return _report(
+                    merge(library, name, args.sources, args.content, args.files, proposer=ctx.proposer,
+                          session_id=ctx.session_id, note=args.reason)
+                )  # fmt: skip
+        return _report(
+            library.submit(name, proposer=ctx.proposer, session_id=ctx.session_id, note=args.reason)
+        )
     except (SkillError, SkillFormatError) as exc:
         return ToolResult(f"error: {exc}", ok=False)
 

@@ -1,0 +1,135 @@
+"""What the agent sees of the library: each skill's record (SkillInfo), and the system prompt's listing,
+ranked by relevance and success when it does not fit the budget (progressive disclosure)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .model import UnknownSkill
+
+if TYPE_CHECKING:
+    from ..settings import SkillsSettings
+    from .store import SkillStore
+
+PRIOR_RATE = 0.5
+PRIOR_WEIGHT = 5.0
+"""Bayesian smoothing of the success rate: every skill starts as if it had PRIOR_WEIGHT runs at
+PRIOR_RATE, so one lucky run does not outrank a long good record."""
+
+
+@dataclass
+class SkillInfo:
+    name: str
+    description: str
+    version: int
+    status: str
+    """pass, unverified (merged without checks), or fail (no longer passes re-verification)."""
+    state: str
+    """active, stale, failing (retired after failing runs in a row) or archived."""
+    pinned: bool
+    uses: int
+    successes: int
+    failures: int
+    last_used: float
+    streak: int = 0
+    """Failed runs in a row."""
+    merged_into: str | None = None
+    """The skill this one was merged into (it is archived then)."""
+
+    @property
+    def runs(self) -> int:
+        return self.successes + self.failures
+
+    @property
+    def success_rate(self) -> float:
+        """The Bayesian-smoothed share of successful runs among the runs that loaded the skill."""
+        return (self.successes + PRIOR_RATE * PRIOR_WEIGHT) / (self.successes + self.failures + PRIOR_WEIGHT)
+
+    @property
+    def marks(self) -> str:
+        """Flags shown wherever the skill is listed."""
+        flags = [self.status] if self.status != "pass" else []
+        flags += [f"merged into {self.merged_into}"] if self.merged_into else []
+        flags += [self.state] if self.state != "active" else []
+        flags += ["pinned"] if self.pinned else []
+        return f" [{', '.join(flags)}]" if flags else ""
+
+
+class Listing:
+    """The reading half of SkillLibrary: records, and the prompt's listing (SkillLibrary sets these)."""
+
+    store: SkillStore
+    settings: SkillsSettings
+
+    def info(self, name: str) -> SkillInfo:
+        rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
+        if not rows:
+            raise UnknownSkill(f"there is no skill named {name!r}; skills_list shows the skills")
+        return _info(rows[0])
+
+    def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
+        rows = self.store.execute("SELECT * FROM skills ORDER BY name")
+        return [_info(row) for row in rows if archived or row["state"] != "archived"]
+
+    def ranked(self, task: str) -> list[SkillInfo]:
+        """Active skills, most useful for `task` first: BM25 relevance over name, description and body
+        times the smoothed success rate; skills the task does not match follow, by success rate."""
+        skills = {info.name: info for info in self.list_skills() if info.state != "failing"}
+        terms = re.findall(r"[a-z0-9]+", task.lower())
+        relevance: dict[str, float] = {}
+        if terms:
+            query = " OR ".join(f'"{term}"' for term in terms)
+            rows = self.store.execute(
+                "SELECT name, -bm25(skills_fts, 10.0, 4.0, 1.0) AS score FROM skills_fts "
+                "WHERE skills_fts MATCH ?",
+                (query,),
+            )
+            relevance = {row["name"]: row["score"] for row in rows}
+
+        def key(info: SkillInfo) -> tuple[float, float, str]:
+            return (-relevance.get(info.name, 0.0) * info.success_rate, -info.success_rate, info.name)
+
+        return sorted(skills.values(), key=key)
+
+    def skills_prompt(self, task: str, budget_tokens: int | None = None) -> str:
+        """The system prompt's skills section: name and description of each skill, within the token
+        budget (about 4 characters a token); over budget, the most relevant to `task` are listed."""
+        budget = (budget_tokens or self.settings.prompt_tokens) * 4
+        skills = [info for info in self.list_skills() if info.state != "failing"]
+        if not skills:
+            return ""
+        head = (
+            "Skills (procedures proven in a sandbox; load one with skill_view(name) before using it, "
+            "write new ones with skill_manage):"
+        )
+        lines = [f"- {info.name}{info.marks}: {info.description}" for info in skills]
+        if len(head) + sum(len(line) + 1 for line in lines) <= budget:
+            return "\n".join([head, *lines])
+        chosen, used = [], len(head) + 100  # room for the closing line
+        for info in self.ranked(task):
+            line = f"- {info.name}{info.marks}: {info.description}"
+            if used + len(line) + 1 > budget:
+                continue
+            chosen.append(line)
+            used += len(line) + 1
+        rest = len(skills) - len(chosen)
+        return "\n".join([head, *chosen, f"({rest} more skills not listed here: skills_list shows them all)"])
+
+
+def _info(row: Any) -> SkillInfo:
+    return SkillInfo(
+        name=row["name"],
+        description=row["description"],
+        version=row["version"],
+        status=row["status"],
+        state=row["state"],
+        pinned=bool(row["pinned"]),
+        uses=row["uses"],
+        successes=row["successes"],
+        failures=row["failures"],
+        last_used=row["last_used"],
+        streak=row["streak"],
+        merged_into=row["merged_into"],
+    )
