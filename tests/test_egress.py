@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -154,10 +155,20 @@ def test_every_bypass_attempt_fails(allowed: Sandbox) -> None:
     assert {"ip-literal", "private-address", "sni-mismatch", "host-mismatch", "malformed"} <= denied
 
 
-def test_the_proxy_down_means_no_network_and_the_sandbox_still_works(allowed: Sandbox) -> None:
+def test_the_proxy_down_means_no_network_and_the_sandbox_still_works(
+    allowed: Sandbox,
+    upstream: Upstream,  # noqa: F811
+) -> None:
     proxy = egress_proxy()
+    tunnel = _through_the_socket(allowed, b"CONNECT pypi.hm14.test:443 HTTP/1.1\r\n\r\n")
+    assert tunnel.recv(4096).startswith(b"HTTP/1.1 200")
+    tls = ssl.create_default_context(cafile=str(upstream.ca_pem)).wrap_socket(
+        tunnel, server_hostname="pypi.hm14.test"
+    )  # the handshake done: the tunnel is carrying
     proxy.stop()
     try:
+        with tls:  # a stopped proxy ends the tunnels it was carrying (an EOF without close_notify)
+            assert tls.recv(4096) == b""
         down = allowed.run("curl -sS -m 10 http://pypi.hm14.test/host", timeout=60)
         assert down["exit_code"] != 0 and "host=" not in down["output"]
         assert _sh(allowed, "echo still here") == "still here\n"

@@ -69,6 +69,8 @@ class Attachment:
     server: asyncio.Task[None] | None = None
     """The accept loop while the proxy listens for this sandbox."""
     denied: list[str] = field(default_factory=list)
+    open: set[socket.socket] = field(default_factory=set)
+    """The sockets of its connections in flight, shut down when the proxy stops serving it."""
 
     def record(self, entry: dict[str, Any]) -> None:
         with self.audit.open("a", encoding="utf-8") as fh:
@@ -165,12 +167,16 @@ class EgressProxy:
             attachment.server.cancel()
             await asyncio.gather(attachment.server, return_exceptions=True)
             attachment.server = None
+        for sock in list(attachment.open):  # a stopped proxy carries nothing, not even open tunnels
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     async def _serve(self, attachment: Attachment, client: socket.socket) -> None:
         started = time.monotonic()
         entry: dict[str, Any] = {"time": round(time.time(), 3), "host": None, "port": None}
         upstream: socket.socket | None = None
         reader = SocketReader(client, HEAD_LIMIT)
+        attachment.open.add(client)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
             method, host, port, forward = _parse_head(head)
@@ -183,6 +189,7 @@ class EgressProxy:
             target = _checked(attachment.policy.check(host, port))
             entry["host"] = target.host
             upstream, address = await self._connect(attachment.policy, target)
+            attachment.open.add(upstream)
             entry["address"] = str(address)
             loop = asyncio.get_running_loop()
             if method == "CONNECT":
@@ -209,6 +216,7 @@ class EgressProxy:
                 attachment.record(entry)
             for sock in (client, upstream):
                 if sock is not None:
+                    attachment.open.discard(sock)
                     sock.close()
 
     async def _connect(self, policy: Policy, target: Target) -> tuple[socket.socket, IPAddress]:

@@ -14,12 +14,10 @@ import fcntl
 import os
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 CHUNK = 1 << 20
 F_SETPIPE_SZ = 1031
-# Two threads per open tunnel; a browser opens a few dozen connections at most.
-_PUMPS = ThreadPoolExecutor(max_workers=512, thread_name_prefix="egress-pump")
 
 
 class SocketReader:
@@ -85,10 +83,21 @@ def _pump(source: socket.socket, sink: socket.socket, idle: float) -> int:
 
 
 async def tunnel(client: socket.socket, upstream: socket.socket, idle: float) -> tuple[int, int]:
-    """Carry both directions until both end; (bytes up, bytes down)."""
+    """Carry both directions until both end; (bytes up, bytes down). Daemon threads: a process that
+    exits never waits for a tunnel (shutting a socket down ends its pump at once)."""
     loop = asyncio.get_running_loop()
     for sock in (client, upstream):
         sock.setblocking(True)
-    up = loop.run_in_executor(_PUMPS, _pump, client, upstream, idle)
-    down = loop.run_in_executor(_PUMPS, _pump, upstream, client, idle)
+
+    def run(source: socket.socket, sink: socket.socket) -> asyncio.Future[int]:
+        done: asyncio.Future[int] = loop.create_future()
+
+        def pump() -> None:
+            moved = _pump(source, sink, idle)
+            loop.call_soon_threadsafe(done.set_result, moved)
+
+        threading.Thread(target=pump, name="egress-pump", daemon=True).start()
+        return done
+
+    up, down = run(client, upstream), run(upstream, client)
     return await up, await down
