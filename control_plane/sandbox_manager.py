@@ -101,6 +101,22 @@ class SandboxManager:
                 self._sandboxes[session_id] = sandbox
             return sandbox
 
+    def fork(self, session_id: str, child_id: str) -> Sandbox | None:
+        """Give `child_id` a copy of the session's sandbox when it has one and its backend can fork
+        (`Sandbox.fork`); None when not, and the child gets a fresh sandbox on first use."""
+        parent = self.peek(session_id)
+        fork = getattr(parent, "fork", None)
+        if parent is None or fork is None:
+            return None
+        try:
+            sandbox: Sandbox = fork()
+        except SandboxError as exc:  # UnsupportedSpec on a backend without snapshots, or a failed copy
+            log.info("session %s: no fork of %s (%s); a fresh sandbox instead", session_id, parent.id, exc)
+            return None
+        with self._lock:
+            self._sandboxes[child_id] = sandbox
+        return sandbox
+
     def pop_notices(self) -> list[str]:
         with self._lock:
             notices, self.notices = self.notices, []

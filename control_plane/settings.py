@@ -22,7 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from backends import ModalConfig, SandboxSpec, SSHConfig
+from backends import ModalConfig, Mount, SandboxSpec, SSHConfig
 
 from .keys import load_env_file
 
@@ -205,10 +205,36 @@ class NetworkSettings(BaseModel):
     """Seconds the egress proxy waits to resolve and connect to an upstream."""
     idle_timeout: float = Field(300.0, gt=0)
     """Seconds a proxied connection may carry nothing either way before it is closed."""
-    ask_timeout: float = Field(120.0, gt=0)
-    """Seconds the user has to answer the agent's request for a host or a port; no answer is no."""
     expose_bind: str = "127.0.0.1"
     """Host address exposed ports listen on (loopback only by default; 0.0.0.0 for every interface)."""
+
+
+class SkillInstallSettings(BaseModel):
+    """Fetching skills from outside (control_plane/skills/sources.py): the limits on what a source holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    """Bytes a download, an archive's contents or a fetched tree may hold."""
+    max_files: int = Field(5_000, gt=0)
+    """Entries an archive or a fetched tree may hold."""
+
+
+class AgentSettings(BaseModel):
+    """Delegation to child agents, the plan and questions to the user (agent/delegation.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_children: int = Field(4, ge=1, le=16)
+    """Most tasks one delegate call may run (in parallel)."""
+    max_depth: int = Field(2, ge=1, le=5)
+    """Levels of agents, the user's own included: 2 lets it delegate and its children not."""
+    child_iterations: int = Field(50, ge=1)
+    """A child's model calls unless the call asks fewer; never more than its parent has left."""
+    child_timeout: float = Field(900.0, gt=0)
+    """Seconds a child may run before it is interrupted and reported failed."""
+    question_timeout: float = Field(300.0, gt=0)
+    """Seconds a question to the user (clarify) waits for an answer before it counts as none."""
 
 
 class APISettings(BaseModel):
@@ -216,6 +242,73 @@ class APISettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = 8765
+
+
+class OpenAISettings(BaseModel):
+    """The OpenAI-compatible endpoint under /v1 of `hermetic serve` (control_plane/api/openai)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_id: str = Field("hermetic", min_length=1, max_length=256)
+    """The model id /v1/models lists for this profile's agent (any model name a client sends is answered)."""
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    """Browser origins (scheme://host:port) allowed to call /v1; any other Origin is refused."""
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
+class MCPSettings(BaseModel):
+    """`hermetic mcp serve` (control_plane/mcp)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_seconds: float = Field(900.0, gt=0)
+    """An MCP session's sandbox unused this long is closed (the next call gets a fresh one)."""
+    host: str = "127.0.0.1"
+    """Where `mcp serve --http` listens."""
+    port: int = Field(8766, ge=0, le=65535)
+
+
+MCP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+class MCPServerConfig(BaseModel):
+    """An MCP server the agent uses: its tools join as mcp_<server>_<tool>. A stdio server (`command`)
+    runs inside a sandbox of its own unless `host` is set; an HTTP server (`url`) is reached from here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = None
+    """The program to start (stdio), e.g. python3 or npx."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    """Variables the server gets, by value. It gets nothing else of this process's environment..."""
+    env_allow: list[str] = []
+    """...except these names, copied from it when set."""
+    url: str | None = None
+    """A streamable HTTP server's URL, instead of a command."""
+    headers: dict[str, str] = {}
+    """HTTP: headers sent with every request (an API key)."""
+    include: list[str] = []
+    """Only these tools (names as the server gives them); empty: all."""
+    exclude: list[str] = []
+    timeout: float = Field(60.0, gt=0)
+    """Seconds for each call; past it the call fails and the server is restarted on the next one."""
+    start_timeout: float = Field(60.0, gt=0)
+    """Seconds for starting (a sandbox, an interpreter importing its SDK) and the protocol's handshake."""
+    host: bool = False
+    """Run a stdio server on this machine instead of in a sandbox (it then sees the host: a warning)."""
+    mounts: list[Mount] = []
+    """Host directories the server's sandbox mounts (read-only unless said), e.g. its installed code."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has either a command (stdio) or a url (HTTP)")
+        return self
 
 
 class Settings(BaseSettings):
@@ -241,8 +334,11 @@ class Settings(BaseSettings):
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     pool: PoolSettings = PoolSettings()
     """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
-    toolsets: Annotated[list[str], NoDecode] = ["terminal", "files", "memory", "recall", "skills"]
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, network."""
+    toolsets: Annotated[list[str], NoDecode] = [
+        "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
+    ]  # fmt: skip
+    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
+    clarify, network."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
@@ -253,7 +349,25 @@ class Settings(BaseSettings):
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
     network: NetworkSettings = NetworkSettings()
-    """HERMETIC_NETWORK__ASK_TIMEOUT=120, ...; toolset "network" lets the agent ask for hosts and ports."""
+    """HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...; toolset "network" lets the agent ask for hosts, ports."""
+    skill_install: SkillInstallSettings = SkillInstallSettings()
+    """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
+    agent: AgentSettings = AgentSettings()
+    """HERMETIC_AGENT__MAX_CHILDREN=4, HERMETIC_AGENT__MAX_DEPTH=2, HERMETIC_AGENT__CHILD_ITERATIONS=50"""
+    openai: OpenAISettings = OpenAISettings()
+    """HERMETIC_OPENAI__MODEL_ID=hermetic, HERMETIC_OPENAI__ALLOWED_ORIGINS=http://localhost:3000"""
+    mcp: MCPSettings = MCPSettings()
+    """HERMETIC_MCP__IDLE_SECONDS=900, HERMETIC_MCP__PORT=8766"""
+    mcp_servers: dict[str, MCPServerConfig] = {}
+    """The MCP servers whose tools the agent gets (`hermetic mcp add|remove|list|test`)."""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, MCPServerConfig]) -> dict[str, MCPServerConfig]:
+        for name in value:
+            if not MCP_NAME.match(name):
+                raise ValueError(f"MCP server name {name!r}: 1-32 characters of a-z, 0-9, '-' and '_'")
+        return value
 
     @field_validator("profile")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -84,6 +85,9 @@ class Server:
             "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),
             "proc.wait": lambda req, id, timeout=30.0: self.procs.get(id).wait(float(timeout)),
             "proc.write": self.proc_write,
+            "proc.attach": lambda req, id, offset=0: self.procs.get(id).attach(
+                int(offset), lambda data: req.notify("proc.output", {"data": _b64(data)})
+            ),
             "proc.kill": self.proc_kill,
             "proc.list": lambda req: {"processes": self.procs.list()},
             "fs.read": _plain(self.files.read),
@@ -304,8 +308,9 @@ class Server:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         log_limit: int = 1 << 20,
+        separate_stderr: bool = False,
     ) -> dict[str, Any]:
-        return self.procs.spawn(command, cwd, env, int(log_limit))
+        return self.procs.spawn(command, cwd, env, int(log_limit), bool(separate_stderr))
 
     def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> dict[str, Any]:
         self.procs.get(id).write(data, eof)
@@ -317,6 +322,10 @@ class Server:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from exc
         return self.procs.get(id).kill(signum, float(wait))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _plain(fn: Callable[..., Any]) -> Callable[..., Any]:

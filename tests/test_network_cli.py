@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pexpect
 import pytest
 import yaml
 from conftest import get_backend
@@ -44,6 +45,7 @@ def web() -> Iterator[int]:
 
 
 def hermetic(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`hermetic ARGS` from a pipe: no terminal, so nobody can answer a question."""
     return subprocess.run(
         [sys.executable, "-m", "control_plane", *args],
         input=stdin,
@@ -87,13 +89,29 @@ def _tool_results(fake_llm: Any) -> list[str]:
     return [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
 
 
+def terminal(*args: str, env: dict[str, str]) -> pexpect.spawn:
+    """`hermetic ARGS` on a pseudo-terminal, as a user runs it (questions are answered on a terminal)."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "control_plane", *args],
+        env=env,
+        encoding="utf-8",
+        timeout=180,
+        dimensions=(50, 250),
+    )
+
+
 def test_a_refused_host_is_asked_for_at_the_prompt_and_allowed_once(
     env: dict[str, str], fake_llm: Any, web: int
 ) -> None:
     fake_llm.load(_script(web))
-    done = hermetic("run", "fetch the greeting", env=env, stdin="once\n")
-    assert done.returncode == 0, done.stderr
-    assert f"The agent asks to reach 127.0.0.1:{web}: to fetch the greeting [once/always/no]" in done.stderr
+    run = terminal("run", "fetch the greeting", env=env)
+    run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}: to fetch the greeting")
+    run.expect_exact("[1] once  [2] always  [3] no")
+    run.sendline("once")
+    run.expect(pexpect.EOF)
+    run.close()
+    assert run.exitstatus == 0, run.before
     refused, granted, fetched = _tool_results(fake_llm)
     assert (
         f"egress refused: 127.0.0.1:{web}: an IP address is refused unless a CIDR rule covers it" in refused
@@ -112,28 +130,42 @@ def test_a_refused_host_is_asked_for_at_the_prompt_and_allowed_once(
     assert "denied (ip-literal)" in table.stdout and "allowed 127.0.0.1" in table.stdout
 
 
-def test_always_adds_the_host_to_the_profile_and_end_of_input_is_no(
+def test_always_adds_the_host_to_the_profile_and_no_terminal_is_no(
     env: dict[str, str], fake_llm: Any, web: int
 ) -> None:
+    config = Path(env["HERMETIC_ROOT"]) / "config.yaml"
+    config.write_text("# the operator's own note, kept\nsandbox:\n  memory: 1g\n")
     fake_llm.load(_script(web))
-    assert hermetic("run", "fetch", env=env, stdin="sometimes\nalways\n").returncode == 0
-    config = yaml.safe_load((Path(env["HERMETIC_ROOT"]) / "config.yaml").read_text())
-    assert config == {"sandbox": {"allow": [f"127.0.0.1:{web}"]}}
+    run = terminal("run", "fetch", env=env)
+    run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}")
+    run.sendline("sometimes")
+    run.expect_exact("answer one of: once, always, no")
+    run.sendline("2")  # a choice by its number
+    run.expect(pexpect.EOF)
+    run.close()
+    assert run.exitstatus == 0, run.before
+    assert "# the operator's own note, kept" in config.read_text()
+    assert yaml.safe_load(config.read_text()) == {"sandbox": {"memory": "1g", "allow": [f"127.0.0.1:{web}"]}}
     assert "hello from the host" in _tool_results(fake_llm)[2]
 
     fake_llm.load(_script(web))
-    no_answer = hermetic("run", "fetch", env={**env, "HERMETIC_SANDBOX__ALLOW": "[]"}, stdin="")
-    assert no_answer.returncode == 0, no_answer.stderr
+    piped = hermetic("run", "fetch", env={**env, "HERMETIC_SANDBOX__ALLOW": "[]"}, stdin="once\n")
+    assert piped.returncode == 0, piped.stderr
     results = _tool_results(fake_llm)
     assert results[1] == f"the user did not allow 127.0.0.1:{web}; do without it"
     assert "hello from the host" not in results[2]
 
 
-def test_chat_asks_at_its_prompt_between_messages(env: dict[str, str], fake_llm: Any, web: int) -> None:
+def test_chat_asks_for_a_host_between_messages(env: dict[str, str], fake_llm: Any, web: int) -> None:
     fake_llm.load(_script(web))
-    done = hermetic("chat", env=env, stdin="fetch the greeting\nonce\n/exit\n")
-    assert done.returncode == 0, done.stderr
-    assert f"The agent asks to reach 127.0.0.1:{web}" in done.stderr
+    chat = terminal("chat", env=env)
+    chat.expect_exact("›")
+    chat.sendline("fetch the greeting")
+    chat.expect_exact(f"The agent asks to reach 127.0.0.1:{web}")
+    chat.sendline("once")
+    chat.expect_exact("fetched")
+    chat.sendline("/exit")
+    chat.expect(pexpect.EOF)
     assert "hello from the host" in _tool_results(fake_llm)[2]
 
 

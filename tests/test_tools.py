@@ -12,7 +12,7 @@ from conftest import get_backend
 
 from backends import Sandbox, SandboxSpec
 from control_plane.agent.agent import _repair
-from control_plane.agent.loop import _groups
+from control_plane.agent.calls import groups
 from control_plane.models.router import ToolCall
 from control_plane.safety.redaction import Redactor, clip
 from control_plane.settings import Limits
@@ -142,7 +142,7 @@ def test_parallel_safe_neighbours_are_grouped() -> None:
     tools = TOOLS.select(["terminal", "files"])
     names = ["read_file", "search_files", "terminal", "read_file", "list_files", "write_file", "unknown"]
     calls = [ToolCall(id=str(i), name=name, arguments="{}") for i, name in enumerate(names)]
-    assert [[c.name for c in group] for group in _groups(calls, tools)] == [
+    assert [[c.name for c in group] for group in groups(calls, tools)] == [
         ["read_file", "search_files"],
         ["terminal"],
         ["read_file", "list_files"],

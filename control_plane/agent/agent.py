@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..tools.todo import replay
 from .base import AgentBase
 from .loop import Conversation
 
@@ -31,6 +32,8 @@ class Agent(AgentBase):
             raise KeyError(session_id)
         conversation = Conversation(self, session_id, _repair(self.store.history(session_id)))
         conversation.rebuild_system = self.system_prompt
+        calls = self.store.tool_calls(session_id)
+        conversation.todo[:] = replay((call.tool, call.arguments, call.ok) for call in calls)
         return conversation
 
 

@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends import SandboxError
 
@@ -26,6 +26,9 @@ from .event_log import EventLog
 from .learning import Background
 from .prompt import system_prompt
 from .status import Status
+
+if TYPE_CHECKING:
+    from ..tools.mcp_client import McpServers
 
 log = logging.getLogger("hermetic.agent")
 
@@ -48,6 +51,13 @@ class AgentBase:
         self.sandboxes = sandboxes or SandboxManager(settings)
         self.registry = registry
         self.tools = registry.select(settings.toolsets)
+        self.mcp: McpServers | None = None
+        """The configured MCP servers, whose tools join `tools` (the SDK loads only when there are some)."""
+        if settings.mcp_servers:
+            from ..tools.mcp_client import McpServers
+
+            self.mcp = McpServers(settings, self.sandboxes)
+            self.tools.update(self.mcp.tools())
         self.redact = Redactor(_known_secrets(settings))
         self.writer = _Writer()
         self.event_log = EventLog(settings.home)
@@ -67,9 +77,11 @@ class AgentBase:
         return "\n\n".join(section for section in sections if section)
 
     def problems(self) -> list[str]:
-        """What to tell the user when a session starts: withheld memory entries and persona lines."""
+        """What to tell the user when a session starts: withheld memory entries and persona lines, MCP
+        servers that did not start."""
         persona = load_persona(self.settings.home)
-        return self.memory.problems() + (persona.problems(soul_path(self.settings.home)) if persona else [])
+        found = self.memory.problems() + (persona.problems(soul_path(self.settings.home)) if persona else [])
+        return found + (self.mcp.problems if self.mcp else [])
 
     def status(self) -> Status:
         """What surfaces show when a session opens (`hermetic chat`, `run`, /health)."""
@@ -94,6 +106,8 @@ class AgentBase:
     def close(self) -> None:
         """Finish background reviews, release the sandboxes, flush the database writes."""
         self.background.close()
+        if self.mcp is not None:
+            self.mcp.close()
         self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
         self.event_log.close()

@@ -12,6 +12,11 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 class _Event(BaseModel):
     session_id: str = ""
+    delegate_call: str = ""
+    """Set on the events of a child agent's session, forwarded on its parent's stream: the parent's
+    delegate call (`ToolStart.call_id`) the child works for. Empty for the session's own events."""
+    depth: int = 0
+    """0 for the user's own session, 1 for its children, 2 for theirs."""
 
 
 class TextDelta(_Event):
@@ -116,7 +121,57 @@ class Answered(_Event):
     type: Literal["answered"] = "answered"
     id: str
     answer: str | None
-    by: Literal["user", "timeout", "interrupt"]
+    by: Literal["user", "timeout", "interrupt", "nobody"]
+    """nobody: no one can answer here (`hermetic run` without a terminal)."""
+
+
+ChildStatus = Literal["done", "failed", "out_of_budget", "interrupted"]
+
+
+class ChildStart(_Event):
+    """A delegate call started a child agent: its own session and sandbox. Its events follow, each
+    with `delegate_call` set to `call_id` and `session_id` the child's."""
+
+    type: Literal["child_start"] = "child_start"
+    call_id: str
+    """The parent's delegate call."""
+    child_id: str
+    """The child's session."""
+    index: int
+    """The task's place in the call's batch, from 1."""
+    goal: str
+    sandbox: Literal["fork", "fresh"]
+    """fork: a copy of the parent's sandbox; fresh: a new, empty one."""
+
+
+class ChildEnd(_Event):
+    """A child agent finished; `summary` is all its parent sees of its work."""
+
+    type: Literal["child_end"] = "child_end"
+    call_id: str
+    child_id: str
+    index: int
+    status: ChildStatus
+    summary: str
+    iterations: int = 0
+    files: str = ""
+    """What came back into the parent's workspace (return: files), or why nothing did."""
+
+
+TodoStatus = Literal["pending", "in_progress", "done"]
+
+
+class TodoItem(BaseModel):
+    id: str = Field(min_length=1, max_length=40, description="A short stable id, e.g. '1' or 'tests'.")
+    content: str = Field(min_length=1, max_length=500, description="What this step does.")
+    status: TodoStatus = Field("pending", description="pending, in_progress or done.")
+
+
+class Todo(_Event):
+    """The agent's plan changed (the todo tool): the whole plan, in order."""
+
+    type: Literal["todo"] = "todo"
+    items: list[TodoItem]
 
 
 class TurnEnd(_Event):
@@ -141,6 +196,9 @@ Event = Annotated[
     | Error
     | Question
     | Answered
+    | ChildStart
+    | ChildEnd
+    | Todo
     | TurnEnd,
     Field(discriminator="type"),
 ]

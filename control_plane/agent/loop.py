@@ -8,7 +8,6 @@ run (the model call is cancelled, running commands are interrupted, the history 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -19,13 +18,18 @@ from typing import Any
 from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
 from ..safety.redaction import clip
 from ..tools import Tool, ToolContext, ToolResult, invoke
+from ..tools.todo import plan_block
 from .base import AgentBase
+from .budget import Budget
+from .calls import groups, parsed, wire_call
 from .compression import Compressor
+from .delegation import delegate_batch, may_delegate
 from .events import (
     AssistantMessage,
     Error,
     Event,
     Notice,
+    TodoItem,
     ToolEnd,
     ToolProgress,
     ToolStart,
@@ -81,9 +85,20 @@ class Conversation:
         self.compressor = Compressor(agent.settings.compression, agent.router)
         self.questions = Questions()
         """What the running turn waits for the user to answer (approvals, clarifications)."""
-        self.rebuild_system: Callable[[], str] | None = None
+        system = history[0]["content"] if history else ""
+        self.rebuild_system: Callable[[], str] = lambda: system
         """After a compression the system prompt is rebuilt with this (fresh memory: the prefix cache is
-        lost then anyway); None keeps the current one."""
+        lost then anyway), and the plan added to it."""
+        self.todo: list[TodoItem] = []
+        """The plan of the todo tool, kept across turns."""
+        # a delegate call's child: depth 0 is the user's own conversation; a child's model calls per turn
+        # (else limits.max_iterations) are spent from its parent's turn budget too
+        self.depth = 0
+        self.max_iterations: int | None = None
+        self.parent_budget: Budget | None = None
+        self.children: set[Conversation] = set()
+        """The children a running delegate call started (an interrupt reaches them)."""
+        self._budget = Budget(1)  # the running turn's, which a delegate call draws on (set by _turn)
 
     @classmethod
     def open(
@@ -95,8 +110,10 @@ class Conversation:
         parent_id: str | None = None,
         system: str | None = None,
         toolsets: list[str] | None = None,
+        learns: bool | None = None,
     ) -> Conversation:
-        """A new session of `agent`. A fork (a learning review) passes its own system prompt and toolsets."""
+        """A new session of `agent`. A review fork or a delegated child passes its own system prompt and
+        toolsets; `learns` (default: only with the agent's own tools) says whether it is not a fork."""
         record = agent.store.create_session(
             agent.settings.profile,
             title=title,
@@ -107,7 +124,8 @@ class Conversation:
         prompt = {"role": "system", "content": agent.system_prompt(system)}
         agent.store.add_message(record.id, prompt)
         tools = agent.registry.select(toolsets) if toolsets is not None else agent.tools
-        conversation = cls(agent, record.id, [prompt], tools=tools, learns=toolsets is None)
+        learning = toolsets is None if learns is None else learns
+        conversation = cls(agent, record.id, [prompt], tools=tools, learns=learning)
         conversation.notices += agent.problems()
         conversation.rebuild_system = lambda: agent.system_prompt(system)
         return conversation
@@ -134,6 +152,8 @@ class Conversation:
             self._cancelled.set()
             self._loop.call_soon_threadsafe(self._interrupt_async.set)
         self.questions.cancel_all()
+        for child in list(self.children):
+            child.interrupt()
         threading.Thread(target=self.agent.sandboxes.interrupt, args=(self.id,), daemon=True).start()
         return True
 
@@ -174,8 +194,9 @@ class Conversation:
         loop = self._loop
 
         def emit_event(event: Event) -> None:
-            event.session_id = self.id
-            self.agent.event_log.write(event)
+            event.session_id = event.session_id or self.id
+            if event.session_id == self.id:  # a child's events are logged by the child
+                self.agent.event_log.write(event)
             emit(event)
 
         def emit_threadsafe(event: Event) -> None:
@@ -251,8 +272,11 @@ class Conversation:
         self.notices = []
         self._append({"role": "user", "content": text})
         emit(UserMessage(content=text))
-        limit = agent.settings.limits.max_iterations
-        for iteration in range(1, limit + 1):
+        limit = self.max_iterations or agent.settings.limits.max_iterations
+        self._budget = budget = Budget(limit, self.parent_budget)
+        iteration = 0
+        while budget.take():
+            iteration += 1
             if not await self._compress(emit):
                 return TurnEnd(reason="interrupted", iterations=iteration)
             reply = await self._model_step(emit)
@@ -263,7 +287,7 @@ class Conversation:
                 return TurnEnd(reason="error", iterations=iteration)
             message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
             if reply.tool_calls:
-                message["tool_calls"] = [_wire_call(call) for call in reply.tool_calls]
+                message["tool_calls"] = [wire_call(call) for call in reply.tool_calls]
             self._append(
                 message,
                 model=reply.model,
@@ -286,13 +310,9 @@ class Conversation:
             for steer in steers:
                 self._append({"role": "user", "content": steer})
                 emit(UserMessage(content=steer, steer=True))
-        emit(
-            Notice(
-                message=f"stopped after {limit} model calls (limits.max_iterations); "
-                "send another message to continue"
-            )
-        )
-        return TurnEnd(reason="budget", iterations=limit)
+        why = "its delegated budget" if self.depth else "limits.max_iterations"
+        emit(Notice(message=f"stopped after {iteration} model calls ({why}); send another message to go on"))
+        return TurnEnd(reason="budget", iterations=iteration)
 
     async def _compress(self, emit: Emit) -> bool:
         """Compress the history sent to the model if it nears the window (the database keeps all of it).
@@ -308,8 +328,9 @@ class Conversation:
         compression = work.result()
         if compression is not None:
             self.history = compression.messages
-            if self.rebuild_system is not None:
-                self.history[0] = {"role": "system", "content": self.rebuild_system()}
+            plan = plan_block(self.todo)
+            system = self.rebuild_system() + (f"\n\n{plan}" if plan else "")
+            self.history[0] = {"role": "system", "content": system}
             emit(Notice(message=compression.notice))
         return True
 
@@ -350,7 +371,7 @@ class Conversation:
             async with limit:
                 results[call.id] = await self._call_tool(call, emit, emit_threadsafe)
 
-        for group in _groups(calls, self.tools):
+        for group in groups(calls, self.tools):
             if self._cancelled.is_set():
                 break
             await asyncio.gather(*(one(call) for call in group))
@@ -361,7 +382,7 @@ class Conversation:
     async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
         agent = self.agent
         tool = self.tools.get(call.name)
-        emit(ToolStart(call_id=call.id, name=call.name, arguments=_parsed(call.arguments)))
+        emit(ToolStart(call_id=call.id, name=call.name, arguments=parsed(call.arguments)))
         ctx = ToolContext(
             session_id=self.id,
             call_id=call.id,
@@ -376,13 +397,18 @@ class Conversation:
             notify=lambda message: emit_threadsafe(Notice(message=message)),
             turn_state=self._turn_state,
             proposer="review" if self.forked else "agent",
-            ask=lambda **question: self.questions.ask(emit_threadsafe, **question),
+            ask=lambda **question: self.questions.ask(
+                emit_threadsafe, **{"timeout": agent.settings.agent.question_timeout, **question}
+            ),
+            emit=emit_threadsafe,
+            todo=self.todo,
+            delegate=self._delegator(call.id, emit_threadsafe),
             settings=agent.settings,
         )
         started = time.perf_counter()
         result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)
         duration = (time.perf_counter() - started) * 1000
-        self._turn_record.tool_done(call.name, result.ok, _parsed(call.arguments))
+        self._turn_record.tool_done(call.name, result.ok, parsed(call.arguments))
         for notice in notices:
             emit(Notice(message=notice))
         prefix = "".join(f"[notice: {notice}]\n" for notice in notices)
@@ -398,6 +424,12 @@ class Conversation:
             )
         )
         return content
+
+    def _delegator(self, call_id: str, emit: Emit) -> Callable[[Any], ToolResult] | None:
+        """The delegate call's runner, when this conversation may start children (agent.max_depth)."""
+        if not may_delegate(self.agent.settings.agent.max_depth, self.depth):
+            return None
+        return lambda args: delegate_batch(self, call_id, args, self._budget, emit, self._cancelled)
 
     def _execute(
         self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext
@@ -419,7 +451,7 @@ class Conversation:
             self.id,
             call_id=call.id,
             tool=call.name,
-            arguments=_parsed(call.arguments),
+            arguments=parsed(call.arguments),
             backend=agent.sandboxes.backend.name if sandbox else None,
             sandbox_id=sandbox.id if sandbox else None,
             started_at=started_at,
@@ -454,30 +486,3 @@ class Conversation:
         """The session is over: release its sandbox and mark it ended."""
         self.agent.sandboxes.release(self.id)
         self.agent.store.update_session(self.id, ended_at=time.time())
-
-
-def _groups(calls: list[ToolCall], tools: dict[str, Tool[Any]]) -> list[list[ToolCall]]:
-    """Consecutive parallel-safe calls form one group; every other call is a group of its own."""
-    groups: list[list[ToolCall]] = []
-    joinable = False
-    for call in calls:
-        tool = tools.get(call.name)
-        safe = tool is not None and tool.parallel_safe
-        if safe and joinable:
-            groups[-1].append(call)
-        else:
-            groups.append([call])
-        joinable = safe
-    return groups
-
-
-def _parsed(arguments: str) -> dict[str, Any] | str:
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        return arguments
-    return value if isinstance(value, dict) else arguments
-
-
-def _wire_call(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}

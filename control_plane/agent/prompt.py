@@ -20,6 +20,14 @@ process tool.
 - When the task is done, answer with a short report of what you did and what you found."""
 
 
+PLANNING = {
+    "todo": "- For work of several steps, keep a short plan with the todo tool and update it as you go.",
+    "delegate": "- Hand independent, self-contained pieces of work to child agents with delegate (a batch "
+    "runs in parallel, each in its own sandbox); give each the context it needs.",
+    "clarify": "- Ask the user (clarify) only when you cannot go on well without their decision.",
+}
+
+
 def system_prompt(settings: Settings) -> str:
     spec = settings.sandbox
     network = {
@@ -31,4 +39,5 @@ def system_prompt(settings: Settings) -> str:
         f"The sandbox: workspace {spec.workdir} (your files live there and persist for this session), "
         f"{network}, {spec.cpus:g} CPU, {spec.memory} memory. Tools enabled: {', '.join(settings.toolsets)}."
     )
-    return f"{IDENTITY}\n\n{sandbox}\n\n{WORKING}"
+    planning = "".join(f"\n{line}" for name, line in PLANNING.items() if name in settings.toolsets)
+    return f"{IDENTITY}\n\n{sandbox}\n\n{WORKING}{planning}"

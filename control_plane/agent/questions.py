@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .events import Answered, Event, Question, QuestionKind
 
@@ -21,6 +22,7 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     answer: str | None = None
     answered: bool = False
+    ended_by: Literal["interrupt", "nobody"] = "interrupt"
 
 
 class Questions:
@@ -58,7 +60,7 @@ class Questions:
         finally:
             with self._lock:
                 self._open.pop(question.id, None)
-        by = "user" if pending.answered else ("interrupt" if finished else "timeout")
+        by = "user" if pending.answered else pending.ended_by if finished else "timeout"
         emit(Answered(id=question.id, answer=pending.answer, by=by))
         return pending.answer
 
@@ -72,6 +74,17 @@ class Questions:
             if question.choices and answer not in question.choices:
                 raise ValueError(f"answer one of: {', '.join(question.choices)}")
             pending.answer, pending.answered = answer, True
+        pending.done.set()
+        return True
+
+    def decline(self, question_id: str) -> bool:
+        """End the wait with no answer because no one can give one here (`hermetic run` without a
+        terminal); False when the question is not open."""
+        with self._lock:
+            pending = self._open.get(question_id)
+            if pending is None:
+                return False
+            pending.ended_by = "nobody"
         pending.done.set()
         return True
 

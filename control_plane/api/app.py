@@ -15,11 +15,14 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 
 from .. import __version__
+from ..agent.events import Question
 from ..agent.status import Status
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .network import router as network_router
+from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
+from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .tokens import TokenStore
 
@@ -44,16 +47,16 @@ class Posted(BaseModel):
     """Follow /events?after=this to get exactly this message's events."""
 
 
+class QuestionAnswer(BaseModel):
+    answer: str = Field(min_length=1, max_length=10_000)
+    """One of the question's choices (an approval: once, always, no), or free text when it has none."""
+
+
 class Health(BaseModel):
     status: str
     version: str
     profile: Status | None = None
     """The caller's profile (with a valid bearer token only)."""
-
-
-class QuestionAnswer(BaseModel):
-    answer: str = Field(min_length=1, max_length=10_000)
-    """One of the question's choices (an approval: once, always, no), or free text when it has none."""
 
 
 class SessionDetail(BaseModel):
@@ -80,8 +83,10 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.state.hub = hub
     app.state.tokens = tokens
 
+    app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
     app.include_router(network_router)
+    app.include_router(openai_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:
@@ -140,15 +145,25 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     def interrupt(live: Live) -> dict[str, bool]:
         return {"interrupted": live.conversation.interrupt()}
 
-    @app.post("/sessions/{session_id}/questions/{question_id}")
+    @app.get("/sessions/{session_id}/questions")
+    def open_questions(live: Live) -> list[Question]:
+        """The questions the running turn waits on (also sent as `question` events)."""
+        return live.conversation.questions.open()
+
+    @app.post(
+        "/sessions/{session_id}/questions/{question_id}",
+        responses={404: {"description": "No such open question"}, 422: {"description": "Not a choice"}},
+    )
     def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
-        """Answer a `question` event of the running turn (an approval for a host or a port)."""
+        """Answer a question of the running turn (a clarification, an approval) by its id."""
         try:
             answered = live.conversation.answer(question_id, body.answer)
         except ValueError as exc:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
         if not answered:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no open question {question_id}")
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"no open question {question_id} (answered or timed out)"
+            )
         return {"answered": True}
 
     @app.post("/sessions/{session_id}/close")

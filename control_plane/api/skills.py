@@ -10,7 +10,8 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
 from ..skills.curation import duplicates, unmerge
-from ..skills.library import SkillError, SkillInfo, SkillLibrary, UnknownSkill
+from ..skills.library import SkillError, SkillLibrary, UnknownSkill
+from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
 from .profiles import Auth
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import signal
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from ..agent.agent import Agent
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
-from .questions import PromptingEmit
+from .answers import TerminalAnswers
 from .render import EventPrinter
 
 console = Console(highlight=False)
@@ -53,7 +54,8 @@ def agent_settings(
 
 
 async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
-    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits."""
+    """One turn; the first Ctrl-C interrupts it (the session lives on), a second one quits. Questions
+    are answered at the terminal; without one, they get no answer."""
     loop = asyncio.get_running_loop()
     presses = 0
 
@@ -65,11 +67,18 @@ async def drive(conversation: Conversation, text: str, emit: Any) -> TurnEnd:
         err.print("\n[yellow]interrupting… (Ctrl-C again to quit)[/]")
         conversation.interrupt()
 
+    answers = TerminalAnswers(conversation, err)
+
+    def emit_and_answer(event: Event) -> None:
+        emit(event)
+        answers(event)
+
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        return await conversation.run(text, emit)
+        return await conversation.run(text, emit_and_answer)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        answers.close()
 
 
 def finish(conversation: Conversation, agent: Agent) -> None:
@@ -101,7 +110,7 @@ def run(
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
     err.print(f"[dim]{escape(agent.status().line())}[/]")
-    emit = PromptingEmit(_json_line if json_events else EventPrinter(console), conversation, err)
+    emit = _json_line if json_events else EventPrinter(console)
     try:
         end = asyncio.run(drive(conversation, task, emit))
     finally:
@@ -133,7 +142,7 @@ def chat(
     if resume:
         turns = sum(1 for m in conversation.history if m["role"] == "user")
         err.print(f"[dim]resumed session {conversation.id} ({turns} earlier message(s))[/]")
-    printer = PromptingEmit(EventPrinter(console), conversation, err)
+    printer = EventPrinter(console)
     try:
         while True:
             try:
@@ -279,10 +288,21 @@ def serve(
 
     settings = load_settings()
     tokens = TokenStore(settings.root)
+    host = host or settings.api.host
     if not tokens.list():
+        if not _loopback(host):  # a first token printed to a console is for a local user, not a network
+            err.print(f"refusing to listen on {host} with no API token: run `hermetic token create` first")
+            raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    uvicorn.run(create_app(settings.root), host=host or settings.api.host, port=port or settings.api.port)
+    uvicorn.run(create_app(settings.root), host=host, port=port or settings.api.port)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(app: typer.Typer) -> None:

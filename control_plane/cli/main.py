@@ -11,7 +11,7 @@ import typer
 from ..keys import KeyFileError
 from . import agent as agent_cli
 from . import config as config_cli
-from . import demo, dev, doctor, network
+from . import demo, dev, doctor, mcp, network, skill_sources
 from . import sandbox as sandbox_cli
 from . import setup as setup_cli
 from . import skills as skills_cli
@@ -28,6 +28,8 @@ app.command("setup")(setup_cli.setup)
 app.add_typer(config_cli.config_app, name="config")
 app.add_typer(config_cli.model_app, name="model")
 app.add_typer(config_cli.persona_app, name="persona")
+skill_sources.register(skills_cli.app)
+app.add_typer(mcp.app, name="mcp")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 

@@ -1,5 +1,6 @@
 """How the CLI shows a run's events: the reply streams as it is written, tool calls as one line each
-with their live output dimmed underneath, then a status line."""
+with their live output dimmed underneath, then a status line. A delegate call's children show as one
+line per tool call under the call, indented by depth; the plan (todo) and questions as they come."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..agent.events import (
+    Answered,
     AssistantMessage,
+    ChildEnd,
+    ChildStart,
     Error,
     Event,
     Notice,
+    Question,
     TextDelta,
+    Todo,
     ToolEnd,
     ToolProgress,
     ToolStart,
@@ -23,6 +29,7 @@ from ..agent.events import (
 )
 
 ARG_PREVIEW = 100
+MARKS = {"pending": "[dim]○[/]", "in_progress": "[yellow]◐[/]", "done": "[green]●[/]"}
 
 
 def describe_call(name: str, arguments: dict[str, object] | str) -> str:
@@ -46,6 +53,7 @@ class EventPrinter:
         self.mid_line = False
         self.cost = 0.0
         self.tokens = 0
+        self.children: dict[str, int] = {}  # a child's session -> its task number in the batch
 
     def _newline(self) -> None:
         if self.mid_line:
@@ -53,6 +61,28 @@ class EventPrinter:
             self.mid_line = False
 
     def __call__(self, event: Event) -> None:
+        if event.delegate_call:
+            self._child_event(event)
+            return
+        self._own_event(event)
+
+    def _child_event(self, event: Event) -> None:
+        """A child's step, on one line under its delegate call; its streamed pieces are not shown
+        (children run in parallel: their text would interleave)."""
+        pad = "  " * event.depth + f"[magenta]{self.children.get(event.session_id, '?')}[/]"
+        match event:
+            case ToolStart(name=name, arguments=arguments):
+                self._newline()
+                self.console.print(f"{pad} [cyan]▸ {escape(describe_call(name, arguments))}[/]")
+            case ToolEnd(ok=False, result=result):
+                self.console.print(f"{pad}   [red]✗ {escape(_gist(result))}[/]")
+            case ChildStart() | ChildEnd() | Question() | Answered() | Usage():
+                self._own_event(event)
+            case Notice(message=message) | Error(message=message):
+                self.console.print(f"{pad} [yellow]{escape(message)}[/]")
+
+    def _own_event(self, event: Event) -> None:
+        pad = "  " * event.depth
         match event:
             case TextDelta(text=text):
                 self.console.print(text, end="", markup=False, highlight=False)
@@ -89,12 +119,43 @@ class EventPrinter:
                 if self.show_user or steer:
                     self._newline()
                     self.console.print(f"[bold]{'steer' if steer else 'you'}:[/] {escape(content)}")
+            case ChildStart(child_id=child_id, index=index, goal=goal, sandbox=sandbox):
+                self._newline()
+                self.children[child_id] = index
+                self.console.print(
+                    f"{pad}  [magenta]{index}[/] [bold]child[/] ({sandbox} sandbox): {escape(_line(goal))}"
+                )
+            case ChildEnd(index=index, status=status, summary=summary, iterations=steps):
+                colour = "green" if status == "done" else "red"
+                self.console.print(
+                    f"{pad}  [magenta]{index}[/] [{colour}]{status}[/] [dim]after {steps} step(s):[/] "
+                    f"{escape(_line(summary))}"
+                )
+            case Todo(items=items):
+                self._newline()
+                done = sum(item.status == "done" for item in items)
+                self.console.print(f"[bold]plan[/] [dim]{done}/{len(items)} done[/]")
+                for item in items:
+                    self.console.print(f"  {MARKS[item.status]} {escape(item.content)}")
+            case Question(prompt=prompt, choices=choices):
+                self._newline()
+                listed = "  ".join(f"[{n}] {escape(choice)}" for n, choice in enumerate(choices, 1))
+                self.console.print(f"[bold yellow]? {escape(prompt)}[/]" + (f"  {listed}" if listed else ""))
+            case Answered(answer=answer, by=by):
+                why = {"timeout": "none in time", "interrupt": "interrupted", "nobody": "no terminal"}
+                said = escape(answer) if answer is not None else f"no answer ({why.get(by, by)})"
+                self.console.print(f"  [dim]→ {said}[/]")
             case TurnEnd(reason=reason, iterations=iterations):
                 self._newline()
                 spent = f", ${self.cost:.4f}" if self.cost else ""
                 self.console.print(
                     f"[dim]── {reason} after {iterations} step(s), {self.tokens:,} tokens{spent}[/]"
                 )
+
+
+def _line(text: str, width: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat[:width] + ("…" if len(flat) > width else "")
 
 
 def _gist(result: str) -> str:

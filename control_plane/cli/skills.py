@@ -42,15 +42,22 @@ def library() -> Iterator[SkillLibrary]:
 def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
     """Every skill with its version, verdict, state and usage."""
     with library() as skills:
+        listed = skills.list_skills(archived=archived)
+        installed = any(s.provenance for s in listed)  # the "from" column only when one came from outside
         table = Table()
         table.add_column("name", no_wrap=True)  # a name never wraps: it is what users copy
         for column in ("version", "status", "state", "runs", "success (ok/failed)", "description"):
             table.add_column(column)
-        for s in skills.list_skills(archived=archived):
+        if installed:
+            table.add_column("from")
+        for s in listed:
             state = s.state + (", pinned" if s.pinned else "")
             state += f", merged into {s.merged_into}" if s.merged_into else ""
             success = f"{s.success_rate:.0%} ({s.successes}/{s.failures})"
-            table.add_row(s.name, str(s.version), s.status, state, str(s.runs), success, s.description[:60])
+            origin = [(s.provenance or "here").removeprefix("installed from ")] if installed else []
+            table.add_row(
+                s.name, str(s.version), s.status, state, str(s.runs), success, s.description[:60], *origin
+            )
         console.print(table)
 
 

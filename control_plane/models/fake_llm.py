@@ -54,6 +54,10 @@ class Turn(BaseModel):
     """The error's message."""
     delay: float = Field(0.0, ge=0)
     """Seconds to wait before answering."""
+    match: str | None = None
+    """Answer only a request whose first user message contains this text; requests take the first turn
+    of the script not yet used that fits them. Lets agents running in parallel (a delegate call's
+    children) each follow their own part of the script."""
     drop: bool = False
     """Drop the connection mid-reply (a provider failing): after half of a stream's chunks, or, when not
     streaming, before any answer."""
@@ -115,6 +119,7 @@ class FakeLLM:
         require_key: str | None = None,
     ):
         self._turns = parse_turns(turns)
+        self._used: set[int] = set()
         self.require_key = require_key
         """When set, a request without `Authorization: Bearer <this>` gets the 401 a provider sends."""
         self._lock = threading.Lock()
@@ -142,6 +147,7 @@ class FakeLLM:
         parsed = parse_turns(turns)
         with self._lock:
             self._turns = parsed
+            self._used = set()
             self.requests = []
 
     def stop(self) -> None:
@@ -164,10 +170,15 @@ class FakeLLM:
 
     def _next(self, body: dict[str, Any]) -> tuple[int, Turn | None]:
         """Record the request; its number (from 1) and its turn, None when the script is exhausted."""
+        first_user = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "user"), "")
         with self._lock:
             self.requests.append(body)
             number = len(self.requests)
-            return number, self._turns[number - 1] if number <= len(self._turns) else None
+            for index, turn in enumerate(self._turns):
+                if index not in self._used and (turn.match is None or turn.match in str(first_user)):
+                    self._used.add(index)
+                    return number, turn
+            return number, None
 
 
 class _Server(ThreadingHTTPServer):

@@ -49,6 +49,8 @@ class Finding:
     rule: str
     excerpt: str
     """The matched text with a little context; secrets are cut short, invisible characters spelled out."""
+    line: int = 0
+    """The line (from 1) of the match in the scanned text; 0 when not known."""
 
     def __str__(self) -> str:
         return f"{self.family}/{self.rule}: {self.excerpt!r}"
@@ -386,7 +388,8 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
         if family not in chosen or not any(needle in folded for needle in needles):
             continue
         if match := pattern.search(normal):
-            found.append(Finding(family, rule, _redact(_excerpt(normal, match.start(), match.end()))))
+            excerpt = _redact(_excerpt(normal, match.start(), match.end()))
+            found.append(Finding(family, rule, excerpt, normal.count("\n", 0, match.start()) + 1))
     if "secret" in chosen:
         for kind, pattern in SECRET_SHAPES.items():
             hints = _SECRET_NEEDLES.get(kind)
@@ -394,7 +397,8 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
                 continue
             if match := pattern.search(normal):
                 secret = match.group()
-                found.append(Finding("secret", kind, secret[:6] + f"... ({len(secret)} characters)"))
+                shown = secret[:6] + f"... ({len(secret)} characters)"
+                found.append(Finding("secret", kind, shown, normal.count("\n", 0, match.start()) + 1))
     return found
 
 
@@ -411,7 +415,8 @@ def _invisible(text: str) -> list[Finding]:
                 f"<U+{ord(c):04X}>" if _INVISIBLE.match(c) else c
                 for c in text[start : match.end() + _EXCERPT]
             )
-            found[rule] = Finding("invisible-unicode", rule, _redact(shown))
+            line = text.count("\n", 0, match.start()) + 1
+            found[rule] = Finding("invisible-unicode", rule, _redact(shown), line)
     return list(found.values())
 
 

@@ -9,7 +9,8 @@ The convention for a skill's checks (the skill-writing guidance tells the model 
 - `tests/`: run as `python3 -m pytest -q tests` where the image has pytest, else
   `python3 -m unittest discover -s tests`, in the skill's directory.
 A skill may have both; both must pass. A skill with neither merges only as "unverified", and only when
-the policy allows it. Network is none unless the skill's metadata `hermetic.network` lists hosts
+the policy allows it (a skill from outside with no executable file at all, when the policy allows
+unverified instructions). Network is none unless the skill's metadata `hermetic.network` lists hosts
 ("pypi.org,files.pythonhosted.org") and the policy allows network and every one of those hosts.
 """
 
@@ -41,6 +42,11 @@ TESTS_COMMAND = (
 NO_CHECKS = (
     "no checks: add scripts/verify.sh (exit 0 when the skill works) or a tests/ directory; "
     "a skill without checks merges only as unverified, and this policy does not allow that"
+)
+
+NO_CHECKS_SCRIPTS = (
+    "no checks, but the skill ships scripts: it merges (marked unverified) only when the operator "
+    "allows unverified skills (--allow-unverified or skills.allow_unverified)"
 )
 
 
@@ -122,13 +128,18 @@ def verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
 
 
 def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verdict) -> None:
-    verdict.checks, verdict.reasons, skill = static_checks(candidate)
+    static = static_checks(candidate, policy.accept)
+    verdict.checks, verdict.reasons, verdict.accepted = static.checks, static.reasons, static.accepted
+    skill = static.skill
     if verdict.reasons or skill is None:
         return
     commands = declared_checks(candidate)
     if not commands:
-        if policy.allow_unverified:
+        if policy.allow_unverified or (policy.unverified_instructions and not static.executables):
             verdict.status = "unverified"
+        elif policy.unverified_instructions:
+            files = ", ".join(sorted(static.executables))
+            verdict.reasons.append(f"{NO_CHECKS_SCRIPTS} ({files})")
         else:
             verdict.reasons.append(NO_CHECKS)
         return

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .format import SKILL_FILE, Skill, SkillFormatError, parse_skill
-from .listing import Listing, SkillInfo
+from .format import SKILL_FILE, Skill, parse_skill
+from .listing import Listing
+from .lock import Lock
 from .model import GatePolicy, SkillError, UnknownSkill, Verdict
 from .store import SkillStore
 
@@ -64,6 +65,7 @@ class SkillLibrary(Listing):
         for area in ("library", "versions", "quarantine", "archive"):
             (root / area).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = SkillStore(root / "skills.db")
+        self.lock = Lock(root)
 
     @property
     def policy(self) -> GatePolicy:
@@ -161,21 +163,25 @@ class SkillLibrary(Listing):
         candidate = self.root / "quarantine" / name
         if not candidate.is_dir():
             raise SkillError(f"there is no candidate for {name!r} in quarantine")
-        verdict = self._verify(candidate, self.policy, self._backend())
+        verdict = self.check(candidate, self.policy)
         if note and verdict.status == "fail":  # a merged version keeps the note itself
             verdict.reasons.append(f"proposed because: {note}")
         verdict_id = self.store.add_verdict(verdict, proposer, session_id)
         if verdict.status == "fail":
             return Submission(verdict, None)
-        version = self._merge(
-            name,
-            candidate,
-            verdict,
-            verdict_id,
-            note=f"proposed by {proposer}" + (f": {note}" if note else ""),
-        )
+        why = f"proposed by {proposer}" + (f": {note}" if note else "")
+        return Submission(verdict, self.merge_candidate(name, verdict, verdict_id, why))
+
+    def check(self, candidate: Path, policy: GatePolicy) -> Verdict:
+        """Run the gate on a candidate under `policy` (an install widens the library's policy per request)."""
+        return self._verify(candidate, policy, self._backend())
+
+    def merge_candidate(self, name: str, verdict: Verdict, verdict_id: int | None, note: str) -> int:
+        """Merge the candidate in quarantine that `check` passed (an install, once the operator confirmed)."""
+        candidate = self.root / "quarantine" / name
+        version = self._merge(name, candidate, verdict, verdict_id, note=note)
         shutil.rmtree(candidate)
-        return Submission(verdict, version)
+        return version
 
     def _merge(self, name: str, source: Path, verdict: Verdict, verdict_id: int | None, note: str) -> int:
         skill = parse_skill(source)
@@ -274,7 +280,7 @@ class SkillLibrary(Listing):
     def reverify(self, name: str, *, proposer: str = "reverify") -> Verdict:
         """Run the gate again on the current version (e.g. after an image upgrade) and record whether it
         still passes; a skill that fails stays in the library, marked fail wherever it is listed."""
-        verdict = self._verify(self.path(name), self.policy, self._backend())
+        verdict = self.check(self.path(name), self.policy)
         self.store.add_verdict(verdict, proposer, None)
         self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
         return verdict
@@ -403,14 +409,3 @@ def _lines(path: Path) -> list[str]:
     return (
         path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) if path.exists() else []
     )
-
-
-__all__ = [
-    "SkillError",
-    "SkillFormatError",
-    "SkillInfo",
-    "SkillLibrary",
-    "Submission",
-    "UnknownSkill",
-    "gate_verify",
-]

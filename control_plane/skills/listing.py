@@ -11,6 +11,7 @@ from .model import UnknownSkill
 
 if TYPE_CHECKING:
     from ..settings import SkillsSettings
+    from .lock import Lock
     from .store import SkillStore
 
 PRIOR_RATE = 0.5
@@ -37,6 +38,8 @@ class SkillInfo:
     """Failed runs in a row."""
     merged_into: str | None = None
     """The skill this one was merged into (it is archived then)."""
+    provenance: str | None = None
+    """Where an installed skill came from (the lock file); None for a skill written here."""
 
     @property
     def runs(self) -> int:
@@ -62,16 +65,23 @@ class Listing:
 
     store: SkillStore
     settings: SkillsSettings
+    lock: Lock
 
     def info(self, name: str) -> SkillInfo:
         rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
         if not rows:
             raise UnknownSkill(f"there is no skill named {name!r}; skills_list shows the skills")
-        return _info(rows[0])
+        entry = self.lock.get(name)
+        return _info(rows[0], entry.provenance if entry else None)
 
     def list_skills(self, *, archived: bool = False) -> list[SkillInfo]:
         rows = self.store.execute("SELECT * FROM skills ORDER BY name")
-        return [_info(row) for row in rows if archived or row["state"] != "archived"]
+        entries = self.lock.entries()
+        return [
+            _info(row, entries[row["name"]].provenance if row["name"] in entries else None)
+            for row in rows
+            if archived or row["state"] != "archived"
+        ]
 
     def ranked(self, task: str) -> list[SkillInfo]:
         """Active skills, most useful for `task` first: BM25 relevance over name, description and body
@@ -118,8 +128,9 @@ class Listing:
         return "\n".join([head, *chosen, f"({rest} more skills not listed here: skills_list shows them all)"])
 
 
-def _info(row: Any) -> SkillInfo:
+def _info(row: Any, provenance: str | None) -> SkillInfo:
     return SkillInfo(
+        provenance=provenance,
         name=row["name"],
         description=row["description"],
         version=row["version"],

@@ -21,6 +21,7 @@ class Verdict:
     duration_ms: float = 0.0
     image: str | None = None  # the pinned image (with its id) the checks ran in
     network: str = "none"
+    accepted: list[str] = field(default_factory=list)  # threat findings the operator accepted
 
 
 @dataclass
@@ -30,6 +31,8 @@ class GatePolicy:
     allowed_hosts: list[str] = field(default_factory=list)  # hosts the operator accepts in such a request
     timeout: float = 120.0  # seconds for the skill's checks
     image: str = "hermetic-sandbox:slim"  # pinned: the gate resolves it to an image id and records it
+    unverified_instructions: bool = False  # a skill with no executable file may merge unverified (installs)
+    accept: frozenset[str] = frozenset()  # threat findings (FILE:LINE or id) the operator accepted
 
 
 class SkillError(ValueError):

@@ -6,11 +6,12 @@ Each check returns a `Check` and the reasons it failed (one readable line per fa
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..safety.threats import FAMILIES, SCRIPT_FAMILIES, scan
+from ..safety.threats import FAMILIES, SCRIPT_FAMILIES, Finding, scan
 from .format import Skill, SkillFormatError, parse_skill
 from .model import Check
 
@@ -25,6 +26,7 @@ class FileLimits:
 LIMITS = FileLimits()
 THREAT_FAMILIES = FAMILIES + SCRIPT_FAMILIES
 """A skill's text is both read by the model (prose families) and run (script families)."""
+SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".js", ".mjs", ".ts", ".rb", ".pl", ".ps1", ".php", ".lua")
 
 
 def check_format(candidate: Path) -> tuple[Check, list[str], Skill | None]:
@@ -85,17 +87,81 @@ def check_files(candidate: Path) -> tuple[Check, list[str], dict[str, str]]:
     return Check("files", True, f"{len(texts)} text files"), [], texts
 
 
-def check_threats(texts: dict[str, str]) -> tuple[Check, list[str]]:
-    """The threat scan of every text file, prose and script families alike."""
-    found = [f"{rel}: {finding}" for rel, text in texts.items() for finding in scan(text, THREAT_FAMILIES)]
+def finding_id(rel: str, finding: Finding) -> str:
+    """A short stable id for one finding, an alternative to FILE:LINE when accepting it."""
+    digest = hashlib.sha1(f"{rel}:{finding.line}:{finding.family}/{finding.rule}".encode()).hexdigest()
+    return f"t-{digest[:8]}"
+
+
+def executable_files(candidate: Path, texts: dict[str, str]) -> set[str]:
+    """The files of a skill that are meant to run: under scripts/ or tests/, executable, a shebang, or
+    a script's suffix. A skill with none is instruction-only."""
+    return {
+        rel
+        for rel, text in texts.items()
+        if rel.split("/")[0] in ("scripts", "tests")
+        or text.startswith("#!")
+        or rel.endswith(SCRIPT_SUFFIXES)
+        or (candidate / rel).stat().st_mode & 0o111
+    }
+
+
+def check_threats(
+    texts: dict[str, str], accept: frozenset[str] = frozenset(), executables: frozenset[str] = frozenset()
+) -> tuple[Check, list[str], list[str]]:
+    """The threat scan of every text file, prose and script families alike. A finding the operator
+    accepted (`FILE:LINE` or its id, in `accept`) passes, unless its file is executable; the lines
+    accepted are blanked and the file scanned again, so a second match of the same rule still shows.
+    Returns the check, the reasons and the accepted findings (one line each)."""
+    found: list[str] = []
+    accepted: list[str] = []
+    for rel, text in texts.items():
+        lines = text.split("\n")
+        while True:
+            refused: list[str] = []
+            passed: dict[int, list[str]] = {}
+            blocked: set[int] = set()
+            for finding in scan("\n".join(lines), THREAT_FAMILIES):
+                where, fid = f"{rel}:{finding.line}", finding_id(rel, finding)
+                line = f"{rel}: {finding} (at {where}, id {fid})"
+                asked = where in accept or fid in accept
+                if asked and rel not in executables and finding.line:
+                    passed.setdefault(finding.line, []).append(line)
+                    continue
+                refused.append(
+                    line + ("; a finding in an executable file cannot be accepted" if asked else "")
+                )
+                blocked.add(finding.line)
+            # lines whose every finding was accepted are blanked and the file scanned again
+            taken = [number for number in passed if number not in blocked]
+            accepted += [line for number in taken for line in passed[number]]
+            if not taken:
+                found += refused
+                break
+            for number in taken:
+                lines[number - 1] = ""
+    summary = "".join(f"\naccepted by the operator: {line}" for line in accepted)
     if found:
-        return Check("threats", False, "\n".join(found)), [f"threats: {line}" for line in found]
-    return Check("threats", True, f"{len(texts)} files scanned"), []
+        return Check("threats", False, "\n".join(found) + summary), [f"threats: {f}" for f in found], accepted
+    return Check("threats", True, f"{len(texts)} files scanned{summary}"), [], accepted
 
 
-def static_checks(candidate: Path) -> tuple[list[Check], list[str], Skill | None]:
-    """Every static check (all run: the model sees every fault at once); the skill if its format is valid."""
+@dataclass
+class StaticResult:
+    checks: list[Check]
+    reasons: list[str]
+    skill: Skill | None
+    """The skill, when its format is valid."""
+    executables: set[str]
+    accepted: list[str]
+    """Threat findings passed because the operator accepted them."""
+
+
+def static_checks(candidate: Path, accept: frozenset[str] = frozenset()) -> StaticResult:
+    """Every static check (all run: the model sees every fault at once)."""
     format_check, reasons, skill = check_format(candidate)
     files_check, file_reasons, texts = check_files(candidate)
-    threats_check, threat_reasons = check_threats(texts)
-    return [format_check, files_check, threats_check], reasons + file_reasons + threat_reasons, skill
+    executables = executable_files(candidate, texts)
+    threats_check, threat_reasons, accepted = check_threats(texts, accept, frozenset(executables))
+    checks = [format_check, files_check, threats_check]
+    return StaticResult(checks, reasons + file_reasons + threat_reasons, skill, executables, accepted)

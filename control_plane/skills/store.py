@@ -77,6 +77,11 @@ class SkillStore:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
         with self._lock:
+            # WAL with synchronous=NORMAL, like the sessions store: a commit is not an fsync, so
+            # installing a hundred skills is not hundreds of disk flushes (a power cut may lose the last
+            # commits, never corrupt the database)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
             have = {row["name"] for row in self._db.execute("PRAGMA table_info(skills)")}
             for column, declaration in COLUMNS.items():

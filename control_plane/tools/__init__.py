@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, files, memory, network, session_search, skills, terminal
+from . import browser, clarify, delegate, files, memory, network, session_search, skills, terminal, todo
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -10,6 +10,8 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "browser",
+    "clarify",
+    "delegate",
     "files",
     "invoke",
     "memory",
@@ -17,5 +19,6 @@ __all__ = [
     "session_search",
     "skills",
     "terminal",
+    "todo",
     "tool",
 ]

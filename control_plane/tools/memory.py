@@ -13,11 +13,16 @@ STOP_AFTER = 3
 """Refused (over the limit) writes to one file in one user turn, after which the tool says to stop."""
 
 
-class MemoryArgs(BaseModel):
+class MemoryTarget(BaseModel):
+    """Which memory file (also the read-only view `hermetic mcp serve` offers)."""
+
     target: Literal["memory", "user"] = Field(
         description="memory: your notes (environment, tools, conventions, lessons learned); "
         "user: about the user (who they are, their preferences, how they like to work)."
     )
+
+
+class MemoryArgs(MemoryTarget):
     ops: list[Op] = Field(
         default_factory=list,
         description="Edits applied in order, all or nothing. Leave out to read the entries and usage.",

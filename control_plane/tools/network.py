@@ -1,7 +1,7 @@
 """The "network" toolset (off unless the operator lists it): ask for a refused host, expose a port.
 
 Both ask the user first (an approval Question on the run's stream); no answer within
-`network.ask_timeout` is no. Also `egress_note`, which the sandbox tools append to their results so the
+`agent.question_timeout` is no. Also `egress_note`, which the sandbox tools append to their results so the
 agent reads which host was refused and how an operator allows it.
 """
 
@@ -51,12 +51,10 @@ def network_request(ctx: ToolContext, args: HostRequestArgs) -> ToolResult:
         Policy([rule])
     except PolicyError as exc:
         return ToolResult(f"error: {exc}", ok=False)
-    timeout = ctx.settings.network.ask_timeout if ctx.settings is not None else 120.0
     answer = ctx.ask(
         kind="approval",
         prompt=f"The agent asks to reach {args.host}:{args.port}: {args.reason}",
         choices=ANSWERS,
-        timeout=timeout,
         detail={"what": "egress", "host": args.host, "port": str(args.port), "sandbox": sandbox.id},
     )
     if answer not in ("once", "always"):
@@ -101,7 +99,6 @@ def expose_port(ctx: ToolContext, args: ExposeArgs) -> ToolResult:
         prompt=f"The agent asks to show you port {args.port} of its sandbox"
         + (f": {args.reason}" if args.reason else ""),
         choices=["yes", "no"],
-        timeout=network.ask_timeout if network is not None else 120.0,
         detail={"what": "expose", "port": str(args.port), "sandbox": sandbox.id},
     )
     if answer != "yes":

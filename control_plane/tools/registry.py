@@ -6,6 +6,8 @@ validation that turns a malformed call into a readable result instead of an exce
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
+    from ..agent.events import Event, TodoItem
     from ..memory.store import Memory
     from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
@@ -62,6 +65,12 @@ class ToolContext:
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
+    emit: Callable[[Event], None] = lambda event: None
+    """Put an event on the session's stream (from the handler's thread)."""
+    todo: list[TodoItem] = field(default_factory=list)
+    """The session's plan (the todo tool), kept by the conversation across turns."""
+    delegate: Callable[[Any], ToolResult] | None = None
+    """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
 
     @property
     def sandbox(self) -> Sandbox:
@@ -80,14 +89,22 @@ class Tool(Generic[Args]):
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
-        parameters = self.args.model_json_schema()
-        parameters.pop("title", None)
-        for prop in parameters.get("properties", {}).values():
-            prop.pop("title", None)
+        parameters = copy.deepcopy(_parameters(self.args))
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
+
+
+@functools.cache
+def _parameters(args: type[BaseModel]) -> dict[str, Any]:
+    """An arguments model's JSON schema, made once: pydantic takes milliseconds per model, and every new
+    conversation lists every tool (a copy is handed out, so no caller can change the cached one)."""
+    parameters = args.model_json_schema()
+    parameters.pop("title", None)
+    for prop in parameters.get("properties", {}).values():
+        prop.pop("title", None)
+    return parameters
 
 
 class Registry:

@@ -63,14 +63,31 @@ def skills_list(ctx: ToolContext, args: ListArgs) -> ToolResult:
         return ToolResult(f"error: {exc}", ok=False)
     if not skills:
         return ToolResult("no skills yet; write one with skill_manage(action='create', ...)")
-    return ToolResult("\n".join(f"{s.name} (v{s.version}){s.marks}: {s.description}" for s in skills))
+    return ToolResult(
+        "\n".join(
+            f"{s.name} (v{s.version}){s.marks}: {s.description}"
+            + (f" ({s.provenance})" if s.provenance else "")
+            for s in skills
+        )
+    )
 
 
 @tool("skill_view", toolset="skills", parallel_safe=True)
 def skill_view(ctx: ToolContext, args: ViewArgs) -> ToolResult:
     """Load a skill: its SKILL.md instructions and the list of its files, or one of its files."""
     try:
-        return ToolResult(_library(ctx).view(args.name, args.file, session_id=ctx.session_id))
+        library = _library(ctx)
+        text = library.view(args.name, args.file, session_id=ctx.session_id)
+        info = library.info(args.name)
+        if info.provenance or info.status != "pass":
+            where = info.provenance or "written here"
+            checked = {
+                "pass": "verified: its checks passed in a sandbox",
+                "unverified": "UNVERIFIED: no checks ran, read it critically",
+                "fail": "FAILED its last verification",
+            }[info.status]
+            text = f"[{args.name}: {where}; {checked}]\n{text}"
+        return ToolResult(text)
     except SkillError as exc:
         return ToolResult(f"error: {exc}", ok=False)
 

@@ -28,6 +28,8 @@ def terminal(ctx: ToolContext, args: TerminalArgs) -> ToolResult:
     and activated environments carry over between calls. Output is stripped of terminal escapes and cut
     in the middle when long. The sandbox has no network unless the operator allowed it."""
     sandbox = ctx.sandbox
+    if ctx.cancelled.is_set():  # interrupted while the sandbox was made: there was no shell to stop
+        return ToolResult("[not run: the user interrupted before the command started]", ok=False)
     if args.background:
         started = sandbox.call("proc.spawn", {"command": args.command})
         return ToolResult(f"started background process {started['id']} (pid {started['pid']})")

@@ -1,0 +1,189 @@
+"""Which session a /v1 request belongs to, and the turn it starts there.
+
+A chat front end sends the whole history every time. Its conversation keeps one session (and so one
+sandbox) by the session header it echoes, or else by a key derived from its system prompt and first
+user message; only the messages after the last assistant reply are new. The keys are kept in the
+profile home, so a conversation survives a server restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import HTTPException, Request, status
+
+from ...agent.events import Error, Event
+from ..profiles import LiveSession, Profile
+from .wire import ChatMessage, content_text
+
+KEPT_KEYS = 10_000
+"""Conversation keys remembered per profile (the oldest are forgotten first)."""
+_LOCK = threading.Lock()
+
+
+class ConversationKeys:
+    """Derived conversation key -> session id, in PROFILE_HOME/openai-conversations.json."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "openai-conversations.json"
+
+    def _load(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> str | None:
+        with _LOCK:
+            return self._load().get(key)
+
+    def put(self, key: str, session_id: str) -> None:
+        with _LOCK:
+            data = self._load()
+            data.pop(key, None)
+            data[key] = session_id
+            for old in list(data)[: max(0, len(data) - KEPT_KEYS)]:
+                del data[old]
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".openai-conversations-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, self.path)
+
+
+def conversation_key(profile: str, messages: list[ChatMessage]) -> str:
+    system = "\n".join(content_text(m.content) for m in messages if m.role in ("system", "developer"))
+    first = next((content_text(m.content) for m in messages if m.role == "user"), "")
+    return hashlib.sha256(json.dumps([profile, system, first]).encode()).hexdigest()
+
+
+def new_input(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
+    """The user text after the last assistant reply, and the rest (the history, the client's instructions).
+    400 when there is no such text."""
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    fresh = [content_text(m.content) for m in messages[last + 1 :] if m.role == "user"]
+    text = "\n\n".join(t for t in fresh if t)
+    if not text.strip():
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "the last messages must include the user's text")
+    earlier = [m for i, m in enumerate(messages) if i <= last or m.role != "user"]
+    return text, earlier
+
+
+def transcript(earlier: list[ChatMessage]) -> str:
+    """What a new session is told about a history it did not see (the client's instructions, turns)."""
+    lines = []
+    for message in earlier:
+        text = content_text(message.content)
+        if not text:
+            continue
+        who = {"system": "instructions", "developer": "instructions"}.get(message.role, message.role)
+        lines.append(f"[{who}] {text}")
+    if not lines:
+        return ""
+    return "This conversation began in a chat client; what was said so far:\n" + "\n".join(lines) + "\n\n"
+
+
+def open_session(profile: Profile, session_id: str | None, title: str) -> tuple[LiveSession, bool]:
+    """The session by id (404 when not this profile's), or a new one. Returns it and whether it is new."""
+    if session_id is not None:
+        return profile.session(session_id), False
+    conversation = profile.agent.new_conversation(title=title[:80] or None, source="openai")
+    live = LiveSession(conversation)
+    profile.live[conversation.id] = live
+    return live, True
+
+
+def chat_session(
+    profile: Profile, keys: ConversationKeys, messages: list[ChatMessage], header: str | None
+) -> tuple[LiveSession, str]:
+    """The session of a chat request and the text of its turn."""
+    text, earlier = new_input(messages)
+    key = None
+    session_id = header
+    if session_id is None:
+        key = conversation_key(profile.settings.profile, messages)
+        known = keys.get(key)
+        if known is not None and profile.agent.store.get_session(known, profile.settings.profile):
+            session_id = known
+    first = next((content_text(m.content) for m in messages if m.role == "user"), text)
+    live, new = open_session(profile, session_id, first)
+    if key is not None and new:
+        keys.put(key, live.conversation.id)
+    if new:  # a new session for a history it did not see: it hears it once, as context
+        text = transcript(earlier) + text
+    return live, text
+
+
+@dataclass
+class Outcome:
+    text: str = ""
+    reason: str = "done"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: Error | None = None
+
+
+def start_turn(live: LiveSession, text: str) -> int:
+    """Start a run in the session; the number to follow its events after. 409 while one runs."""
+    if live.conversation.running or (live.task is not None and not live.task.done()):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"session {live.conversation.id} is already answering; wait for it"
+        )
+    after = live.seq
+    live.task = asyncio.create_task(live.conversation.run(text, live.publish))
+    return after
+
+
+async def turn_events(live: LiveSession, after: int, outcome: Outcome) -> AsyncIterator[Event]:
+    """The run's events up to its turn_end, totalled into `outcome`. A consumer that leaves early (a
+    client gone) interrupts the run, and with it the sandbox's commands."""
+    ended = False
+    try:
+        async for _, event in live.follow(after):
+            if event.type == "usage":
+                outcome.prompt_tokens += event.prompt_tokens
+                outcome.completion_tokens += event.completion_tokens
+            elif event.type == "error" and event.kind in ("model", "config", "internal"):
+                outcome.error = event
+            elif event.type == "turn_end":
+                outcome.text, outcome.reason = event.content, event.reason
+                ended = True
+            yield event
+            if ended:
+                return
+    finally:
+        if not ended:
+            live.conversation.interrupt()
+
+
+async def whole_turn(live: LiveSession, after: int, request: Request) -> Outcome:
+    """The run to its end, for an answer sent in one piece; a client that hangs up first interrupts it,
+    as a streaming client does."""
+    outcome = Outcome()
+
+    async def consume() -> None:
+        async for _ in turn_events(live, after, outcome):
+            pass
+
+    turn = asyncio.ensure_future(consume())
+    gone = asyncio.ensure_future(_hung_up(request))
+    await asyncio.wait({turn, gone}, return_when=asyncio.FIRST_COMPLETED)
+    gone.cancel()
+    if not turn.done():
+        turn.cancel()  # turn_events interrupts the run as it is left
+        await asyncio.gather(turn, return_exceptions=True)
+    return outcome
+
+
+async def _hung_up(request: Request) -> None:
+    """Returns when the client disconnects (the body is read: the next ASGI message can only be that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

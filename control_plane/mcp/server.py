@@ -1,0 +1,257 @@
+"""`hermetic mcp serve`: the agent's sandbox tools, recall, read-only memory and skills, and the whole
+agent (`agent_run`), offered to any MCP client over stdio or streamable HTTP.
+
+Tool schemas are the agent's own (the registry's pydantic models); calls go through the registry's
+`invoke`, so a bad call is the same readable error the model gets. Each MCP session owns a sandbox,
+created on first use (from the warm pool when there is one): on stdio the process is the session; over
+HTTP a 2025 client's Mcp-Session-Id is, and a 2026-07-28 client (the protocol has no sessions) gets one
+sandbox per bearer token. A sandbox unused for `mcp.idle_seconds` is closed; `sandbox_reset` gives a
+fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import BaseModel, Field
+
+from .. import __version__
+from ..agent.agent import Agent
+from ..agent.events import Event
+from ..agent.loop import Conversation
+from ..tools import Tool, ToolContext, ToolResult, invoke
+from ..tools.memory import MemoryTarget
+
+log = logging.getLogger(__name__)
+SANDBOX_TOOLSETS = ("terminal", "files", "browser")
+VIEWS = ("session_search", "skills_list", "skill_view")
+"""Registry tools offered as they are (they only read)."""
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class AgentRunArgs(BaseModel):
+    task: str = Field(
+        min_length=1, max_length=100_000, description="What the agent should do, as to a colleague."
+    )
+
+
+class McpSurface:
+    """The tools this server offers and the sandbox of each MCP session."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        settings = agent.settings
+        toolsets = [name for name in SANDBOX_TOOLSETS if name in settings.toolsets]
+        self.tools: dict[str, Tool[Any]] = dict(agent.registry.select(toolsets))
+        for name in VIEWS:
+            found = agent.registry.get(name)
+            if found is not None:
+                self.tools[name] = found
+        own: list[Tool[Any]] = [
+            Tool(
+                "memory",
+                "Read the agent's curated memory: its notes (memory) or what it knows about the user (user).",
+                MemoryTarget,
+                self._memory,
+                "mcp",
+                parallel_safe=True,
+            ),
+            Tool(
+                "sandbox_reset",
+                "Close this session's sandbox; the next tool call gets a fresh one.",
+                NoArgs,
+                self._reset,
+                "mcp",
+            ),
+            Tool(
+                "agent_run",
+                "Give the whole Hermetic agent a task: it works in its own sandbox with its "
+                "tools, memory and skills, reports its steps as progress, and returns its answer.",
+                AgentRunArgs,
+                self._agent_run,
+                "mcp",
+            ),
+        ]
+        self.tools.update({tool.name: tool for tool in own})
+        self.stdio_key = f"mcp-{secrets.token_hex(6)}"
+        """The sandbox key when the process is the session (stdio)."""
+        self._used: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runs: dict[str, Conversation] = {}
+        """agent_run calls in progress, by call id (a cancelled call interrupts its run)."""
+
+    # -- the protocol's two calls ----------------------------------------------------------
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_mcp_tool(tool) for tool in self.tools.values()])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = self.tools.get(params.name)
+        if tool is None:
+            raise MCPError(INVALID_PARAMS, f"there is no tool named {params.name!r}")
+        self._loop = asyncio.get_running_loop()
+        key = self.session_key(ctx)
+        with self._lock:
+            self._used[key] = time.monotonic()
+        progress = _Progress(ctx, self._loop)
+        tool_ctx = ToolContext(
+            session_id=key,
+            call_id=f"mcp-{secrets.token_hex(4)}",
+            limits=self.agent.settings.limits,
+            get_sandbox=lambda: self.agent.sandboxes.get(key),
+            progress=progress,
+            profile=self.agent.settings.profile,
+            store=self.agent.store,
+            memory=self.agent.memory,
+            skills=self.agent.skills,
+        )
+        try:
+            result = await asyncio.to_thread(self._execute, tool, params, tool_ctx)
+        except asyncio.CancelledError:  # the client cancelled the call: stop what it started
+            tool_ctx.cancelled.set()
+            with self._lock:
+                run = self._runs.get(tool_ctx.call_id)
+            if run is not None:
+                run.interrupt()
+            threading.Thread(target=self.agent.sandboxes.interrupt, args=(key,), daemon=True).start()
+            raise
+        await progress.flush()
+        text = self.agent.redact(result.content)
+        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=not result.ok)
+
+    def _execute(self, tool: Tool[Any], params: types.CallToolRequestParams, ctx: ToolContext) -> ToolResult:
+        try:
+            return invoke(tool, tool.name, json.dumps(params.arguments or {}), ctx)
+        except Exception as exc:  # a tool's bug is the caller's readable error, not a dead server
+            log.exception("mcp tool %s failed", tool.name)
+            return ToolResult(f"error: {tool.name} failed: {type(exc).__name__}: {exc}", ok=False)
+
+    def session_key(self, ctx: ServerRequestContext[Any]) -> str:
+        request = ctx.request
+        headers = getattr(request, "headers", None)
+        if headers is None:
+            return self.stdio_key
+        session = headers.get("mcp-session-id")
+        if session:
+            return "mcp-" + hashlib.sha256(session.encode()).hexdigest()[:16]
+        return "mcp-t" + hashlib.sha256(headers.get("authorization", "").encode()).hexdigest()[:16]
+
+    def reap(self, idle_seconds: float) -> list[str]:
+        """Close the sandboxes unused for `idle_seconds`; returns their keys."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [key for key, used in self._used.items() if now - used > idle_seconds]
+            for key in idle:
+                del self._used[key]
+        for key in idle:
+            self.agent.sandboxes.release(key)
+        return idle
+
+    # -- the tools of this surface ---------------------------------------------------------
+
+    def _memory(self, ctx: ToolContext, args: MemoryTarget) -> ToolResult:
+        assert ctx.memory is not None
+        return ToolResult(ctx.memory.read(args.target).message)
+
+    def _reset(self, ctx: ToolContext, args: NoArgs) -> ToolResult:
+        had = self.agent.sandboxes.peek(ctx.session_id) is not None
+        self.agent.sandboxes.release(ctx.session_id)
+        return ToolResult(
+            "the sandbox was closed; the next call gets a fresh one" if had else "no sandbox was open"
+        )
+
+    def _agent_run(self, ctx: ToolContext, args: AgentRunArgs) -> ToolResult:
+        """In a worker thread: a new conversation runs on the server's loop; its steps become progress."""
+        assert self._loop is not None
+        conversation = self.agent.new_conversation(title=args.task[:80], source="mcp")
+
+        def emit(event: Event) -> None:
+            line = _step(event)
+            if line:
+                ctx.progress(line)
+
+        with self._lock:
+            self._runs[ctx.call_id] = conversation
+        try:
+            end = asyncio.run_coroutine_threadsafe(conversation.run(args.task, emit), self._loop).result()
+        finally:
+            with self._lock:
+                self._runs.pop(ctx.call_id, None)
+            conversation.close()
+        if end.reason == "error":
+            return ToolResult(f"error: the agent stopped on an error (session {conversation.id})", ok=False)
+        return ToolResult(
+            f"{end.content}\n[session {conversation.id} · {end.reason} · {end.iterations} steps]"
+        )
+
+
+class _Progress:
+    """ToolContext.progress for an MCP call: callable from any thread, sent in order as progress
+    notifications (a no-op when the client asked for none); `flush` before the result goes out."""
+
+    def __init__(self, ctx: ServerRequestContext[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.ctx = ctx
+        self.loop = loop
+        self.count = 0
+        self.sent: list[asyncio.Future[None]] = []
+
+    def __call__(self, text: str) -> None:
+        self.loop.call_soon_threadsafe(self._send, text)
+
+    def _send(self, text: str) -> None:
+        self.count += 1
+        self.sent.append(
+            asyncio.ensure_future(self.ctx.session.report_progress(self.count, None, text[-2000:]))
+        )
+
+    async def flush(self) -> None:
+        await asyncio.sleep(0)  # let sends scheduled from the worker thread start
+        await asyncio.gather(*self.sent, return_exceptions=True)
+
+
+def _step(event: Event) -> str:
+    if event.type == "tool_start":
+        arguments = event.arguments if isinstance(event.arguments, str) else json.dumps(event.arguments)
+        return f"{event.name} {arguments[:200]}"
+    if event.type == "tool_end":
+        return f"{event.name} {'done' if event.ok else 'failed'} in {event.duration_ms:.0f} ms"
+    if event.type in ("notice", "error"):
+        return str(getattr(event, "message", ""))
+    return ""
+
+
+def _mcp_tool(tool: Tool[Any]) -> types.Tool:
+    function = tool.schema()["function"]
+    return types.Tool(
+        name=tool.name, description=function["description"], input_schema=function["parameters"]
+    )
+
+
+def build_server(surface: McpSurface) -> Server[Any]:
+    return Server(
+        "hermetic",
+        version=__version__,
+        instructions="Sealed sandboxes as tools (a sandbox per session; sandbox_reset for a fresh one), "
+        "recall of past sessions, the agent's memory and skills to read, and agent_run to delegate a task.",
+        on_list_tools=surface.list_tools,
+        on_call_tool=surface.call_tool,
+    )
