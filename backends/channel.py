@@ -145,7 +145,8 @@ class FramedSocketTransport(Transport):
                 kind, size = struct.unpack(">BxxxL", self._buf[:8])
                 if len(self._buf) < 8 + size:
                     break
-                payload = bytes(self._buf[8 : 8 + size])
+                with memoryview(self._buf) as view:  # one copy of the frame, not two
+                    payload = bytes(view[8 : 8 + size])
                 del self._buf[: 8 + size]
                 if kind == 2:
                     self._log_stderr(payload)
@@ -202,7 +203,8 @@ class Channel:
         self._cond = threading.Condition()  # guards _pending and _closed; signals replies
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the caller that is reading the stream
-        self._buf = b""
+        self._partial: list[bytes] = []  # an unfinished line's pieces, joined once it ends (a 1 MB line
+        # arrives in dozens of reads; appending them to one bytes object would copy it dozens of times)
         self._closed: str | None = None
         self.info: dict[str, Any] = {}
 
@@ -310,10 +312,11 @@ class Channel:
             if not data:
                 self._fail_all("the runtime's stream ended (sandbox stopped or was removed)")
                 return
-            self._buf += data
+            self._partial.append(data)
             if b"\n" not in data:
                 continue
-            *lines, self._buf = self._buf.split(b"\n")
+            *lines, rest = b"".join(self._partial).split(b"\n")
+            self._partial = [rest] if rest else []
             for line in lines:
                 if line.strip():
                     self._deliver(line)

@@ -1,4 +1,12 @@
-"""Docker backend: a hardened container per sandbox, the runtime spoken to over one exec stream."""
+"""Docker backend: a hardened container per sandbox whose main process (under docker's init) is the
+runtime, spoken to over the container's attach stream.
+
+Attach, not exec: the attach request has no body, so a Docker socket proxy that cannot upgrade a request
+with a body (Debian's HAProxy 2.6, compose/docker-proxy.cfg) still carries it, and a proxy can refuse
+every exec. The container is created with stdin open once (StdinOnce): when the stream ends, the
+runtime reads EOF and the container stops, as an exec'd runtime did; the next use starts it again, its
+workspace volume kept. The container's log driver is `none`: the stream never lands in dockerd's logs.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ from typing import Any, Literal
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import Mount
+from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict
 
 from sandboxes import code_hash
@@ -126,6 +134,9 @@ class DockerSandbox(Sandbox):
         self._backend = backend
         self._client = backend.client
         self.container_id: str | None = None
+        self._fresh = True
+        """Whether the image's runtime is current; else the container's command is the bootstrap, and
+        the current runtime is sent down the stream each time it starts."""
         self.volume_name = f"{sandbox_id}-workspace"
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
@@ -173,11 +184,14 @@ class DockerSandbox(Sandbox):
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
             nano_cpus=int(spec.cpus * 1e9),
+            log_config=LogConfig(type=LogConfig.types.NONE),
         )
+        self._fresh = self._backend.runtime_hash(spec.image) == code_hash()
         created = api.create_container(
             spec.image,
-            command=["sleep", str(spec.ttl) if spec.ttl else "infinity"],
+            command=["python3", "-m", "sandboxes"] if self._fresh else ["python3", "-c", BOOTSTRAP],
             name=self.id,
+            stdin_open=True,  # with detach=False (the default): StdinOnce, so the stream's end is EOF
             hostname="sandbox",
             user="1000:1000",
             environment=env,
@@ -186,18 +200,16 @@ class DockerSandbox(Sandbox):
             host_config=host_config,
         )
         self.container_id = created["Id"]
-        api.start(self.id)
 
     def _connect(self) -> Channel:
-        fresh = self._backend.runtime_hash(self.spec.image) == code_hash()
-        cmd = ["python3", "-m", "sandboxes"] if fresh else ["python3", "-c", BOOTSTRAP]
+        """Attach to the (created or stopped) container, then start it: nothing it says is missed."""
         api = self._client.api
-        exec_id = api.exec_create(self.id, cmd, stdin=True, stdout=True, stderr=True, tty=False)["Id"]
-        sock = api.exec_start(exec_id, socket=True)
+        sock = api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
         transport = FramedSocketTransport(raw, self.id)
-        if not fresh:
+        api.start(self.id)
+        if not self._fresh:
             log.info(
                 "sandbox %s: image %s has an older runtime; sending the current one", self.id, self.spec.image
             )
@@ -208,15 +220,17 @@ class DockerSandbox(Sandbox):
 
     def _recover(self) -> str:
         try:
-            running = self.container.status == "running"
+            status = self.container.status
         except NotFound:
-            running = False
-        if running:
+            status = "gone"
+        if status != "gone":
+            # The runtime (the container's main process) ended with its stream: wait until docker says
+            # the container stopped, so the start in _connect is not refused as "already running".
+            _quietly(lambda: self._client.api.stop(self.id, timeout=5))
             return (
                 "the sandbox's runtime stopped and was restarted: "
                 "shell sessions and background processes were lost"
             )
-        _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         kept = self._volume_exists()
         self._provision()
         return (

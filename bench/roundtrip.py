@@ -124,10 +124,10 @@ def docker_floors(image: str) -> tuple[Figures, Callable[[], None]]:
 
 
 def iterations(label: str, n: int) -> int:
-    """Slow figures get fewer samples."""
-    if any(word in label for word in ("create", "docker run", "fresh", "1 MB")):
+    """Slow figures get fewer samples; the 1 MB file as many as the peers' (runner_kit.counts)."""
+    if any(word in label for word in ("create", "docker run", "fresh")):
         return max(n // 50, 3)
-    return max(n // 5, 3) if "100 KB" in label else n
+    return max(n // 5, 3) if "100 KB" in label or "1 MB" in label else n
 
 
 def collect(backends: list[str], n: int, image: str) -> Results:

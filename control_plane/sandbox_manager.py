@@ -1,14 +1,25 @@
 """Each session's sandbox: taken from the warm pool (when `pool.size` > 0) or created from the configured
 backend on first use, kept for the session, released at its end (or left running when `keep_sandbox` is
-set; its ttl still applies)."""
+set; its ttl still applies). At most `limits.max_sandboxes` at once; one unused for `sandbox.idle_seconds`
+is closed, and the session's next use starts a fresh one with a notice saying what was lost."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
-from backends import Backend, BackendUnavailable, Sandbox, SandboxError, SandboxSpec, create_backend
+from backends import (
+    Backend,
+    BackendUnavailable,
+    LocalConfig,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    create_backend,
+)
 from backends.network.proxy import configure_egress
 from backends.pool import WarmPool
 
@@ -16,6 +27,14 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"
+IDLE_NOTICE = (
+    "the sandbox was closed after {seconds:g} s unused and a fresh one started: "
+    "its workspace files, shell sessions and background processes are gone"
+)
+
+
+class SandboxLimit(SandboxError):
+    """Another sandbox would exceed the profile's limits.max_sandboxes."""
 
 
 def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend, str | None]:
@@ -24,18 +43,21 @@ def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend
     Returns the backend and a notice when it fell back. Raises BackendUnavailable with the fix.
     """
     name = name or settings.backend
+    local = LocalConfig(state_dir=settings.sandbox.root or settings.root / "sandboxes")
     if name:
-        return create_backend(name, {"ssh": settings.ssh, "modal": settings.modal}.get(name)), None
+        return create_backend(
+            name, {"ssh": settings.ssh, "modal": settings.modal, "local": local}.get(name)
+        ), None
     try:
         return create_backend("docker"), None
     except BackendUnavailable as exc:
-        return create_backend("local"), f"docker unavailable ({exc}); using the local backend"
+        return create_backend("local", local), f"docker unavailable ({exc}); using the local backend"
 
 
 def base_spec(settings: Settings) -> SandboxSpec:
     """The configured spec; the browser image when browser tools are on. What the pool warms: a warm
     sandbox cannot carry its future session's label (docker fixes labels at create)."""
-    spec = settings.sandbox
+    spec = settings.sandbox.spec
     if "browser" in settings.toolsets and spec.image == SandboxSpec.model_fields["image"].default:
         return spec.model_copy(update={"image": BROWSER_IMAGE})
     return spec
@@ -56,6 +78,13 @@ class SandboxManager:
         self._sandboxes: dict[str, Sandbox] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # wakes the idle reaper
+        self._last_used: dict[str, float] = {}
+        self._busy: dict[str, int] = {}
+        self._idle_closed: set[str] = set()  # sessions whose next sandbox gets the notice
+        self._session_notices: dict[str, list[str]] = {}
+        self._reaper: threading.Thread | None = None
+        self._closing = False
         self.notices: list[str] = []
         configure_egress(settings.network.connect_timeout, settings.network.idle_timeout)
 
@@ -81,16 +110,27 @@ class SandboxManager:
         _ = self.backend
 
     def get(self, session_id: str) -> Sandbox:
-        """The session's sandbox, created on first use (concurrent first uses create one)."""
+        """The session's sandbox, created on first use (concurrent first uses create one).
+
+        Raises SandboxLimit when the profile already holds limits.max_sandboxes, else the backend's errors.
+        """
         with self._lock:
             sandbox = self._sandboxes.get(session_id)
             if sandbox is not None:
+                self._last_used[session_id] = time.monotonic()
                 return sandbox
             lock = self._locks.setdefault(session_id, threading.Lock())
         with lock:
             with self._lock:
                 if session_id in self._sandboxes:
+                    self._last_used[session_id] = time.monotonic()
                     return self._sandboxes[session_id]
+                limit = self.settings.limits.max_sandboxes
+                if len(self._sandboxes) >= limit:
+                    raise SandboxLimit(
+                        f"this profile already holds {limit} sandboxes (limits.max_sandboxes); "
+                        "close a session or raise the limit"
+                    )
             backend = self.backend
             if self._pool is not None:
                 sandbox = self._pool.acquire(base_spec(self.settings))
@@ -99,6 +139,13 @@ class SandboxManager:
             log.info("session %s: sandbox %s on %s", session_id, sandbox.id, backend.name)
             with self._lock:
                 self._sandboxes[session_id] = sandbox
+                self._last_used[session_id] = time.monotonic()
+                if session_id in self._idle_closed:
+                    self._idle_closed.discard(session_id)
+                    notice = IDLE_NOTICE.format(seconds=self.settings.sandbox.idle_seconds)
+                    self._session_notices.setdefault(session_id, []).append(notice)
+                self._start_reaper()
+                self._changed.notify_all()
             return sandbox
 
     def fork(self, session_id: str, child_id: str) -> Sandbox | None:
@@ -115,11 +162,37 @@ class SandboxManager:
             return None
         with self._lock:
             self._sandboxes[child_id] = sandbox
+            self._last_used[child_id] = time.monotonic()  # idle-closed like any session's sandbox
+            self._start_reaper()
         return sandbox
 
-    def pop_notices(self) -> list[str]:
+    @contextlib.contextmanager
+    def using(self, session_id: str) -> Iterator[None]:
+        """Around a tool call: the session's sandbox is not idle while it runs, however long."""
+        with self._lock:
+            self._busy[session_id] = self._busy.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy[session_id] -= 1
+                if not self._busy[session_id]:
+                    del self._busy[session_id]
+                if session_id in self._sandboxes:
+                    self._last_used[session_id] = time.monotonic()
+                self._changed.notify_all()
+
+    def held(self) -> set[str]:
+        """The sessions holding a sandbox now."""
+        with self._lock:
+            return set(self._sandboxes)
+
+    def pop_notices(self, session_id: str | None = None) -> list[str]:
+        """What the backend said (a fallback), and what happened to this session's sandbox (an idle close)."""
         with self._lock:
             notices, self.notices = self.notices, []
+            if session_id is not None:
+                notices += self._session_notices.pop(session_id, [])
         return notices
 
     def peek(self, session_id: str) -> Sandbox | None:
@@ -137,21 +210,67 @@ class SandboxManager:
 
     def release(self, session_id: str) -> None:
         with self._lock:
-            sandbox = self._sandboxes.pop(session_id, None)
+            sandbox = self._take(session_id)
             self._locks.pop(session_id, None)
+            self._idle_closed.discard(session_id)
+            self._session_notices.pop(session_id, None)
         if sandbox is None:
             return
         if self.settings.keep_sandbox:
             log.info("session %s: keeping sandbox %s (keep_sandbox)", session_id, sandbox.id)
             return
-        try:
-            sandbox.close()
-        except SandboxError as exc:
-            log.warning("session %s: closing sandbox %s failed: %s", session_id, sandbox.id, exc)
+        _close(session_id, sandbox)
 
     def close_all(self) -> None:
         """Release every session's sandbox and destroy the warm ones (later sessions create their own)."""
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
         for session_id in list(self._sandboxes):
             self.release(session_id)
         if self._pool is not None:
             self._pool.close()
+        if self._reaper is not None:
+            self._reaper.join(30)
+
+    # -- the idle reaper: one thread per manager, asleep until the next sandbox could become idle ----
+
+    def _take(self, session_id: str) -> Sandbox | None:
+        """Forget the session's sandbox (under the lock); the caller closes it."""
+        self._last_used.pop(session_id, None)
+        return self._sandboxes.pop(session_id, None)
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None and self.settings.sandbox.idle_seconds is not None:
+            self._reaper = threading.Thread(target=self._reap_idle, name="sandbox-idle", daemon=True)
+            self._reaper.start()
+
+    def _reap_idle(self) -> None:
+        idle = self.settings.sandbox.idle_seconds
+        assert idle is not None
+        while True:
+            with self._lock:
+                while not self._closing:
+                    now = time.monotonic()
+                    waiting = {s: t + idle - now for s, t in self._last_used.items() if s not in self._busy}
+                    due = [s for s, left in waiting.items() if left <= 0]
+                    if due:
+                        break
+                    self._changed.wait(min(waiting.values(), default=None))
+                if self._closing:
+                    return
+                closed = [(s, self._take(s)) for s in due]
+                self._idle_closed.update(due)
+            for session_id, sandbox in closed:
+                if sandbox is not None:
+                    log.info(
+                        "session %s: sandbox %s unused for %g s; closing it", session_id, sandbox.id, idle
+                    )
+                    _close(session_id, sandbox)
+
+
+def _close(session_id: str, sandbox: Sandbox) -> None:
+    try:
+        sandbox.close()
+    except SandboxError as exc:
+        log.warning("session %s: closing sandbox %s failed: %s", session_id, sandbox.id, exc)

@@ -1,7 +1,7 @@
 """Settings: HERMETIC_* environment variables over the profile's config.yaml over defaults.
 
-A profile is a separate home (config, database, memory, skills): `default` lives in HERMETIC_HOME
-(~/.hermetic), any other NAME in HERMETIC_HOME/profiles/NAME.
+A profile is a separate home (config, database, memory, skills): `default` lives in HERMETIC_ROOT
+(~/.hermetic), any other NAME in HERMETIC_ROOT/profiles/NAME. What a profile creates stays under the root.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ class Limits(BaseModel):
     """Characters of one tool result the model sees (head and tail kept, the middle cut)."""
     parallel_tools: int = Field(8, ge=1)
     """Parallel-safe tool calls run at once."""
+    max_running_sessions: int = Field(4, ge=1)
+    """Sessions of one profile running a turn at once in the API server; one more is refused (429)."""
+    max_sandboxes: int = Field(8, ge=1)
+    """Live sandboxes one profile's sessions may hold; a run that would need one more is refused (429)."""
 
 
 class LearningSettings(BaseModel):
@@ -237,6 +241,49 @@ class AgentSettings(BaseModel):
     """Seconds a question to the user (clarify) waits for an answer before it counts as none."""
 
 
+class SandboxSettings(SandboxSpec):
+    """The default sandbox spec (what every session's sandbox is made from), and how long it is kept."""
+
+    idle_seconds: float | None = Field(900.0, gt=0)
+    """A session's sandbox unused this long is closed; its next use starts a fresh one and says so.
+    None: kept until the session ends."""
+    root: Path | None = None
+    """Where the local backend creates sandboxes' workspaces; default: ROOT/sandboxes."""
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec alone, as backends take it."""
+        return SandboxSpec.model_validate(self.model_dump(exclude={"idle_seconds", "root"}))
+
+
+class SchedulerSettings(BaseModel):
+    """The scheduler (control_plane/scheduler): jobs in the profile's database, each run a session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Run due jobs inside `hermetic serve` (and the gateway)."""
+    timezone: str = "UTC"
+    """The profile's IANA time zone for cron expressions and ISO times without an offset."""
+    lease_seconds: float = Field(60.0, gt=0)
+    """How long a claimed run is this process's without renewal (renewed every third of it)."""
+    poll_seconds: float = Field(10.0, gt=0)
+    """Longest wait between looks at the database, for jobs other processes added or changed."""
+    run_timeout: float = Field(1800.0, gt=0)
+    """Seconds one run may take before it is interrupted and counted as failed."""
+    max_concurrent: int = Field(4, ge=1)
+    """Runs of this profile at once."""
+    webhook_secret: SecretStr | None = None
+    """Key signing webhook deliveries; default: a random one kept in scheduler/webhook.key in the home."""
+    tool_webhooks: Annotated[list[str], NoDecode] = []
+    """URL prefixes the agent's schedule tool may deliver to (operators' CLI and API may use any URL)."""
+
+    @field_validator("tool_webhooks", mode="before")
+    @classmethod
+    def _prefixes(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+
 class APISettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -328,8 +375,8 @@ class Settings(BaseSettings):
     """Settings of the ssh backend (HERMETIC_SSH__HOST=..., HERMETIC_SSH__USER=..., ...)."""
     modal: ModalConfig | None = None
     """Settings of the modal backend (HERMETIC_MODAL__APP_NAME=..., ...)."""
-    sandbox: SandboxSpec = SandboxSpec()
-    """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...)."""
+    sandbox: SandboxSettings = SandboxSettings()
+    """The default sandbox spec (HERMETIC_SANDBOX__MEMORY=2g, ...), HERMETIC_SANDBOX__IDLE_SECONDS=900"""
     keep_sandbox: bool = False
     """Leave a session's sandbox running when the session's process ends (its ttl still applies)."""
     pool: PoolSettings = PoolSettings()
@@ -368,6 +415,9 @@ class Settings(BaseSettings):
             if not MCP_NAME.match(name):
                 raise ValueError(f"MCP server name {name!r}: 1-32 characters of a-z, 0-9, '-' and '_'")
         return value
+
+    scheduler: SchedulerSettings = SchedulerSettings()
+    """HERMETIC_SCHEDULER__TIMEZONE=Europe/Paris, HERMETIC_SCHEDULER__ENABLED=false, ..."""
 
     @field_validator("profile")
     @classmethod

@@ -39,7 +39,13 @@ SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 SLIM_PACKAGES = ("python3", "bash", "coreutils", "procps", "git", "ripgrep", "curl",
                  "ca-certificates", "tini")  # fmt: skip
 BROWSER_EXTRAS = ("chromium", "fonts-liberation", "libatomic1")
-PACKAGES = {"slim": SLIM_PACKAGES, "browser": SLIM_PACKAGES + BROWSER_EXTRAS}
+SERVICE_EXTRAS = ("haproxy", "postgresql")  # the compose deployment's offline images (images/services.py)
+PACKAGES = {
+    "slim": SLIM_PACKAGES,
+    "browser": SLIM_PACKAGES + BROWSER_EXTRAS,
+    "service": SLIM_PACKAGES + SERVICE_EXTRAS,
+}
+SANDBOX_VARIANTS = ("slim", "browser")
 BASE_REPO, SANDBOX_REPO = "hermetic-base", "hermetic-sandbox"
 USER, UID, GID, HOME, WORKDIR = "sandbox", 1000, 1000, "/home/sandbox", "/workspace"
 ENV = {
@@ -83,8 +89,8 @@ def ensure_image(
 
     Raises ImageBuildError (dockerd unreachable, a build step failed) or ValueError (variant).
     """
-    if variant not in PACKAGES:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(PACKAGES)}")
+    if variant not in SANDBOX_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(SANDBOX_VARIANTS)}")
     client = client or _connect()
     base_hash = _base_hash(variant)
     base_tag = f"{BASE_REPO}:{variant}-{base_hash[:12]}"
@@ -317,7 +323,7 @@ def _build_final(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m images.build", description=__doc__)
-    parser.add_argument("--variant", choices=sorted(PACKAGES), default="slim")
+    parser.add_argument("--variant", choices=sorted(SANDBOX_VARIANTS), default="slim")
     parser.add_argument("--force", action="store_true", help="rebuild both stages even if cached")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

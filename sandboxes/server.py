@@ -38,6 +38,8 @@ log = logging.getLogger("hermetic.runtime")
 
 DEFAULT_LIMIT = int(os.environ.get("HERMETIC_OUTPUT_LIMIT", "50000"))
 _INLINE = {"sys.hello", "sys.ping", "sys.info"}  # cheap: answered on the reader thread
+DRAIN_SECONDS = float(os.environ.get("HERMETIC_DRAIN_SECONDS", "30"))
+"""At the end of the input, how long requests already read may take to finish and be answered."""
 
 
 class Request:
@@ -58,6 +60,8 @@ class Server:
         self._out = chan_out
         self._write_lock = threading.Lock()
         self._reading = threading.Lock()
+        self._inflight = 0  # requests read and not yet answered (counted before the next reader starts)
+        self._answered = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="req")
         self._ready = False
         self.started = time.time()
@@ -124,12 +128,25 @@ class Server:
             with self._reading:  # one reader at a time, even if a failed submit left a stray one queued
                 message = self._read_until_handoff()
             if message is not None:
-                self._handle(message)
+                try:
+                    self._handle(message)
+                finally:
+                    self._done()
                 return
         except Exception:  # in a pool thread nobody would see it, and nothing would read any more
             log.exception("reading requests failed")
+        with self._answered:  # answer what was read before the end of the stream, then stop
+            if not self._answered.wait_for(lambda: self._inflight == 0, timeout=DRAIN_SECONDS):
+                log.warning(
+                    "channel closed; %d requests unanswered after %.0f s", self._inflight, DRAIN_SECONDS
+                )
         log.info("channel closed; stopping")
         self._stop()
+
+    def _done(self) -> None:
+        with self._answered:
+            self._inflight -= 1
+            self._answered.notify_all()
 
     def _read_until_handoff(self) -> dict[str, Any] | None:
         """The first request that needs a thread of its own, after starting the next reader; None at
@@ -141,9 +158,12 @@ class Server:
             if message["method"] in _INLINE:
                 self._handle(message)
                 continue
+            with self._answered:
+                self._inflight += 1
             try:
                 self._pool.submit(self._read_requests)
             except RuntimeError as exc:  # no thread can be started: the sandbox is out of pids
+                self._done()
                 self.send(
                     error_response(message.get("id"), RpcError(RESOURCE_EXHAUSTED, "runtime busy: %s" % exc))
                 )
@@ -365,6 +385,17 @@ def _signal_number(name: str) -> int:
     return int(getattr(signal, name))
 
 
+def _widen_pipe(fd: int) -> None:
+    """A 1 MB pipe instead of 64 KB: a large message then crosses in a few writes rather than
+    sixteen, each a wake-up of the process at the other end (docker's shim, the local parent)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (ImportError, OSError):  # not a pipe (a socket), not Linux, or over pipe-max-size
+        pass
+
+
 def main() -> None:
     logging.basicConfig(
         stream=sys.stderr,
@@ -374,6 +405,8 @@ def main() -> None:
     # The channel keeps private copies of fds 0 and 1; what commands inherit is /dev/null and stderr,
     # so nothing a child does can read from or write into the channel.
     chan_in, chan_out = os.dup(0), os.dup(1)
+    for fd in (chan_in, chan_out):
+        _widen_pipe(fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import ipaddress
 import shutil
+import socket
+import struct
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +23,8 @@ from control_plane.store import Store
 BACKENDS = ["local", "docker", "ssh", "modal-standin"]
 _backends: dict[str, Backend | str] = {}
 _sshd: list[LocalSSHD | str] = []
+SIOCGIFADDR = 0x8915
+"""ioctl: an interface's IPv4 address (linux/sockios.h)."""
 
 
 def local_sshd() -> LocalSSHD:
@@ -58,6 +65,27 @@ def get_backend(name: str) -> Backend:
     if isinstance(found, str):
         pytest.skip(f"{name} backend unavailable here: {found}")
     return found
+
+
+def bridge_gateway(backend: Backend) -> str:
+    """The host's address on docker's default bridge, found the way that holds on every dockerd.
+
+    A long-running dockerd lists the bridge's Gateway in IPAM.Config; a freshly started 20.10 lists only
+    the Subnet. Then it is the bridge interface's own address (docker0), else the subnet's first host
+    (what dockerd gives docker0).
+    """
+    network = backend.client.networks.get("bridge").attrs  # type: ignore[attr-defined]
+    configs = [c for c in (network.get("IPAM") or {}).get("Config") or [] if ":" not in c.get("Subnet", "")]
+    for config in configs:
+        if config.get("Gateway"):
+            return str(config["Gateway"]).split("/")[0]
+    interface = (network.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
+        request = struct.pack("256s", interface.encode()[:15])
+        return socket.inet_ntoa(fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)[20:24])
+    if configs:
+        return str(next(ipaddress.ip_network(configs[0]["Subnet"], strict=False).hosts()))
+    raise RuntimeError(f"docker's bridge {interface} has no IPv4 address here: {network.get('IPAM')}")
 
 
 def standin_backend() -> Backend:

@@ -170,3 +170,25 @@ def test_a_second_message_steers_the_running_one(api: tuple[str, dict[str, str]]
         steers = [e["data"] for e in events if e["event"] == "user_message" and e["data"]["steer"]]
         assert [s["content"] for s in steers] == ["also note this"]
         assert fake_llm.requests[-1]["messages"][-1]["content"] == "also note this"
+
+
+def test_out_of_bounds_input_is_a_clear_422_and_errors_are_documented(
+    api: tuple[str, dict[str, str]],
+) -> None:
+    url, tokens = api
+    with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
+        for path, params in [
+            ("/sessions", {"offset": "1" + "0" * 29}),
+            ("/sessions/search", {"q": "deploy\x00"}),
+            ("/sessions/search", {"q": "x" * 1001}),
+        ]:
+            response = client.get(path, params=params)
+            assert response.status_code == 422, (path, params, response.text)
+        assert client.post("/sessions", json={"title": "a\x00b"}).status_code == 422
+        assert client.get("/sessions/search", params={"q": '"unbalanced NEAR( *'}).json() == []
+        document = client.get("/openapi.json").json()
+    get_session = document["paths"]["/sessions/{session_id}"]["get"]["responses"]
+    assert {"200", "401", "404", "422"} <= set(get_session)
+    assert get_session["404"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorBody"
+    }

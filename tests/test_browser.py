@@ -201,9 +201,37 @@ def test_sessions_have_their_own_pages(browser_sandbox: Sandbox, site: str) -> N
     browser_sandbox.call("browser.close", {"session": "first"})
 
 
+KILL_OWN_CHROMIUM = """python3 - <<'EOF'
+import os, signal
+killed = 0
+def parent(pid):
+    try:
+        return int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return 0
+for pid in [int(name) for name in os.listdir("/proc") if name.isdigit()]:
+    try:
+        if b"chrom" not in open("/proc/%d/cmdline" % pid, "rb").read():
+            continue
+    except OSError:
+        continue
+    ancestor = pid
+    while ancestor > 1 and ancestor != RUNTIME:
+        ancestor = parent(ancestor)
+    if ancestor == RUNTIME:
+        os.kill(pid, signal.SIGKILL)
+        killed += 1
+print(killed)
+EOF"""
+"""Kills the Chromium processes under this sandbox's runtime only: on the ssh backend (the host's own
+user) a plain `pkill -f chromium` killed every browser of every test running on the machine."""
+
+
 def test_killed_browser_is_reported_then_replaced(browser_sandbox: Sandbox, site: str) -> None:
     open_index(browser_sandbox, site)
-    browser_sandbox.run("pkill -KILL -f chromium; true")
+    runtime = browser_sandbox.call("sys.info")["pid"]
+    killed = browser_sandbox.run(KILL_OWN_CHROMIUM.replace("RUNTIME", str(runtime)))["output"]
+    assert int(killed.split()[-1]) >= 1, killed
     try:
         browser_sandbox.call("browser.navigate", {"url": f"{site}/form.html"})
     except RuntimeCallError as exc:

@@ -30,6 +30,7 @@ def test_code_is_clean(tool: list[str]) -> None:
 PACKAGES = ("control_plane", "backends", "sandboxes")
 MAX_LINES = 500
 SURFACES = ("control_plane.cli", "control_plane.api", "control_plane.gateway", "control_plane.mcp")
+SURFACES += ("control_plane.scheduler", "control_plane.batch")  # unattended work drives the agent too
 CORE = (
     "control_plane.agent",
     "control_plane.models",
@@ -38,6 +39,7 @@ CORE = (
     "control_plane.store",
     "control_plane.skills",
     "control_plane.tools",
+    "control_plane.trajectories",
     "control_plane.settings",
     "control_plane.sandbox_manager",
 )

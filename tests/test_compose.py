@@ -137,19 +137,20 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
 
 
 def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
-    """Version negotiation, ping, the reaper's lists, image, create, start, exec create and start, inspect,
-    removal of container and volume: each would raise APIError on a 403."""
+    """Version negotiation, ping, the reaper's lists, image, create, attach, start, inspect, stop, removal
+    of container and volume: each would raise APIError on a 403."""
     backend = DockerBackend(DockerConfig(base_url=proxy.url))  # /version, /_ping, reap()
     spec = SandboxSpec()
     backend.ensure_image(spec.image)
     sandbox = DockerSandbox(backend, new_sandbox_id(), spec)
     try:
         sandbox._provision()
-        assert sandbox.container.status == "running"
-        api = backend.client.api
-        exec_id = api.exec_create(sandbox.id, ["true"], stdin=True, stdout=True, stderr=True)["Id"]
-        api.exec_start(exec_id, socket=True).close()
-        assert sandbox._volume_exists()
+        assert sandbox.container.status == "created"
+        channel = sandbox._connect()  # attach, start, handshake
+        assert sandbox.container.status == "running" and channel.info["code_hash"]
+        channel.close()
+        assert sandbox._recover().startswith("the sandbox's runtime stopped")  # stop
+        assert sandbox.container.status == "exited" and sandbox._volume_exists()
     finally:
         sandbox._destroy()
     assert backend.reap() == 0
@@ -158,23 +159,23 @@ def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
 
 
 def test_a_sandbox_runs_commands_through_the_proxy(proxy: Proxy) -> None:
-    if proxy.version < (3, 1):
-        pytest.skip(
-            f"haproxy {proxy.version[0]}.{proxy.version[1]} does not upgrade a request with a body "
-            "(dockerd's exec start has one), so the exec stream cannot open through it; "
-            "compose runs haproxy:3.2. Install haproxy >= 3.1 to run this test"
-        )
+    """The attach stream through the proxy (Debian's HAProxy 2.6 carries it: the request has no body),
+    and a recovery after the runtime was lost: stop, then attach and start again."""
     backend = DockerBackend(DockerConfig(base_url=proxy.url))
     with backend.create(SandboxSpec()) as sandbox:
-        result = sandbox.run("echo through-the-proxy; id -u", timeout=30)
+        result = sandbox.run("echo through-the-proxy; id -u; echo kept > note", timeout=30)
         assert result["output"].split() == ["through-the-proxy", "1000"]
+        assert sandbox._channel is not None
+        sandbox._channel.close()  # the stream is gone: the runtime reads EOF and the container stops
+        assert sandbox.run("cat note", timeout=30)["output"] == "kept\n"
+        assert "runtime stopped and was restarted" in sandbox.pop_notices()[0]
     assert backend.reap() == 0
 
 
 def _create_body(**host: Any) -> dict[str, Any]:
     """The create body backends/docker.py sends, with HostConfig changes."""
     from docker import APIClient
-    from docker.types import Mount
+    from docker.types import LogConfig, Mount
 
     api = APIClient(base_url="unix:///nonexistent", version="1.41")
     host_config = api.create_host_config(
@@ -186,10 +187,15 @@ def _create_body(**host: Any) -> dict[str, Any]:
         mounts=[Mount("/workspace", f"{NAME}-workspace", type="volume")],
         network_mode="none",
         pids_limit=64,
+        log_config=LogConfig(type=LogConfig.types.NONE),
     )
     host_config.update(host)
     body: dict[str, Any] = api.create_container_config(
-        "hermetic-sandbox:slim", ["sleep", "60"], user="1000:1000", host_config=host_config
+        "hermetic-sandbox:slim",
+        ["python3", "-m", "sandboxes"],
+        user="1000:1000",
+        host_config=host_config,
+        stdin_open=True,
     )
     return body
 
@@ -216,6 +222,9 @@ FORBIDDEN_CREATES = {
     "writable root": _create_body(ReadonlyRootfs=False),
     "root user": {**_create_body(), "User": "0"},
     "other image": {**_create_body(), "Image": "debian:bookworm"},
+    "logs shipped away": _create_body(
+        LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
+    ),
 }
 
 
@@ -266,11 +275,13 @@ def test_create_bodies_that_could_hide_a_key_are_refused(proxy: Proxy) -> None:
         ("GET", f"/containers/{NAME}/archive?path=/", None),
         ("PUT", f"/containers/{NAME}/archive?path=/", b""),
         ("POST", f"/commit?container={NAME}", {}),
-        ("POST", f"/containers/{NAME}/attach?stream=1&stdin=1", None),
+        ("POST", "/containers/hermetic-postgres/attach?stream=1&stdin=1", None),  # not a sandbox
+        ("POST", f"/containers/{NAME}/attach?stream=1&stdin=1", {"Cmd": ["sh"]}),  # with a body
         ("POST", f"/containers/{NAME}/update", {"Memory": 0}),
+        ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"]}),  # no exec at all, not even in a sandbox
         ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"], "Privileged": True}),
-        ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"], "User": "root"}),
-        ("POST", "/containers/hermetic-postgres/exec", {"Cmd": ["sh"]}),  # not a sandbox
+        ("POST", "/containers/hermetic-postgres/exec", {"Cmd": ["sh"]}),  # a container Hermetic did not make
+        ("POST", f"/exec/{'0' * 64}/start", {"Detach": False}),
         ("GET", "/containers/hermetic-postgres/json", None),  # its env holds secrets
         ("DELETE", "/containers/hermetic-postgres", None),
         ("DELETE", "/volumes/hermetic-home", None),
@@ -285,7 +296,8 @@ def test_calls_the_backend_never_makes_are_refused(proxy: Proxy, method: str, pa
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"], "User": "", "Privileged": False}),
+        ("POST", f"/containers/{NAME}/attach?stream=1&stdin=1&stdout=1", None),
+        ("POST", f"/containers/{NAME}/stop?t=5", None),
         ("GET", f"/containers/{NAME}/json", None),
         ("DELETE", f"/containers/{NAME}", None),
         ("GET", f"/volumes/{NAME}-workspace", None),

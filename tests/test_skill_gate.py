@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import get_backend
+from conftest import bridge_gateway, get_backend
 from skills_ref.validator import validate
 
 from backends import Backend
@@ -128,7 +128,7 @@ class T(unittest.TestCase):
 @pytest.fixture
 def host_listener() -> Iterator[tuple[str, int]]:
     """A TCP server on the docker bridge's gateway, which a container with any network could reach."""
-    gateway = get_backend("docker").client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]  # type: ignore[attr-defined]
+    gateway = bridge_gateway(get_backend("docker"))
     server = socket.create_server((gateway, 0))
     server.settimeout(0.2)
     stop = threading.Event()

@@ -52,6 +52,7 @@ def test_session_crud(store: Store) -> None:
     store.add_message(first.id, {"role": "user", "content": "hi"})  # activity moves it to the top
     assert [s.id for s in store.list_sessions(P)] == [first.id, second.id]
     assert [s.id for s in store.list_sessions(P, limit=1, offset=1)] == [second.id]
+    assert store.list_sessions(P, limit=10**30, offset=10**30) == []  # past any SQL integer: nothing
 
     store.update_session(first.id, title="renamed", ended_at=123.5, sandbox_id="sb-1")
     got = store.get_session(first.id, P)
@@ -335,6 +336,10 @@ HOSTILE = [
     "😀",
     "🚀 kubernetes",
     "\x00",
+    "kubernetes\x00",
+    "de\x00ploy kubernetes",
+    '"kuber\x00netes deploy"',
+    "kubernetes\x01\x1f\x7f deploy",
     "x" * 5000,
     " ".join(["deploy"] * 200),
     "!@#$%^&*()[]{}<>?/|~`",

@@ -58,7 +58,7 @@ class AgentBase:
 
             self.mcp = McpServers(settings, self.sandboxes)
             self.tools.update(self.mcp.tools())
-        self.redact = Redactor(_known_secrets(settings))
+        self.redact = Redactor(known_secrets(settings))
         self.writer = _Writer()
         self.event_log = EventLog(settings.home)
         self.background = Background()
@@ -135,7 +135,7 @@ class _Writer(ThreadPoolExecutor):
         return super().submit(guarded)
 
 
-def _known_secrets(settings: Settings) -> list[str]:
+def known_secrets(settings: Settings) -> list[str]:
     """Values the model must never see back: model keys, the profile's .env, and sandbox variables named
     like secrets."""
     keys = [endpoint.api_key.get_secret_value() for endpoint in settings.model.chain if endpoint.api_key]

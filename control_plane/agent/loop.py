@@ -439,13 +439,14 @@ class Conversation:
         started_at = time.time()
         started = time.perf_counter()
         try:
-            result = invoke(tool, call.name, call.arguments, ctx)
+            with agent.sandboxes.using(self.id):
+                result = invoke(tool, call.name, call.arguments, ctx)
         except Exception as exc:  # a tool's bug must not end the run
             log.exception("tool %s failed", call.name)
             result = ToolResult(f"error: {call.name} failed: {type(exc).__name__}: {exc}", ok=False)
         duration = (time.perf_counter() - started) * 1000
         sandbox = agent.sandboxes.peek(self.id)
-        notices = agent.sandboxes.pop_notices() + (sandbox.pop_notices() if sandbox else [])
+        notices = agent.sandboxes.pop_notices(self.id) + (sandbox.pop_notices() if sandbox else [])
         self._write(
             agent.store.record_tool_call,
             self.id,

@@ -7,18 +7,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated
 
-from fastapi import FastAPI, Header, HTTPException, Query, status
+from fastapi import FastAPI, Header, HTTPException, Path, Query, status
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from .. import __version__
 from ..agent.events import Question
 from ..agent.status import Status
+from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
+from .bounds import AnswerText, MessageText, Offset, SearchText, SessionId, Title, errors
+from .cron import router as cron_router
+from .cron import start_schedulers, stop_schedulers
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
@@ -33,11 +37,11 @@ log = logging.getLogger(__name__)
 
 
 class NewSession(BaseModel):
-    title: str | None = Field(None, max_length=200)
+    title: Title | None = None
 
 
 class NewMessage(BaseModel):
-    content: str = Field(min_length=1, max_length=200_000)
+    content: MessageText
 
 
 class Posted(BaseModel):
@@ -48,7 +52,7 @@ class Posted(BaseModel):
 
 
 class QuestionAnswer(BaseModel):
-    answer: str = Field(min_length=1, max_length=10_000)
+    answer: AnswerText
     """One of the question's choices (an approval: once, always, no), or free text when it has none."""
 
 
@@ -65,7 +69,9 @@ class SessionDetail(BaseModel):
     running: bool
 
 
-def create_app(root: Path | None = None, settings_for: Callable[[str], Settings] | None = None) -> FastAPI:
+def create_app(
+    root: FilePath | None = None, settings_for: Callable[[str], Settings] | None = None
+) -> FastAPI:
     """The API for every profile under `root` (default: HERMETIC_ROOT or ~/.hermetic)."""
     base = load_settings()
     root = root or base.root
@@ -74,9 +80,12 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(warm_up)
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
+        await start_schedulers(app, hub, base, root)
         yield
+        await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
@@ -87,6 +96,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
     app.include_router(skills_router)
     app.include_router(network_router)
     app.include_router(openai_router)
+    app.include_router(cron_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:
@@ -95,7 +105,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         status = await asyncio.to_thread(profile.agent.status) if profile is not None else None
         return Health(status="ok", version=__version__, profile=status)
 
-    @app.post("/sessions", status_code=status.HTTP_201_CREATED)
+    @app.post("/sessions", status_code=status.HTTP_201_CREATED, responses=errors(400, 401))
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:
         conversation = profile.agent.new_conversation(title=body.title if body else None, source="api")
         profile.live[conversation.id] = LiveSession(conversation)
@@ -103,26 +113,26 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         assert record is not None
         return record
 
-    @app.get("/sessions")
+    @app.get("/sessions", responses=errors(401))
     def list_sessions(
         profile: Auth,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[Offset, Query()] = 0,
     ) -> list[SessionRecord]:
         return profile.agent.store.list_sessions(profile.settings.profile, limit=limit, offset=offset)
 
-    @app.get("/sessions/search")
+    @app.get("/sessions/search", responses=errors(401))
     def search_sessions(
         profile: Auth,
-        q: Annotated[str, Query(min_length=1)],
+        q: Annotated[SearchText, Query()],
         limit: Annotated[int, Query(ge=1, le=100, description="Most sessions")] = 20,
         window: Annotated[int, Query(ge=0, le=10, description="Messages either side of each match")] = 1,
     ) -> list[SessionRecall]:
         """The sessions best matching `q`, one entry each (as the session_search tool sees them)."""
         return profile.agent.store.recall(profile.settings.profile, q, limit=limit, window=window)
 
-    @app.get("/sessions/{session_id}")
-    def get_session(profile: Auth, session_id: str) -> SessionDetail:
+    @app.get("/sessions/{session_id}", responses=errors(401, 404))
+    def get_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> SessionDetail:
         record = profile.agent.store.get_session(session_id, profile.settings.profile)
         if record is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
@@ -133,15 +143,20 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
             running=bool(live and live.conversation.running),
         )
 
-    @app.post("/sessions/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED)
-    async def post_message(live: Live, body: NewMessage) -> Posted:
+    @app.post(
+        "/sessions/{session_id}/messages",
+        status_code=status.HTTP_202_ACCEPTED,
+        responses=errors(400, 401, 404, 429),
+    )
+    async def post_message(profile: Auth, live: Live, body: NewMessage) -> Posted:
         after = live.seq
         if live.conversation.steer(body.content):
             return Posted(status="steered", after=after)
+        profile.admit_run(live)
         live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
         return Posted(status="started", after=after)
 
-    @app.post("/sessions/{session_id}/interrupt")
+    @app.post("/sessions/{session_id}/interrupt", responses=errors(401, 404))
     def interrupt(live: Live) -> dict[str, bool]:
         return {"interrupted": live.conversation.interrupt()}
 
@@ -152,7 +167,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
 
     @app.post(
         "/sessions/{session_id}/questions/{question_id}",
-        responses={404: {"description": "No such open question"}, 422: {"description": "Not a choice"}},
+        responses=errors(401, 404),
     )
     def answer_question(live: Live, question_id: str, body: QuestionAnswer) -> dict[str, bool]:
         """Answer a question of the running turn (a clarification, an approval) by its id."""
@@ -166,7 +181,7 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
             )
         return {"answered": True}
 
-    @app.post("/sessions/{session_id}/close")
+    @app.post("/sessions/{session_id}/close", responses=errors(401, 404))
     async def close_session(profile: Auth, live: Live) -> dict[str, bool]:
         """End the session: its sandbox is released (the history stays)."""
         if live.task is not None and not live.task.done():
@@ -176,12 +191,12 @@ def create_app(root: Path | None = None, settings_for: Callable[[str], Settings]
         profile.live.pop(live.conversation.id, None)
         return {"closed": True}
 
-    @app.get("/sessions/{session_id}/events", response_class=EventSourceResponse)
+    @app.get("/sessions/{session_id}/events", response_class=EventSourceResponse, responses=errors(401, 404))
     async def events(
         live: Live,
-        after: Annotated[int | None, Query(ge=0, description="Only events after this number")] = None,
+        after: Annotated[Offset | None, Query(description="Only events after this number")] = None,
         until_turn_end: Annotated[bool, Query(description="Stop after the next turn_end")] = False,
-        last_event_id: Annotated[str | None, Header()] = None,
+        last_event_id: Annotated[str | None, Header(max_length=32)] = None,
     ) -> AsyncIterator[ServerSentEvent]:
         """The session's events as they happen: each SSE `event` is the event's type, `id` its number."""
         if after is None:  # a reconnecting browser says where it was; a new follower starts from now

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from backends import SandboxError
@@ -18,10 +18,15 @@ from ..agent.agent import Agent
 from ..agent.events import Event
 from ..agent.loop import Conversation
 from ..settings import Settings
+from .bounds import SessionId
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
 """Events a live session keeps for clients that connect late or reconnect (Last-Event-ID)."""
+RETRY_RUNNING = 5
+"""Retry-After when too many sessions run: a turn with the usual tools ends within seconds."""
+RETRY_SANDBOX = 30
+"""Retry-After when too many sandboxes are held: they free up as sessions close or go idle."""
 
 
 class LiveSession:
@@ -41,6 +46,12 @@ class LiveSession:
         self._wake.set()
         self._wake = asyncio.Event()
 
+    @property
+    def running(self) -> bool:
+        """A run was started and has not ended (true from the moment it is started, unlike the
+        conversation's own flag, which its task sets once it begins)."""
+        return self.task is not None and not self.task.done()
+
     async def follow(self, after: int) -> AsyncIterator[tuple[int, Event]]:
         while True:
             wake = self._wake
@@ -51,6 +62,12 @@ class LiveSession:
             for seq, event in fresh:
                 after = seq
                 yield seq, event
+
+
+def _too_many(message: str, retry_after: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS, message, headers={"Retry-After": str(retry_after)}
+    )
 
 
 class Profile:
@@ -71,6 +88,25 @@ class Profile:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}") from None
             self.live[session_id] = live
         return live
+
+    def admit_run(self, live: LiveSession) -> None:
+        """Refuse (429, Retry-After) a new run over the profile's limits on running sessions and sandboxes;
+        a running session counts as holding a sandbox, since its run may start one."""
+        limits = self.settings.limits
+        running = {other.conversation.id for other in self.live.values() if other.running}
+        if len(running) >= limits.max_running_sessions:
+            raise _too_many(
+                f"this profile already has {len(running)} sessions running a turn "
+                f"(limits.max_running_sessions); wait for one to finish",
+                RETRY_RUNNING,
+            )
+        holding = self.agent.sandboxes.held() | running
+        if live.conversation.id not in holding and len(holding) >= limits.max_sandboxes:
+            raise _too_many(
+                f"this profile's sessions already hold {len(holding)} sandboxes (limits.max_sandboxes); "
+                "close a session (POST /sessions/ID/close) or wait for an idle one to be closed",
+                RETRY_SANDBOX,
+            )
 
     def close(self) -> None:
         for live in self.live.values():
@@ -134,7 +170,7 @@ def optional_profile(
 OptionalAuth = Annotated[Profile | None, Depends(optional_profile)]
 
 
-def live_session(profile: Auth, session_id: str) -> LiveSession:
+def live_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession:
     # a dependency, so a 404 is sent before an SSE response has started
     return profile.session(session_id)
 

@@ -4,22 +4,24 @@ Mounted by api/app.py."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel
 
 from ..skills.curation import duplicates, unmerge
 from ..skills.library import SkillError, SkillLibrary, UnknownSkill
 from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
+from .bounds import RelativePath, SkillName, Version, errors
 from .profiles import Auth
 
-router = APIRouter(prefix="/skills", tags=["skills"])
+router = APIRouter(prefix="/skills", tags=["skills"], responses=errors(400, 401))
+Name = Annotated[SkillName, Path()]
 
 
 class Rollback(BaseModel):
-    version: int
+    version: Version
 
 
 class Pin(BaseModel):
@@ -48,45 +50,50 @@ def verify_all(profile: Auth) -> list[dict[str, Any]]:
     return _run(profile, lambda lib: [asdict(v) for v in lib.reverify_all()])
 
 
-@router.get("/{name}")
-def show(profile: Auth, name: str, file: str | None = None) -> dict[str, Any]:
+@router.get("/{name}", responses=errors(404))
+def show(profile: Auth, name: Name, file: Annotated[RelativePath | None, Query()] = None) -> dict[str, Any]:
     return _run(profile, lambda lib: {**_record(lib.info(name)), "content": lib.view(name, file)})
 
 
-@router.get("/{name}/history")
-def history(profile: Auth, name: str) -> dict[str, Any]:
+@router.get("/{name}/history", responses=errors(404))
+def history(profile: Auth, name: Name) -> dict[str, Any]:
     return _run(profile, lambda lib: {"versions": lib.history(name), "verdicts": lib.verdicts(name)})
 
 
-@router.get("/{name}/diff")
-def diff(profile: Auth, name: str, old: int, new: int | None = None) -> dict[str, str]:
+@router.get("/{name}/diff", responses=errors(404))
+def diff(
+    profile: Auth,
+    name: Name,
+    old: Annotated[Version, Query()],
+    new: Annotated[Version | None, Query()] = None,
+) -> dict[str, str]:
     return _run(profile, lambda lib: {"diff": lib.diff(name, old, new)})
 
 
-@router.post("/{name}/verify")
-def verify(profile: Auth, name: str) -> Verdict:
+@router.post("/{name}/verify", responses=errors(404))
+def verify(profile: Auth, name: Name) -> Verdict:
     return _run(profile, lambda lib: lib.reverify(name, proposer="api"))  # type: ignore[no-any-return]
 
 
-@router.post("/{name}/rollback")
-def rollback(profile: Auth, name: str, body: Rollback) -> dict[str, int]:
+@router.post("/{name}/rollback", responses=errors(404))
+def rollback(profile: Auth, name: Name, body: Rollback) -> dict[str, int]:
     return _run(profile, lambda lib: {"version": lib.rollback(name, body.version)})
 
 
-@router.post("/{name}/archive")
-def archive(profile: Auth, name: str) -> dict[str, str]:
+@router.post("/{name}/archive", responses=errors(404))
+def archive(profile: Auth, name: Name) -> dict[str, str]:
     _run(profile, lambda lib: lib.archive(name))
     return {"state": "archived"}
 
 
-@router.post("/{name}/restore")
-def restore(profile: Auth, name: str) -> dict[str, str]:
+@router.post("/{name}/restore", responses=errors(404))
+def restore(profile: Auth, name: Name) -> dict[str, str]:
     _run(profile, lambda lib: lib.restore(name))
     return {"state": "active"}
 
 
-@router.post("/{name}/pin")
-def pin(profile: Auth, name: str, body: Pin) -> dict[str, bool]:
+@router.post("/{name}/pin", responses=errors(404))
+def pin(profile: Auth, name: Name, body: Pin) -> dict[str, bool]:
     _run(profile, lambda lib: lib.pin(name, body.pinned))
     return {"pinned": body.pinned}
 
@@ -105,8 +112,8 @@ def curation_plan(profile: Auth) -> dict[str, Any]:
     return _run(profile, plan)
 
 
-@router.post("/{name}/unmerge")
-def unmerge_skill(profile: Auth, name: str) -> dict[str, Any]:
+@router.post("/{name}/unmerge", responses=errors(404))
+def unmerge_skill(profile: Auth, name: Name) -> dict[str, Any]:
     return _run(profile, lambda lib: {"changes": unmerge(lib, name)})
 
 

@@ -25,6 +25,13 @@ err = Console(stderr=True, highlight=False)
 EXIT_CODES = {"done": 0, "error": 1, "budget": 3, "interrupted": 130}
 
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="litellm model id (overrides config)")]
+ApiBaseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        help="URL of the model's server, e.g. http://localhost:11434/v1 for Ollama (overrides config)",
+    ),
+]
 BackendOption = Annotated[
     str | None,
     typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
@@ -35,11 +42,16 @@ ToolsetsOption = Annotated[
 
 
 def agent_settings(
-    model: str | None = None, backend: str | None = None, toolsets: str | None = None, **overrides: Any
+    model: str | None = None,
+    backend: str | None = None,
+    toolsets: str | None = None,
+    api_base: str | None = None,
+    **overrides: Any,
 ) -> Settings:
     """Settings with the command line's choices on top; exits with the fix when no model is set."""
-    if model:
-        overrides["model"] = {"name": model}
+    chosen = {"name": model, "api_base": api_base}
+    if any(chosen.values()):  # merged into the configured model: --api-base alone keeps its name
+        overrides["model"] = {key: value for key, value in chosen.items() if value}
     if backend:
         overrides["backend"] = backend
     if toolsets:
@@ -96,6 +108,7 @@ def _json_line(event: Event) -> None:
 def run(
     task: Annotated[str, typer.Argument(help="What the agent should do")],
     model: ModelOption = None,
+    api_base: ApiBaseOption = None,
     backend: BackendOption = None,
     toolsets: ToolsetsOption = None,
     max_iterations: Annotated[int | None, typer.Option(help="Most model calls for this task")] = None,
@@ -106,7 +119,7 @@ def run(
     overrides: dict[str, Any] = {"keep_sandbox": keep_sandbox} if keep_sandbox else {}
     if max_iterations:
         overrides["limits"] = {"max_iterations": max_iterations}
-    settings = agent_settings(model, backend, toolsets, **overrides)
+    settings = agent_settings(model, backend, toolsets, api_base, **overrides)
     agent = Agent(settings)
     conversation = agent.new_conversation(title=task[:80])
     err.print(f"[dim]{escape(agent.status().line())}[/]")
@@ -124,11 +137,12 @@ def chat(
     resume: Annotated[str | None, typer.Option("--resume", "-r", help="Continue this session")] = None,
     last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent session")] = False,
     model: ModelOption = None,
+    api_base: ApiBaseOption = None,
     backend: BackendOption = None,
     toolsets: ToolsetsOption = None,
 ) -> None:
     """An interactive conversation; Ctrl-C interrupts a run, Ctrl-D (or /exit) leaves."""
-    settings = agent_settings(model, backend, toolsets)
+    settings = agent_settings(model, backend, toolsets, api_base)
     agent = Agent(settings)
     if last and not resume:
         recent = agent.store.list_sessions(settings.profile, limit=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -45,7 +46,8 @@ def check_docker(settings: Settings) -> Check:
         version = _docker().version()
     except Exception as exc:
         return Check("dockerd", "fail", f"not reachable: {exc}", DOCKER_FIX + " (or fix DOCKER_HOST)")
-    return Check("dockerd", "ok", f"docker {version.get('Version')} (API {version.get('ApiVersion')})")
+    where = f" through {os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else ""
+    return Check("dockerd", "ok", f"docker {version.get('Version')} (API {version.get('ApiVersion')}){where}")
 
 
 def check_images(settings: Settings) -> list[Check]:

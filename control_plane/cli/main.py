@@ -10,8 +10,8 @@ import typer
 
 from ..keys import KeyFileError
 from . import agent as agent_cli
+from . import batch, cron, demo, dev, doctor, export, mcp, network, skill_sources
 from . import config as config_cli
-from . import demo, dev, doctor, mcp, network, skill_sources
 from . import sandbox as sandbox_cli
 from . import setup as setup_cli
 from . import skills as skills_cli
@@ -30,6 +30,9 @@ app.add_typer(config_cli.model_app, name="model")
 app.add_typer(config_cli.persona_app, name="persona")
 skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
+app.add_typer(cron.app, name="cron")
+app.add_typer(batch.app, name="batch")
+agent_cli.sessions_app.command("export")(export.export_sessions)
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 

@@ -47,11 +47,12 @@ AllowOption = Annotated[
 
 def _spec(settings: Settings, network: str | None, allow: list[str] | None = None) -> SandboxSpec:
     """The configured spec with the command line's network choices (validated: a bad rule exits 2)."""
+    spec = settings.sandbox.spec
     update: dict[str, object] = {"network": network} if network else {}
     if allow:
-        update["allow"] = [*settings.sandbox.allow, *allow]
+        update["allow"] = [*spec.allow, *allow]
     try:
-        return SandboxSpec.model_validate({**settings.sandbox.model_dump(), **update})
+        return SandboxSpec.model_validate({**spec.model_dump(), **update})
     except ValueError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
@@ -131,7 +132,7 @@ def demo(backend: BackendOption = None) -> None:
     settings = load_settings()
     chosen = open_backend(backend, settings)
     started = time.perf_counter()
-    with chosen.create(settings.sandbox) as sandbox:
+    with chosen.create(settings.sandbox.spec) as sandbox:
         console.print(
             f"[bold]1. Opened a {chosen.name} sandbox[/] {sandbox.id} in "
             f"{time.perf_counter() - started:.2f} s (network: {sandbox.spec.network})"

@@ -257,6 +257,12 @@ def _litellm() -> ModuleType:
     return _loaded[0]
 
 
+def warm_up() -> None:
+    """Import litellm now (seconds of CPU): a server calls this in a thread at startup, so its first
+    turn does not hold the event loop, and every request with it, for that long."""
+    _litellm()
+
+
 def _problem(endpoint: ModelEndpoint) -> str | None:
     """Why this model cannot be called as configured (unknown provider, missing key), else None."""
     litellm = _litellm()

@@ -109,8 +109,15 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
+SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermetic schema'))"
+"""PostgreSQL: processes opening a new database at once would race CREATE ... IF NOT EXISTS (a duplicate
+key in pg_type); each takes this lock first, in its schema transaction (SQLite's BEGIN IMMEDIATE does it)."""
+
+
 def _create_schema(engine: Engine) -> None:
     with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(SCHEMA_LOCK))
         SQLModel.metadata.create_all(
             conn, tables=[SQLModel.metadata.tables[name] for name in _TABLES], checkfirst=True
         )

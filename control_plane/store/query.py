@@ -1,6 +1,6 @@
 """A user's search text made safe: terms for FTS5 and PostgreSQL, and snippets for substring hits.
 
-Whatever the user types (quotes, parentheses, AND, NEAR(, *, :, -, emoji) becomes a list of plain terms:
+Whatever the user types (quotes, parentheses, AND, NEAR(, *, :, -, emoji, NUL) becomes a list of plain terms:
 balanced "quoted phrases" stay phrases, every other word is one term, and each term is quoted again before
 it reaches a query language, so no operator the user types is ever interpreted.
 """
@@ -12,12 +12,15 @@ import re
 MAX_TERMS = 16
 """More terms than this narrow a search no further and only cost time."""
 _PHRASE = re.compile(r'"([^"]*)"')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""Control characters separate words: FTS5 ends a string at NUL, and PostgreSQL text cannot hold one."""
 # Han, kana, Hangul: scripts written without spaces, which the unicode61 tokenizer cannot split into words.
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def terms(query: str) -> list[str]:
     """The search terms in `query`; words without a letter or digit are dropped (they match nothing)."""
+    query = _CONTROL.sub(" ", query)
     found: list[str] = []
     pos = 0
     for match in _PHRASE.finditer(query):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, delete, insert, update
+from sqlalchemy import Connection, Engine, delete, insert, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
@@ -24,6 +24,8 @@ from .surroundings import Spot, surroundings
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
+MAX_ROW = 2**63 - 1
+"""The largest LIMIT/OFFSET both SQLite and PostgreSQL take (a signed 64-bit integer)."""
 
 
 def new_session_id() -> str:
@@ -37,6 +39,11 @@ class Store:
     def __init__(self, url: str) -> None:
         self._engine = open_engine(url)
         self.dialect: str = self._engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for parts that keep tables of their own here (the scheduler's jobs)."""
+        return self._engine
 
     def close(self) -> None:
         self._engine.dispose()
@@ -87,8 +94,8 @@ class Store:
             select(SessionRecord)
             .where(SessionRecord.profile == profile)
             .order_by(col(SessionRecord.updated_at).desc(), col(SessionRecord.id).desc())
-            .limit(max(limit, 0))
-            .offset(max(offset, 0))
+            .limit(min(max(limit, 0), MAX_ROW))
+            .offset(min(max(offset, 0), MAX_ROW))
         )
         with self._read() as db:
             return list(db.exec(query))

@@ -60,8 +60,6 @@ class ToolContext:
     """The profile's skill library (the skills tools)."""
     proposer: str = "agent"
     """Who a skill change is recorded as proposed by: the agent, or a background review."""
-    settings: Settings | None = None
-    """The profile's settings (the network tools read network.* and write the profile's allowlist)."""
     ask: Callable[..., str | None] = lambda **question: None
     """Put a question to the user and wait (agent/questions.py `Questions.ask` without `emit`):
     kind, prompt, choices, timeout, detail. None means no answer; with no surface to ask, always None."""
@@ -71,6 +69,9 @@ class ToolContext:
     """The session's plan (the todo tool), kept by the conversation across turns."""
     delegate: Callable[[Any], ToolResult] | None = None
     """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
+    settings: Settings | None = None
+    """The agent's settings (the schedule tool reads the profile's time zone and delivery policy; the
+    network tools read network.* and write the profile's allowlist)."""
 
     @property
     def sandbox(self) -> Sandbox:

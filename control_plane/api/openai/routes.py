@@ -44,10 +44,10 @@ from .wire import (
     ChunkChoice,
     CompletionUsage,
     Delta,
-    ErrorBody,
     ErrorEnvelope,
     Model,
     ModelList,
+    OpenAIError,
     OutputMessage,
     OutputText,
     Response,
@@ -70,7 +70,9 @@ _ERROR_TYPES = {
 def error_response(
     status_code: int, message: str, code: str | None = None, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    body = ErrorBody(message=message, type=_ERROR_TYPES.get(status_code, "invalid_request_error"), code=code)
+    body = OpenAIError(
+        message=message, type=_ERROR_TYPES.get(status_code, "invalid_request_error"), code=code
+    )
     return JSONResponse(ErrorEnvelope(error=body).model_dump(), status_code=status_code, headers=headers)
 
 
@@ -198,7 +200,7 @@ async def _chat_stream(live: LiveSession, after: int, model: str) -> AsyncIterat
             after_tool = True
             yield chunk(TOOL_EVENT, choices=[ChunkChoice()], hermetic=event.model_dump(mode="json"))
     if outcome.reason == "error" and outcome.error is not None:
-        error = ErrorBody(
+        error = OpenAIError(
             message=outcome.error.message, type="server_error", code=f"{outcome.error.kind}_error"
         )
         yield format_sse_event(data_str=json.dumps({"error": error.model_dump()}))

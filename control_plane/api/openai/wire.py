@@ -201,7 +201,7 @@ class Response(BaseModel):
     previous_response_id: str | None = None
 
 
-class ErrorBody(BaseModel):
+class OpenAIError(BaseModel):
     message: str
     type: str
     param: str | None = None
@@ -209,4 +209,4 @@ class ErrorBody(BaseModel):
 
 
 class ErrorEnvelope(BaseModel):
-    error: ErrorBody
+    error: OpenAIError

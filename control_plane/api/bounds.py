@@ -1,0 +1,65 @@
+"""What every API router shares about input from outside: bounded field types (lengths, ranges, no NUL,
+all in the OpenAPI document) and the error answers, each documented with its model.
+
+A route declares its fields with these types and its errors with `errors(401, 404, ...)`, so the
+document lists every status the route can answer and a client (or a fuzzer) can rely on it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, StringConstraints
+
+NO_NUL = r"^[^\x00]*$"
+"""No NUL anywhere: PostgreSQL text cannot hold one, and C-string consumers (FTS5) stop at it."""
+MAX_OFFSET = 1_000_000_000
+"""Past any real history, and far below the 64-bit integers SQL takes."""
+
+
+def _text(min_length: int, max_length: int) -> StringConstraints:
+    return StringConstraints(min_length=min_length, max_length=max_length, pattern=NO_NUL)
+
+
+Title = Annotated[str, _text(0, 200)]
+MessageText = Annotated[str, _text(1, 200_000)]
+"""What a user sends the agent in one message."""
+SearchText = Annotated[str, _text(1, 1000)]
+AnswerText = Annotated[str, _text(1, 10_000)]
+"""An answer to a question of a running turn (a choice, or free text)."""
+RelativePath = Annotated[str, _text(1, 1024)]
+SessionId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+SkillName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+]
+Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
+Version = Annotated[int, Field(ge=1, le=MAX_OFFSET)]
+
+
+class ErrorBody(BaseModel):
+    """Every error but 422: what went wrong and, where there is one, what to do about it."""
+
+    detail: str
+
+
+DESCRIPTIONS = {
+    400: "The request was refused (the message says why)",
+    401: "No valid bearer token",
+    404: "No such session or skill in the token's profile",
+    429: "A limit of the profile is reached; retry after Retry-After seconds",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route that can answer these error statuses (422 FastAPI documents itself)."""
+    documented: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        documented[code] = {"model": ErrorBody, "description": DESCRIPTIONS[code]}
+        if code == 429:
+            documented[code]["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds to wait before retrying",
+                    "schema": {"type": "integer"},
+                }
+            }
+    return documented

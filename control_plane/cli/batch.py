@@ -1,0 +1,105 @@
+"""`hermetic batch run`: a file of prompts through the agent in parallel, with progress and a summary."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ..agent.agent import Agent
+from ..batch import BatchError, BatchResult, BatchRunner, finished_ids, read_prompts, write_summary
+from ..tools import TOOLS
+from .agent import BackendOption, ModelOption, agent_settings
+
+app = typer.Typer(help="Batch runs: many prompts, each its own session and sandbox.", no_args_is_help=True)
+err = Console(stderr=True, highlight=False)
+
+
+@app.command("run")
+def run(
+    prompts: Annotated[
+        Path, typer.Argument(help='JSON lines: {"prompt": ..., "id", "category", "toolsets"}')
+    ],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=256, help="Prompts at once")] = 4,
+    out: Annotated[
+        Path | None, typer.Option(help="Results directory (default: PROMPTS.out beside the file)")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Skip the prompts already completed in --out")] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds one prompt may take")] = 600.0,
+    max_iterations: Annotated[int | None, typer.Option(min=1, help="Most model calls per prompt")] = None,
+    model: ModelOption = None,
+    backend: BackendOption = None,
+) -> None:
+    """Run every prompt; results.jsonl in --out gets a line as each one ends. Exit 1 if any failed."""
+    try:
+        items = read_prompts(prompts)
+        unknown = {t for item in items for t in item.toolsets or []} - TOOLS.toolsets
+        if unknown:
+            raise BatchError(f"{prompts}: unknown toolset(s) {', '.join(sorted(unknown))}")
+    except BatchError as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+    directory = out or prompts.with_name(prompts.stem + ".out")
+    directory.mkdir(parents=True, exist_ok=True)
+    results = directory / "results.jsonl"
+    if results.exists() and results.stat().st_size and not resume:
+        err.print(f"[red]{results} already has results: --resume to continue it, or another --out[/]")
+        raise typer.Exit(2)
+    done = finished_ids(results) if resume else set()
+    todo = [item for item in items if item.id not in done]
+    # Batch sessions are independent samples: no background memory review after each one.
+    overrides: dict[str, Any] = {"learning": {"enabled": False}}
+    if max_iterations:
+        overrides["limits"] = {"max_iterations": max_iterations}
+    settings = agent_settings(model, backend, **overrides)
+    agent = Agent(settings)
+    runner = BatchRunner(agent, results, workers=workers, timeout=timeout)
+    progress = Progress(
+        TextColumn("[bold]batch[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[red]{task.fields[failed]} failed[/]"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+    )
+    task = progress.add_task("batch", total=len(items), completed=len(done), failed=0)
+    failed = 0
+
+    def advance(result: BatchResult) -> None:
+        nonlocal failed
+        failed += result.status != "completed"
+        progress.update(task, advance=1, failed=failed)
+
+    try:
+        with progress:
+            summary = asyncio.run(runner.run(todo, skipped=len(done), on_result=advance))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: the results so far are in {results}; --resume continues[/]")
+        raise typer.Exit(130) from None
+    finally:
+        agent.close()
+    write_summary(directory / "summary.json", summary)
+    statuses = (
+        ", ".join(f"{status} {n}" for status, n in sorted(summary.statuses.items())) or "nothing to run"
+    )
+    err.print(
+        f"{summary.completed} completed, {summary.failed} failed ({statuses}); "
+        f"{summary.skipped} done before; "
+        f"{summary.tool_calls} tool calls, {summary.prompt_tokens + summary.completion_tokens:,} tokens, "
+        f"{summary.seconds:.1f}s; results in {results}"
+    )
+    raise typer.Exit(1 if summary.failed else 0)

@@ -1,0 +1,150 @@
+"""Per-profile limits in the API (running sessions, live sandboxes: 429 with Retry-After) and the idle
+close of a session's sandbox, on the local backend with the scripted model."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from conftest import get_backend
+from test_api import auth, sse_events
+
+from control_plane.api.app import create_app
+from control_plane.api.tokens import TokenStore
+from control_plane.sandbox_manager import SandboxLimit, SandboxManager
+from control_plane.settings import Settings, load_settings
+
+Serve = Callable[..., tuple[httpx.Client, Any]]
+
+
+@pytest.fixture
+def serve(tmp_path: Path, fake_llm: Any) -> Iterator[Serve]:
+    """serve(limits=..., sandbox=...) -> a client with alpha's token, and the app's profile alpha."""
+    get_backend("local")
+    servers: list[tuple[uvicorn.Server, threading.Thread, httpx.Client]] = []
+
+    def start(**overrides: Any) -> tuple[httpx.Client, Any]:
+        model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
+
+        def settings_for(profile: str) -> Settings:
+            return load_settings(profile, root=tmp_path, model=model, backend="local", **overrides)
+
+        token = TokenStore(tmp_path).create("alpha")
+        app = create_app(tmp_path, settings_for)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", headers=auth(token))
+        servers.append((server, thread, client))
+        return client, app.state.hub.profile("alpha")
+
+    yield start
+    for server, thread, client in servers:
+        client.close()
+        server.should_exit = True
+        thread.join(30)
+
+
+def new_session(client: httpx.Client) -> str:
+    created = client.post("/sessions")
+    assert created.status_code == 201
+    return str(created.json()["id"])
+
+
+def run_turn(client: httpx.Client, session: str, content: str) -> list[dict[str, Any]]:
+    """Post a message and read its events to the turn's end."""
+    posted = client.post(f"/sessions/{session}/messages", json={"content": content})
+    assert posted.status_code == 202, posted.text
+    token = client.headers["Authorization"].removeprefix("Bearer ")
+    url = f"/sessions/{session}/events?after={posted.json()['after']}&until_turn_end=true"
+    return sse_events(client, url, token)
+
+
+def terminal(command: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+
+
+def test_a_run_over_max_running_sessions_is_429_with_retry_after(serve: Serve, fake_llm: Any) -> None:
+    fake_llm.load([{"text": "slow", "delay": 60}, {"text": "second"}])
+    client, _ = serve(limits={"max_running_sessions": 1})
+    first, second = new_session(client), new_session(client)
+    assert client.post(f"/sessions/{first}/messages", json={"content": "one"}).status_code == 202
+    refused = client.post(f"/sessions/{second}/messages", json={"content": "two"})
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"].isdigit()
+    assert "limits.max_running_sessions" in refused.json()["detail"]
+    steered = client.post(f"/sessions/{first}/messages", json={"content": "and more"})
+    assert steered.json()["status"] == "steered"  # the running session itself is not refused
+    assert client.post(f"/sessions/{first}/close").json() == {"closed": True}
+    events = run_turn(client, second, "two")
+    assert events[-1]["data"]["reason"] == "done"
+
+
+def test_a_run_needing_a_sandbox_over_max_sandboxes_is_429(serve: Serve, fake_llm: Any) -> None:
+    fake_llm.load([terminal("echo held"), {"text": "ok"}, terminal("echo mine"), {"text": "ok"}])
+    client, profile = serve(limits={"max_sandboxes": 1}, sandbox={"idle_seconds": None})
+    holder, other = new_session(client), new_session(client)
+    run_turn(client, holder, "hold one")
+    assert profile.agent.sandboxes.held() == {holder}
+    refused = client.post(f"/sessions/{other}/messages", json={"content": "me too"})
+    assert refused.status_code == 429 and refused.headers["retry-after"].isdigit()
+    assert "limits.max_sandboxes" in refused.json()["detail"]
+    client.post(f"/sessions/{holder}/close")
+    events = run_turn(client, other, "me too")
+    assert [e["data"]["result"] for e in events if e["event"] == "tool_end"][0].startswith("mine")
+
+
+def test_the_manager_itself_refuses_a_sandbox_over_the_limit(tmp_path: Path) -> None:
+    get_backend("local")
+    manager = SandboxManager(load_settings(root=tmp_path, backend="local", limits={"max_sandboxes": 1}))
+    try:
+        manager.get("s-a")
+        with pytest.raises(SandboxLimit, match="limits.max_sandboxes"):
+            manager.get("s-b")
+        manager.release("s-a")
+        assert manager.get("s-b").run("echo ok")["output"].strip() == "ok"
+    finally:
+        manager.close_all()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_an_idle_sandbox_is_closed_and_the_next_use_says_so(
+    serve: Serve, fake_llm: Any, tmp_path: Path
+) -> None:
+    fake_llm.load(
+        [
+            terminal("echo kept > note && sleep 2 && cat note"),  # longer than idle_seconds: still not idle
+            {"text": "ok"},
+            terminal("cat note || echo missing"),
+            {"text": "ok"},
+        ]
+    )
+    client, profile = serve(sandbox={"idle_seconds": 1, "root": str(tmp_path / "boxes")})
+    session = new_session(client)
+    first = [e["data"] for e in run_turn(client, session, "write") if e["event"] == "tool_end"][0]
+    assert first["result"].startswith("kept") and "notice" not in first["result"]
+    workspaces = list((tmp_path / "boxes").iterdir())
+    assert workspaces  # under sandbox.root, not ~/.hermetic
+    wait_until(lambda: profile.agent.sandboxes.held() == set())
+    events = run_turn(client, session, "read")
+    second = [e["data"] for e in events if e["event"] == "tool_end"][0]
+    assert second["result"].startswith("[notice: the sandbox was closed after 1 s unused")
+    assert "missing" in second["result"]
+    assert any(e["event"] == "notice" and "closed after 1 s unused" in e["data"]["message"] for e in events)
