@@ -13,11 +13,12 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .network import Egress, Ingress
+from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends")
@@ -56,6 +57,11 @@ class Sandbox(ABC):
         self._closed = False
         self.expires_at = time.time() + spec.ttl if spec.ttl else None
         self._ttl_timer: threading.Timer | None = None
+        self.origin: Backend | None = None
+        """The backend that made it (set by `Backend.opened`): snapshots and forks go through it."""
+        self._copying = threading.Lock()  # one snapshot or fork at a time: docker cannot pause twice
+        self.restoring: Snapshot | None = None
+        """The snapshot this sandbox is being started from (spec.from_snapshot), while it opens."""
         if spec.ttl:  # destroyed at its ttl even if nobody uses or closes it
             self._ttl_timer = threading.Timer(spec.ttl, self.close)
             self._ttl_timer.daemon = True
@@ -80,14 +86,47 @@ class Sandbox(ABC):
 
     def open(self) -> Self:
         """Provision and start the runtime now, so errors surface at create time; on failure,
-        whatever was created is removed again."""
+        whatever was created is removed again. With `spec.from_snapshot`, the workspace and shell
+        sessions come from that snapshot (a bad id is refused before anything is created)."""
+        if self.spec.from_snapshot and self.origin is not None:
+            self.restoring = self.origin.snapshot_for(self.spec.from_snapshot)
         try:
             self._provision()
             _ = self.channel
+            if self.restoring is not None:
+                self._restore(self.restoring)
         except BaseException:
             self.close()
             raise
+        finally:
+            self.restoring = None
         return self
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        try:
+            self._seed_workspace(snapshot.location)
+            self.call("shell.restore", {"state": snapshot.shells}, timeout=60)
+        except UnsupportedSpec:
+            raise
+        except SandboxError as exc:
+            raise SnapshotError(
+                f"sandbox {self.id} could not be started from snapshot {snapshot.id}: {exc}"
+            ) from exc
+
+    # -- snapshots: what a backend provides ------------------------------------------------
+
+    def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        """Copy the workspace for a snapshot; returns its location and size. On failure, leave nothing."""
+        raise UnsupportedSpec(f"the {self.backend} backend cannot snapshot sandboxes")
+
+    def _seed_workspace(self, location: dict[str, str]) -> None:
+        """Fill this (new, empty) sandbox's workspace from a snapshot's copy."""
+        raise UnsupportedSpec(f"the {self.backend} backend cannot start sandboxes from snapshots")
+
+    def _fork_workspace(self) -> Sandbox | None:
+        """A new sandbox with a copy of this workspace, made more cheaply than snapshot + create; None
+        when the backend has no such shortcut."""
+        return None
 
     def _alive(self) -> bool:
         """A cheap local check that the substrate still runs (the stream's EOF may lag behind)."""
@@ -107,9 +146,78 @@ class Sandbox(ABC):
             return False
         return True
 
-    def snapshot(self) -> str:
-        """Save the sandbox's filesystem; returns an image reference. Raises UnsupportedSpec."""
-        raise UnsupportedSpec(f"the {self.backend} backend cannot snapshot sandboxes")
+    def snapshot(
+        self, label: str | None = None, *, owner: str | None = None, meta: dict[str, str] | None = None
+    ) -> Snapshot:
+        """Save the workspace and the shell sessions' cwd and exported variables (not processes).
+
+        Raises SnapshotError (nothing is kept) when the sandbox vanishes during the copy."""
+        with self._copying:
+            return self._snapshot(label, owner, meta or {})
+
+    def _snapshot(self, label: str | None, owner: str | None, meta: dict[str, str]) -> Snapshot:
+        backend = self._backend_for_snapshots()
+        shells = self.call("shell.state", timeout=60)
+        snapshot_id = new_snapshot_id()
+        created = time.time()
+        location, size = self._copy_or_refuse(lambda: self._save_workspace(snapshot_id))
+        snapshot = Snapshot(
+            id=snapshot_id,
+            backend=self.backend,
+            created=created,
+            bytes=size,
+            label=label,
+            source=self.id,
+            owner=owner,
+            workdir=self.spec.workdir,
+            location=location,
+            shells=shells,
+            meta=meta,
+        )
+        if self._closed or not self._alive():
+            backend.drop_snapshot_copy(snapshot)
+            raise SnapshotError(f"sandbox {self.id} vanished while its snapshot was copied; nothing was kept")
+        backend.snapshots.put(snapshot)
+        log.info("sandbox %s: snapshot %s (%d bytes)", self.id, snapshot_id, size)
+        return snapshot
+
+    def fork(self) -> Sandbox:
+        """A new sandbox with a copy of this one's workspace and shell sessions (cwd, exported
+        variables; no processes). Both then change independently; the caller closes the new one."""
+        backend = self._backend_for_snapshots()
+        with self._copying:
+            shells = self.call("shell.state", timeout=60)
+            child = self._copy_or_refuse(self._fork_workspace)
+        if child is None:  # snapshot + create, the snapshot removed again
+            snapshot = self.snapshot(label=f"fork of {self.id}")
+            try:
+                return backend.create(self.spec.model_copy(update={"from_snapshot": snapshot.id}))
+            finally:
+                backend.delete_snapshot(snapshot.id)
+        try:
+            child.call("shell.restore", {"state": shells}, timeout=60)
+        except BaseException:
+            child.close()
+            raise
+        return child
+
+    def _backend_for_snapshots(self) -> Backend:
+        if self.origin is None:
+            raise UnsupportedSpec(f"sandbox {self.id} was not made by a backend's create: it cannot snapshot")
+        return self.origin
+
+    def _copy_or_refuse(self, copy: Callable[[], Any]) -> Any:
+        """Run a workspace copy; a sandbox gone meanwhile becomes a clear SnapshotError."""
+        try:
+            return copy()
+        except (SnapshotError, UnsupportedSpec):
+            raise
+        except (SandboxError, OSError) as exc:
+            if isinstance(exc, SandboxGone) or self._closed or not self._alive():
+                raise SnapshotError(
+                    f"sandbox {self.id} vanished while its workspace was copied; nothing was kept"
+                ) from exc
+            raise SnapshotError(f"copying sandbox {self.id}'s workspace failed: {exc}") from exc
 
     # -- the channel -----------------------------------------------------------------------
 
@@ -227,6 +335,9 @@ class Sandbox(ABC):
         self.close()
 
 
+SandboxT = TypeVar("SandboxT", bound=Sandbox)
+
+
 class Backend(ABC):
     """How a sandbox is obtained. Backends differ only in how they get a byte stream to the runtime."""
 
@@ -235,10 +346,76 @@ class Backend(ABC):
     """Sandbox properties this backend does not provide by design ("isolation", "limits"), each with
     the reason. Conformance tests that assert one are skipped on this backend with that reason."""
 
+    _snapshots: SnapshotStore | None = None
+
     @abstractmethod
     def create(self, spec: SandboxSpec) -> Sandbox:
-        """Create and start a sandbox. Raises BackendUnavailable, UnsupportedSpec, HandshakeError."""
+        """Create and start a sandbox. Raises BackendUnavailable, UnsupportedSpec, HandshakeError,
+        NoSuchSnapshot and SnapshotError (for `spec.from_snapshot`)."""
+
+    def opened(self, sandbox: SandboxT) -> SandboxT:
+        """Open a sandbox this backend made (every create ends here)."""
+        sandbox.origin = self
+        return sandbox.open()
 
     def reap(self) -> int:
         """Remove sandboxes left behind by dead control planes or past their ttl; returns how many."""
         return 0
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    @property
+    def family(self) -> str:
+        """Which sandboxes' snapshots this backend can use: its Sandbox class's `backend`."""
+        return self.name
+
+    @property
+    def snapshots(self) -> SnapshotStore:
+        """The snapshot registry; default ~/.hermetic/snapshots (the control plane sets its profile's)."""
+        if self._snapshots is None:
+            self._snapshots = SnapshotStore(Path.home() / ".hermetic" / "snapshots")
+        return self._snapshots
+
+    @snapshots.setter
+    def snapshots(self, store: SnapshotStore) -> None:
+        self._snapshots = store
+
+    def snapshot_for(self, snapshot_id: str) -> Snapshot:
+        """The snapshot, if a sandbox of this backend can start from it; NoSuchSnapshot/SnapshotError."""
+        snapshot = self.snapshots.get(snapshot_id)
+        if snapshot.backend != self.family:
+            raise SnapshotError(
+                f"snapshot {snapshot_id} was taken on the {snapshot.backend} backend; "
+                f"the {self.family} backend cannot start a sandbox from it"
+            )
+        return snapshot
+
+    def drop_snapshot_copy(self, snapshot: Snapshot) -> None:  # noqa: B027 (optional: local needs none)
+        """Remove a snapshot's copy (volume, remote directory). Must not raise when it is already gone."""
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Remove a snapshot: its copy, then its record. Raises NoSuchSnapshot, or SnapshotError for
+        another backend's snapshot."""
+        try:
+            snapshot = self.snapshots.get(snapshot_id)
+        except NoSuchSnapshot:
+            raise
+        except SnapshotError:  # a damaged record: nothing readable says where a copy is
+            self.snapshots.forget(snapshot_id)
+            return
+        if snapshot.backend != self.family:
+            raise SnapshotError(
+                f"snapshot {snapshot_id} belongs to the {snapshot.backend} backend; delete it there"
+            )
+        self.drop_snapshot_copy(snapshot)
+        self.snapshots.forget(snapshot_id)
+
+    def prune_snapshots(self, keep: int | None, max_age: float | None) -> list[str]:
+        """Apply retention (newest `keep` per owner, at most `max_age` seconds old) to this backend's
+        snapshots; returns the ids removed."""
+        removed = []
+        for snapshot in self.snapshots.expired(keep, max_age):
+            if snapshot.backend == self.family:
+                self.delete_snapshot(snapshot.id)
+                removed.append(snapshot.id)
+        return removed

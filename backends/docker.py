@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import docker
@@ -26,8 +27,10 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
+from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
 from .errors import BackendUnavailable
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
+from .snapshots import Snapshot
 from .spec import SandboxSpec
 
 log = logging.getLogger("hermetic.backends.docker")
@@ -77,7 +80,7 @@ class DockerBackend(Backend):
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
         self.ensure_image(spec.image)
-        return DockerSandbox(self, new_sandbox_id(), spec).open()
+        return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
     def ensure_image(self, image: str) -> None:
         try:
@@ -95,6 +98,9 @@ class DockerBackend(Backend):
 
         log.warning("image %s is missing; building it offline (about a minute)", image)
         ensure_image(variant or "slim", client=self.client)
+
+    def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
+        remove_volume(self.client, snapshot.location["volume"])
 
     def runtime_hash(self, image: str) -> str:
         """The runtime code hash an image was built with (its label), cached per image."""
@@ -121,8 +127,9 @@ class DockerBackend(Backend):
             owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
             if _owner_dead(owner):
                 _quietly(volume.remove)  # refused while a live container still uses it
-        if removed:
-            log.info("reaped %d orphaned sandbox containers", removed)
+        snapshots = reap_orphaned_snapshots(self.client)
+        if removed or snapshots:
+            log.info("reaped %d orphaned sandbox containers, %d snapshot volumes", removed, snapshots)
         return removed
 
 
@@ -138,6 +145,10 @@ class DockerSandbox(Sandbox):
         """Whether the image's runtime is current; else the container's command is the bootstrap, and
         the current runtime is sent down the stream each time it starts."""
         self.volume_name = f"{sandbox_id}-workspace"
+        self.paused_seconds = 0.0
+        """How long the last snapshot or fork kept the container paused."""
+        self.between_passes: Callable[[], None] | None = None
+        """Called between the copy's two passes, the container still running (tests change it there)."""
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
@@ -237,6 +248,35 @@ class DockerSandbox(Sandbox):
             "the sandbox's container vanished and a new one was created: shell sessions and background "
             "processes were lost; " + ("the workspace was kept" if kept else "the workspace was lost too")
         )
+
+    # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
+
+    def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        volume = f"hm-{snapshot_id}"
+        store = self._backend.snapshots.root
+        labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
+        size, self.paused_seconds = copy_volume(
+            self._client,
+            self.spec.image,
+            self.volume_name,
+            volume,
+            labels,
+            pause=self.id,
+            after_bulk=self.between_passes,
+        )
+        return {"volume": volume}, size
+
+    def _seed_workspace(self, location: dict[str, str]) -> None:
+        copy_volume(self._client, self.spec.image, location["volume"], self.volume_name, self.labels)
+
+    def _fork_workspace(self) -> DockerSandbox:
+        child = DockerSandbox(
+            self._backend, new_sandbox_id(), self.spec.model_copy(update={"from_snapshot": None})
+        )
+        _, self.paused_seconds = copy_volume(
+            self._client, self.spec.image, self.volume_name, child.volume_name, child.labels, pause=self.id
+        )
+        return self._backend.opened(child)  # its container mounts the copied volume
 
     def _volume_exists(self) -> bool:
         try:

@@ -20,9 +20,11 @@ import sandboxes
 from .base import Backend, Sandbox, new_sandbox_id
 from .cgroups import CgroupLimits
 from .channel import Channel, PipeTransport
-from .errors import BackendUnavailable, UnsupportedSpec
+from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
+from .snapshots import Snapshot
 from .spec import SandboxSpec
+from .workspace_copy import copy_into, parse_saved, save_copy
 
 log = logging.getLogger("hermetic.backends.local")
 # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap ends,
@@ -124,7 +126,10 @@ class LocalBackend(Backend):
             raise UnsupportedSpec(
                 "network 'allowlist' needs isolation 'bwrap': 'none' has the host's network"
             )
-        return LocalSandbox(new_sandbox_id(), spec, self.config).open()
+        return self.opened(LocalSandbox(new_sandbox_id(), spec, self.config))
+
+    def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
+        shutil.rmtree(snapshot.location["path"], ignore_errors=True)
 
 
 class LocalSandbox(Sandbox):
@@ -281,6 +286,26 @@ class LocalSandbox(Sandbox):
             self._proc.kill()  # bwrap is PID 1 of the sandbox's namespace: everything inside dies
             self._proc.wait()
 
+    # -- snapshots: copies of the workspace directory (backends/workspace_copy.py) ---------------
+
+    def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        dest = self._backend_for_snapshots().snapshots.data_dir(snapshot_id)
+        size, path = parse_saved(_shell(save_copy(str(self.workspace), str(dest))))
+        return {"path": path}, size
+
+    def _seed_workspace(self, location: dict[str, str]) -> None:
+        _shell(copy_into(location["path"], str(self.workspace)))
+
+    def _fork_workspace(self) -> LocalSandbox:
+        spec = self.spec.model_copy(update={"workspace": None, "from_snapshot": None})
+        child = LocalSandbox(new_sandbox_id(), spec, self.config)
+        try:
+            _shell(copy_into(str(self.workspace), str(child.workspace)))
+        except BaseException:
+            child.close()
+            raise
+        return self._backend_for_snapshots().opened(child)
+
     def _destroy(self) -> None:
         self._stop_process()
         if self.egress is not None:
@@ -293,3 +318,11 @@ class LocalSandbox(Sandbox):
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
             shutil.rmtree(self.dir / "etc", ignore_errors=True)
+
+
+def _shell(command: str) -> str:
+    """Run a workspace_copy command here; its stdout, or SandboxError with its stderr."""
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SandboxError(done.stderr.strip() or f"exit status {done.returncode}")
+    return done.stdout.strip()

@@ -78,6 +78,8 @@ class WarmPool:
         """A warm sandbox of `spec`, else one created now; the pool refills in the background.
 
         Raises what the backend's create raises (BackendUnavailable, UnsupportedSpec, ...)."""
+        if spec.from_snapshot:  # made for one caller from one snapshot: never worth keeping warm
+            return self.backend.create(spec)
         slot: _Slot | None = None
         while True:
             with self._cond:

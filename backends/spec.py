@@ -68,6 +68,8 @@ class SandboxSpec(BaseModel):
     """Host directory to use as the workspace (local: bind-mounted); default: a fresh one."""
     output_limit: int = Field(50_000, ge=200)
     """Characters of command output the model sees before head+tail truncation."""
+    from_snapshot: str | None = None
+    """Start from this snapshot (an id from Sandbox.snapshot): its workspace and shell sessions."""
 
     @field_validator("allow")
     @classmethod

@@ -25,7 +25,8 @@ import sandboxes
 
 from .base import Backend, Sandbox, new_sandbox_id
 from .channel import Channel
-from .errors import BackendUnavailable, HandshakeError, SandboxGone, UnsupportedSpec
+from .errors import BackendUnavailable, HandshakeError, SandboxError, SandboxGone, UnsupportedSpec
+from .snapshots import Snapshot
 from .spec import SandboxSpec
 from .sshhost import (
     BOOT,
@@ -42,6 +43,7 @@ from .sshhost import (
     run,
     upload_runtime,
 )
+from .workspace_copy import copy_into, parse_saved, remove_dir, save_copy
 
 log = logging.getLogger("hermetic.backends.ssh")
 
@@ -70,6 +72,8 @@ class SSHConfig(BaseModel):
     """Accept (with a warning) and record a host key not in known_hosts; a changed key is always refused."""
     workspace_root: str = "~/hermetic-workspaces"
     """Remote directory under which each sandbox gets its own workspace."""
+    snapshot_root: str = "~/hermetic-snapshots"
+    """Remote directory holding snapshots' copies of workspaces, one subdirectory per snapshot."""
     cache_dir: str = "~/.cache/hermetic"
     """Remote directory holding the uploaded runtime, one subdirectory per code hash."""
     python: str = "python3"
@@ -119,7 +123,18 @@ class SSHBackend(Backend):
                 "sandboxes have the remote user's network and limits",
                 self.config.host,
             )
-        return SSHSandbox(self, new_sandbox_id(), spec).open()  # connect, probe, upload, start
+        return self.opened(SSHSandbox(self, new_sandbox_id(), spec))  # connect, probe, upload, start
+
+    def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
+        if snapshot.location.get("host") != self.config.host:
+            raise SandboxError(
+                f"snapshot {snapshot.id} is on {snapshot.location.get('host')}, not {self.config.host}"
+            )
+        client = connect(self.config)
+        try:
+            remote_shell(client, remove_dir(snapshot.location["path"]))
+        finally:
+            client.close()
 
 
 class SSHSandbox(Sandbox):
@@ -198,6 +213,37 @@ class SSHSandbox(Sandbox):
             ) from exc
         return f"the SSH connection to {self.config.host} dropped and was reopened: {LOST}"
 
+    # -- snapshots: copies on the remote host (backends/workspace_copy.py) -------------------------
+
+    def _remote(self, command: str) -> str:
+        if not is_connected(self.client):
+            self.client = connect(self.config)
+        assert self.client is not None
+        return remote_shell(self.client, command)
+
+    def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        assert self.workspace is not None
+        dest = f"{self.config.snapshot_root.rstrip('/')}/{snapshot_id}"
+        size, path = parse_saved(self._remote(save_copy(self.workspace, dest)))
+        return {"host": self.config.host, "path": path}, size
+
+    def _seed_workspace(self, location: dict[str, str]) -> None:
+        if location.get("host") != self.config.host:
+            raise SandboxError(f"the snapshot's copy is on {location.get('host')}, not on {self.config.host}")
+        assert self.workspace is not None
+        self._remote(copy_into(location["path"], self.workspace))
+
+    def _fork_workspace(self) -> Sandbox:
+        assert self.origin is not None and self.workspace is not None
+        child = self.origin.create(self.spec.model_copy(update={"workspace": None, "from_snapshot": None}))
+        try:
+            assert isinstance(child, SSHSandbox) and child.workspace is not None
+            self._remote(copy_into(self.workspace, child.workspace))
+        except BaseException:
+            child.close()
+            raise
+        return child
+
     def _destroy(self) -> None:
         if self.workspace is not None and self.spec.workspace is None:
             try:
@@ -217,6 +263,17 @@ class SSHSandbox(Sandbox):
                 )
         if self.client is not None:
             self.client.close()
+
+
+def remote_shell(client: paramiko.SSHClient, command: str) -> str:
+    """A workspace_copy command on the host: its stdout, or SandboxError with its stderr."""
+    try:
+        status, out, err = run(client, command, timeout=600)
+    except (OSError, EOFError, SSHException) as exc:
+        raise SandboxGone(f"the connection dropped during a copy: {exc}") from exc
+    if status != 0:
+        raise SandboxError(err.strip() or f"exit status {status}")
+    return out.strip()
 
 
 __all__ = [

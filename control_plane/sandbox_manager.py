@@ -1,15 +1,21 @@
 """Each session's sandbox: taken from the warm pool (when `pool.size` > 0) or created from the configured
 backend on first use, kept for the session, released at its end (or left running when `keep_sandbox` is
 set; its ttl still applies). At most `limits.max_sandboxes` at once; one unused for `sandbox.idle_seconds`
-is closed, and the session's next use starts a fresh one with a notice saying what was lost."""
+is closed, and the session's next use starts a fresh one with a notice saying what was lost. A session
+can be told to start its next sandbox from a snapshot (a rollback or a fork of a session whose sandbox is
+gone); that wish is kept on disk, so another process honours it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from backends import (
     Backend,
@@ -22,6 +28,7 @@ from backends import (
 )
 from backends.network.proxy import configure_egress
 from backends.pool import WarmPool
+from backends.snapshots import SnapshotError, SnapshotStore
 
 from .settings import Settings
 
@@ -35,6 +42,9 @@ IDLE_NOTICE = (
 
 class SandboxLimit(SandboxError):
     """Another sandbox would exceed the profile's limits.max_sandboxes."""
+
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend, str | None]:
@@ -52,6 +62,11 @@ def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend
         return create_backend("docker"), None
     except BackendUnavailable as exc:
         return create_backend("local", local), f"docker unavailable ({exc}); using the local backend"
+
+
+def snapshot_store(settings: Settings) -> SnapshotStore:
+    """The profile's snapshot registry: its home's snapshots/ directory."""
+    return SnapshotStore(settings.home / "snapshots")
 
 
 def base_spec(settings: Settings) -> SandboxSpec:
@@ -87,6 +102,8 @@ class SandboxManager:
         self._closing = False
         self.notices: list[str] = []
         configure_egress(settings.network.connect_timeout, settings.network.idle_timeout)
+        self.snapshots = snapshot_store(settings)
+        """This profile's snapshot registry (the backend is given it when built)."""
 
     @property
     def backend(self) -> Backend:
@@ -99,6 +116,8 @@ class SandboxManager:
                     self._backend, notice = choose_backend(self.settings)
                     if notice:
                         self.notices.append(notice)
+                self._backend.snapshots = self.snapshots
+                self.reap_snapshots()
                 pool = self.settings.pool
                 if pool.size:
                     self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
@@ -132,10 +151,13 @@ class SandboxManager:
                         "close a session or raise the limit"
                     )
             backend = self.backend
-            if self._pool is not None:
+            sandbox, notice = self._from_pending(session_id)
+            if sandbox is None and self._pool is not None:
                 sandbox = self._pool.acquire(base_spec(self.settings))
-            else:
+            elif sandbox is None:
                 sandbox = backend.create(session_spec(self.settings, session_id))
+            if notice:  # per sandbox: the manager's own notices go to whichever session calls next
+                sandbox.notices.append(notice)
             log.info("session %s: sandbox %s on %s", session_id, sandbox.id, backend.name)
             with self._lock:
                 self._sandboxes[session_id] = sandbox
@@ -186,6 +208,73 @@ class SandboxManager:
         """The sessions holding a sandbox now."""
         with self._lock:
             return set(self._sandboxes)
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def _pending_path(self, session_id: str) -> Path:
+        if not SESSION_ID.match(session_id):
+            raise ValueError(f"not a session id: {session_id!r}")
+        return self.snapshots.root / "pending" / f"{session_id}.json"
+
+    def reap_snapshots(self) -> list[str]:
+        """Apply the profile's retention to its snapshots on this backend (when `snapshots.reap`), and
+        remove copies on this host that a control plane dying mid-copy left without a record."""
+        rules = self.settings.snapshots
+        if not rules.reap or self._backend is None:
+            return []
+        for leftover in self.snapshots.leftovers():
+            log.info("removing %s: a snapshot copy without a record", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+        try:
+            return self._backend.prune_snapshots(rules.keep, rules.max_age)
+        except SandboxError as exc:
+            log.warning("snapshot retention failed: %s", exc)
+            return []
+
+    def start_next_from(self, session_id: str, snapshot_id: str, notice: str) -> None:
+        """The session's next sandbox starts from this snapshot, and the agent is told `notice` then."""
+        path = self._pending_path(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"snapshot": snapshot_id, "notice": notice}))
+
+    def _from_pending(self, session_id: str) -> tuple[Sandbox | None, str | None]:
+        """The session's sandbox from the snapshot it was told to start from (never pooled: it is made
+        for this session) and what to tell the agent; (None, why) when that snapshot is gone, (None,
+        None) when there was no such wish. The wish is used up either way."""
+        pending = self._pending_start(session_id)
+        if pending is None:
+            return None, None
+        snapshot_id, notice = pending
+        self._pending_path(session_id).unlink(missing_ok=True)
+        spec = session_spec(self.settings, session_id).model_copy(update={"from_snapshot": snapshot_id})
+        try:
+            return self.backend.create(spec), notice
+        except SnapshotError as exc:
+            log.warning("session %s: not started from snapshot %s: %s", session_id, snapshot_id, exc)
+            return None, f"the sandbox could not be restored as asked ({exc}); it starts fresh"
+
+    def _pending_start(self, session_id: str) -> tuple[str, str] | None:
+        try:
+            pending = json.loads(self._pending_path(session_id).read_text())
+            return str(pending["snapshot"]), str(pending["notice"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def replace(self, session_id: str, sandbox: Sandbox, notice: str | None = None) -> None:
+        """Give the session this sandbox (a rollback's, a fork's); its previous one is closed. `notice`
+        is told to the agent with its next tool result."""
+        if notice:
+            sandbox.notices.append(notice)
+        with self._lock:
+            old = self._sandboxes.get(session_id)
+            self._sandboxes[session_id] = sandbox
+            self._last_used[session_id] = time.monotonic()
+            self._start_reaper()
+        if old is not None and old is not sandbox:
+            try:
+                old.close()
+            except SandboxError as exc:
+                log.warning("session %s: closing sandbox %s failed: %s", session_id, old.id, exc)
 
     def pop_notices(self, session_id: str | None = None) -> list[str]:
         """What the backend said (a fallback), and what happened to this session's sandbox (an idle close)."""

@@ -22,7 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from backends import ModalConfig, Mount, SandboxSpec, SSHConfig
+from backends import ModalConfig, Mount, NetworkConfig, SandboxSpec, SSHConfig
 
 from .keys import load_env_file
 
@@ -198,21 +198,6 @@ class PoolSettings(BaseModel):
     """A warm sandbox unused this long is closed; the pool refills only while sessions keep coming."""
 
 
-class NetworkSettings(BaseModel):
-    """The sandbox's network doors (backends/network): the egress proxy, requests for more, exposed ports.
-    Which hosts a sandbox reaches is `sandbox.network: allowlist` with `sandbox.allow` (hosts, *.wildcards,
-    :PORT, CIDRs, @python/@node/@github/@debian presets)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    connect_timeout: float = Field(10.0, gt=0)
-    """Seconds the egress proxy waits to resolve and connect to an upstream."""
-    idle_timeout: float = Field(300.0, gt=0)
-    """Seconds a proxied connection may carry nothing either way before it is closed."""
-    expose_bind: str = "127.0.0.1"
-    """Host address exposed ports listen on (loopback only by default; 0.0.0.0 for every interface)."""
-
-
 class SkillInstallSettings(BaseModel):
     """Fetching skills from outside (control_plane/skills/sources.py): the limits on what a source holds."""
 
@@ -282,6 +267,27 @@ class SchedulerSettings(BaseModel):
     @classmethod
     def _prefixes(cls, value: Any) -> Any:
         return _comma_list(value)
+
+
+class SnapshotSettings(BaseModel):
+    """Snapshots and the agent's checkpoints (backends/snapshots.py, control_plane/checkpoints.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep: int | None = Field(20, ge=1)
+    """Most snapshots kept per owner (a session's checkpoints count as one owner); older ones go first."""
+    max_age_days: float | None = Field(30.0, gt=0)
+    """Snapshots older than this are deleted."""
+    reap: bool = True
+    """Apply keep and max_age_days after each snapshot and when the reaper runs; false keeps them all."""
+    checkpoints: bool = True
+    """Checkpoint a session's sandbox before a tool call that writes (at most once per turn)."""
+    checkpoint_terminal: bool = True
+    """Count terminal commands as writing (they may change anything); false checkpoints only file tools."""
+
+    @property
+    def max_age(self) -> float | None:
+        return self.max_age_days * 86400 if self.max_age_days is not None else None
 
 
 class APISettings(BaseModel):
@@ -395,8 +401,7 @@ class Settings(BaseSettings):
     skills: SkillsSettings = SkillsSettings()
     """HERMETIC_SKILLS__ALLOW_UNVERIFIED=true, HERMETIC_SKILLS__STALE_DAYS=30, ..."""
     api: APISettings = APISettings()
-    network: NetworkSettings = NetworkSettings()
-    """HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...; toolset "network" lets the agent ask for hosts, ports."""
+    network: NetworkConfig = NetworkConfig()  # HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
     agent: AgentSettings = AgentSettings()
@@ -418,6 +423,8 @@ class Settings(BaseSettings):
 
     scheduler: SchedulerSettings = SchedulerSettings()
     """HERMETIC_SCHEDULER__TIMEZONE=Europe/Paris, HERMETIC_SCHEDULER__ENABLED=false, ..."""
+    snapshots: SnapshotSettings = SnapshotSettings()
+    """HERMETIC_SNAPSHOTS__KEEP=20, HERMETIC_SNAPSHOTS__MAX_AGE_DAYS=30, HERMETIC_SNAPSHOTS__REAP=false"""
 
     @field_validator("profile")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -208,6 +209,25 @@ class FileOps:
         return {"matches": matches, "truncated": False, "engine": "rg" if rg else "python"}
 
     # -- tar transfer ----------------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        """A hash of the workspace's tree (names, sizes, modes, mtimes): equal when nothing changed, so
+        a checkpoint can be skipped without copying anything."""
+        digest = hashlib.sha256()
+        entries = 0
+        for root, dirs, files in os.walk(self.workspace):
+            dirs.sort()
+            for name in sorted(files) + dirs:
+                full = os.path.join(root, name)
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                entries += 1
+                digest.update(
+                    b"%s\0%d\0%d\0%d\n" % (os.fsencode(full), st.st_size, st.st_mode, st.st_mtime_ns)
+                )
+        return {"fingerprint": digest.hexdigest(), "entries": entries}
 
     def upload(self, transfer: str, dest: str, data: str, final: bool) -> dict[str, Any]:
         """Receive a tar archive in chunks; on the final chunk unpack it under dest."""

@@ -84,6 +84,8 @@ class Server:
             "shell.interrupt": self.shell_interrupt,
             "shell.close": lambda req, session: {"closed": self.shells.close(session)},
             "shell.list": lambda req: {"sessions": self.shells.names()},
+            "shell.state": lambda req: self.shells.state(),
+            "shell.restore": lambda req, state: {"restored": self.shells.restore(state)},
             "proc.spawn": self.proc_spawn,
             "proc.poll": lambda req, id: self.procs.get(id).status(),
             "proc.log": lambda req, id, offset=None, tail=None: self.procs.get(id).log(offset, tail),
@@ -101,6 +103,7 @@ class Server:
             "fs.stat": _plain(self.files.stat),
             "fs.search": _plain(self.files.search),
             "fs.upload": _plain(self.files.upload),
+            "fs.fingerprint": lambda req: self.files.fingerprint(),
             "fs.download": lambda req, path: self.files.download(
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),

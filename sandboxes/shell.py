@@ -171,6 +171,28 @@ class ShellSession:
         except OSError:
             return self._cwd
 
+    def capture(self) -> tuple[str, dict[str, str]] | None:
+        """The session's cwd and exported variables, read by a run of `env -0` in the session
+        itself (its own variables are nowhere else); None while a command runs."""
+        if self._run is not None or not self._alive:
+            return None
+        path = os.path.join(self._dir, "state")
+        try:
+            result = self.run('command env -0 >"%s"' % path, 10.0, 1000)
+        except RpcError:  # became busy meanwhile
+            return None
+        if result.get("exit_code") != 0:
+            return None
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        os.unlink(path)
+        env = {}
+        for entry in raw.split(b"\0"):
+            key, sep, value = entry.decode("utf-8", "surrogateescape").partition("=")
+            if sep and not key.startswith("__hm"):
+                env[key] = value
+        return result["cwd"], env
+
     # -- runs ------------------------------------------------------------------------------
 
     def run(

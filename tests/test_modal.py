@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from backends.modal import (
     ModalSandbox,
     ModalStreamTransport,
 )
+from backends.snapshots import SnapshotStore
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +148,16 @@ def test_closing_terminates_the_modal_sandbox(
     assert created[0].poll() is not None and all(p.poll() is not None for p in created[0].processes)
 
 
-def test_snapshot_gives_an_image_id_that_starts_a_sandbox_with_the_same_files(
-    modal_backend: ModalBackend, created: list[FakeSandbox]
+def test_a_snapshot_is_snapshot_filesystem_and_a_sandbox_from_it_starts_from_its_image(
+    modal_backend: ModalBackend, created: list[FakeSandbox], tmp_path: Path
 ) -> None:
+    modal_backend.snapshots = SnapshotStore(tmp_path)
     with _create(modal_backend, SandboxSpec(), created) as sb:
         sb.run("echo saved > kept.txt")
-        image_id = sb.snapshot()
-    assert image_id.startswith("im-")
-    with _create(modal_backend, SandboxSpec(image=image_id), created) as restored:
+        snapshot = sb.snapshot()
+    image_id = snapshot.location["image"]
+    assert image_id.startswith("im-") and snapshot.backend == "modal"
+    with _create(modal_backend, SandboxSpec(from_snapshot=snapshot.id), created) as restored:
         assert restored.run("cat kept.txt")["output"] == "saved\n"
     assert repr(created[1].create_kwargs["image"]) == f"Image.from_id({image_id!r})"
 

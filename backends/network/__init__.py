@@ -14,9 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from .expose import SANDBOX_INGRESS_DIR, ExposeError, Exposure, Ingress, exposures
 from .policy import Policy, PolicyError
 from .proxy import SOCKET_NAME, egress_proxy
+
+
+class NetworkConfig(BaseModel):
+    """The sandbox's network doors (the settings' `network:`): the egress proxy and exposed ports. Which
+    hosts a sandbox reaches is `sandbox.network: allowlist` with `sandbox.allow` (hosts, *.wildcards,
+    :PORT, CIDRs, @python/@node/@github/@debian presets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect_timeout: float = Field(10.0, gt=0)
+    """Seconds the egress proxy waits to resolve and connect to an upstream."""
+    idle_timeout: float = Field(300.0, gt=0)
+    """Seconds a proxied connection may carry nothing either way before it is closed."""
+    expose_bind: str = "127.0.0.1"
+    """Host address exposed ports listen on (loopback only by default; 0.0.0.0 for every interface)."""
+
 
 NET_ROOT = Path.home() / ".hermetic" / "net"
 """Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
@@ -94,6 +112,7 @@ __all__ = [
     "Exposure",
     "Ingress",
     "NET_ROOT",
+    "NetworkConfig",
     "Policy",
     "PolicyError",
     "SANDBOX_INGRESS_DIR",

@@ -36,6 +36,28 @@ class Agent(AgentBase):
         conversation.todo[:] = replay((call.tool, call.arguments, call.ok) for call in calls)
         return conversation
 
+    def fork_session(self, session_id: str) -> Conversation:
+        """A new session with a copy of this one's history and of its sandbox: a fork of the running
+        one, else its latest checkpoint (control_plane/checkpoints.py). Raises KeyError."""
+        record = self.store.get_session(session_id, self.settings.profile)
+        if record is None:
+            raise KeyError(session_id)
+        history = _repair(self.store.history(session_id))
+        fork = self.store.create_session(
+            self.settings.profile,
+            title=f"fork of {record.title or session_id}",
+            model=self.settings.model.name,
+            source="fork",
+            parent_id=session_id,
+        )
+        self.store.add_messages(fork.id, history)
+        conversation = Conversation(self, fork.id, history)
+        conversation.rebuild_system = self.system_prompt
+        conversation.notices.append(
+            f"forked from session {session_id}: sandbox {self.checkpoints.fork_sandbox(session_id, fork.id)}"
+        )
+        return conversation
+
 
 def _repair(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give every tool call a result, so a run that died mid-batch can be resumed."""

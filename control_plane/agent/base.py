@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends import SandboxError
 
+from ..checkpoints import Checkpoints
 from ..keys import read_env_file
 from ..memory.persona import load_persona, persona_block, soul_path
 from ..memory.store import FILES, Memory, MemoryFileError
@@ -49,6 +50,7 @@ class AgentBase:
         self.store = store or Store(str(settings.database_url))
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
+        self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)
         self.registry = registry
         self.tools = registry.select(settings.toolsets)
         self.mcp: McpServers | None = None

@@ -438,6 +438,8 @@ class Conversation:
         agent = self.agent
         started_at = time.time()
         started = time.perf_counter()
+        if tool is not None:
+            agent.checkpoints.before_tool_call(self.id, call.name, ctx.turn_state, ctx.notify)
         try:
             with agent.sandboxes.using(self.id):
                 result = invoke(tool, call.name, call.arguments, ctx)

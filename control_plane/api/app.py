@@ -28,6 +28,7 @@ from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
+from .snapshots import router as snapshots_router
 from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ def create_app(
     app.include_router(network_router)
     app.include_router(openai_router)
     app.include_router(cron_router)
+    app.include_router(snapshots_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:

@@ -134,6 +134,21 @@ def check_backend(settings: Settings) -> Check:
     return Check(f"backend {name}", "ok", f"{type(backend).__name__} ready")
 
 
+def check_snapshots(settings: Settings) -> Check:
+    """How many snapshots this profile keeps and the disk they use; damaged records are a warning."""
+    from ..sandbox_manager import snapshot_store
+    from .snapshots import human_size
+
+    store = snapshot_store(settings)
+    snapshots, damaged = store.list(), store.damaged()
+    detail = f"{len(snapshots)} snapshots, {human_size(sum(s.bytes for s in snapshots))} in {store.root}"
+    if damaged:
+        return Check(
+            "snapshots", "warn", f"{len(damaged)} damaged records; {detail}", "hermetic snapshot list"
+        )
+    return Check("snapshots", "ok", detail)
+
+
 def check_database(settings: Settings) -> Check:
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
@@ -188,6 +203,7 @@ def run_checks(settings: Settings, offline: bool = False) -> list[Check]:
         ("sshd", lambda: check_sshd(settings)),
         ("backend", lambda: check_backend(settings)),
         ("database", lambda: check_database(settings)),
+        ("snapshots", lambda: check_snapshots(settings)),
         ("model", lambda: check_model(settings, offline)),
     ]
     pool = ThreadPoolExecutor(max_workers=len(checks))

@@ -15,6 +15,7 @@ from . import config as config_cli
 from . import sandbox as sandbox_cli
 from . import setup as setup_cli
 from . import skills as skills_cli
+from . import snapshots as snapshots_cli
 
 app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
@@ -33,6 +34,7 @@ app.add_typer(mcp.app, name="mcp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(batch.app, name="batch")
 agent_cli.sessions_app.command("export")(export.export_sessions)
+app.add_typer(snapshots_cli.app, name="snapshot")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 

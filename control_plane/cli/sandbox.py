@@ -11,8 +11,9 @@ import typer
 from rich.console import Console
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec
+from backends.snapshots import SnapshotError
 
-from ..sandbox_manager import choose_backend
+from ..sandbox_manager import choose_backend, snapshot_store
 from ..settings import Settings, load_settings
 
 app = typer.Typer(help="Open sandboxes and run commands in them.", no_args_is_help=True)
@@ -25,6 +26,14 @@ BackendOption = Annotated[
 ]
 
 
+FromSnapshotOption = Annotated[
+    str | None, typer.Option("--from-snapshot", help="Start from this snapshot (hermetic snapshot list)")
+]
+SaveOption = Annotated[
+    str | None, typer.Option("--snapshot", help="Snapshot the sandbox at the end, with this label")
+]
+
+
 def open_backend(name: str | None, settings: Settings) -> Backend:
     """The named backend (else the configured one), or docker when dockerd answers and local otherwise."""
     try:
@@ -34,6 +43,7 @@ def open_backend(name: str | None, settings: Settings) -> Backend:
         raise typer.Exit(2) from exc
     if notice:
         console.print(f"[yellow]{notice}[/]")
+    backend.snapshots = snapshot_store(settings)
     return backend
 
 
@@ -45,17 +55,35 @@ AllowOption = Annotated[
 ]
 
 
-def _spec(settings: Settings, network: str | None, allow: list[str] | None = None) -> SandboxSpec:
-    """The configured spec with the command line's network choices (validated: a bad rule exits 2)."""
+def _spec(
+    settings: Settings, network: str | None, allow: list[str] | None = None, from_snapshot: str | None = None
+) -> SandboxSpec:
+    """The configured spec with the command line's choices (validated: a bad allow rule exits 2)."""
     spec = settings.sandbox.spec
     update: dict[str, object] = {"network": network} if network else {}
     if allow:
         update["allow"] = [*spec.allow, *allow]
+    if from_snapshot:
+        update["from_snapshot"] = from_snapshot
     try:
         return SandboxSpec.model_validate({**spec.model_dump(), **update})
     except ValueError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
+
+
+def _create(backend: Backend, spec: SandboxSpec) -> Sandbox:
+    try:
+        return backend.create(spec)
+    except SnapshotError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+
+
+def _save(sandbox: Sandbox, label: str | None) -> None:
+    if label is not None:
+        snapshot = sandbox.snapshot(label=label or None)
+        console.print(f"snapshot {snapshot.id}: hermetic sandbox shell --from-snapshot {snapshot.id}")
 
 
 def run_streaming(sandbox: Sandbox, command: str, timeout: float) -> tuple[int, str]:
@@ -82,11 +110,14 @@ def exec_command(
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed")] = 600.0,
     network: NetworkOption = None,
     allow: AllowOption = None,
+    from_snapshot: FromSnapshotOption = None,
+    snapshot: SaveOption = None,
 ) -> None:
     """Run one command in a fresh sandbox; its exit code becomes ours."""
     settings = load_settings()
-    with open_backend(backend, settings).create(_spec(settings, network, allow)) as sandbox:
+    with _create(open_backend(backend, settings), _spec(settings, network, allow, from_snapshot)) as sandbox:
         code, _ = run_streaming(sandbox, shlex.join(command), timeout)
+        _save(sandbox, snapshot)
     raise typer.Exit(code)
 
 
@@ -96,15 +127,18 @@ def shell_command(
     timeout: Annotated[float, typer.Option(help="Seconds before each command is killed")] = 600.0,
     network: NetworkOption = None,
     allow: AllowOption = None,
+    from_snapshot: FromSnapshotOption = None,
+    snapshot: SaveOption = None,
 ) -> None:
     """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
     settings = load_settings()
     code = 0
-    with open_backend(backend, settings).create(_spec(settings, network, allow)) as sandbox:
+    with _create(open_backend(backend, settings), _spec(settings, network, allow, from_snapshot)) as sandbox:
         if not sys.stdin.isatty():
             for line in sys.stdin:
                 if line.strip():
                     code, _ = run_streaming(sandbox, line.rstrip("\n"), timeout)
+            _save(sandbox, snapshot)
             raise typer.Exit(code)
         console.print(f"[bold]sandbox {sandbox.id}[/] ({sandbox.backend}); Ctrl-D leaves, Ctrl-C interrupts")
         cwd = sandbox.spec.workdir
@@ -123,6 +157,7 @@ def shell_command(
             except KeyboardInterrupt:
                 sandbox.call("shell.interrupt", {"session": "default"})
                 console.print("[yellow]interrupted[/]")
+        _save(sandbox, snapshot)
     raise typer.Exit(code)
 
 

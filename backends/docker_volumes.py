@@ -1,0 +1,273 @@
+"""Copying a Docker volume into another with a short-lived helper container, pausing a sandbox only
+for the last, small part of the copy.
+
+The helper runs the sandbox's own image as root with just the capabilities a faithful copy needs to
+keep owners and modes (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), no network and a read-only root. It copies
+in two passes: `cp -a` of everything while the sandbox runs on, then, with the sandbox paused, a sync
+of what changed meanwhile (by type, size, mtime, mode and owner; extra entries removed). The pause is
+that second pass over unchanged files, not a container start nor the bulk of the bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from docker.errors import APIError, NotFound
+from docker.types import Mount
+
+from .errors import SandboxError, SandboxGone
+from .snapshots import SNAPSHOT_LABEL
+
+STORE_LABEL = "org.hermetic.snapshot-store"
+"""On a snapshot's volume: the registry directory its record is in, and the host it is on."""
+HOST_LABEL = "org.hermetic.snapshot-host"
+COPY_TIMEOUT = 1800.0
+"""Seconds a copy may go without a word from its helper before it is abandoned."""
+ORPHAN_GRACE = 600.0
+"""Seconds a snapshot volume may lack its record (a copy in flight writes the record last)."""
+
+log = logging.getLogger("hermetic.backends.docker")
+
+HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
+# The helper's program (stdlib python3, as in every sandbox image): the bulk copy, "precopied", wait
+# for "go" (the source is paused then), sync the changes, "copied", then the copy's size in bytes.
+SYNC = r"""
+import os, shutil, stat, subprocess, sys
+
+def attrs(src, dst, st):
+    os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
+    if not stat.S_ISLNK(st.st_mode):
+        os.chmod(dst, stat.S_IMODE(st.st_mode))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+def same(s, d, src, dst):
+    if (s.st_mode, s.st_uid, s.st_gid) != (d.st_mode, d.st_uid, d.st_gid):
+        return False
+    if stat.S_ISLNK(s.st_mode):
+        return os.readlink(src) == os.readlink(dst)
+    return (s.st_size, s.st_mtime_ns) == (d.st_size, d.st_mtime_ns)
+
+def remove(path, st):
+    shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+
+def sync(src, dst):
+    names = set(os.listdir(src))
+    for name in os.listdir(dst):
+        if name not in names:
+            remove(os.path.join(dst, name), os.lstat(os.path.join(dst, name)))
+    for name in names:
+        s_path, d_path = os.path.join(src, name), os.path.join(dst, name)
+        s = os.lstat(s_path)
+        try:
+            d = os.lstat(d_path)
+        except FileNotFoundError:
+            d = None
+        if d is not None and stat.S_IFMT(s.st_mode) != stat.S_IFMT(d.st_mode):
+            remove(d_path, d)
+            d = None
+        if stat.S_ISDIR(s.st_mode):
+            if d is None:
+                os.mkdir(d_path)
+            sync(s_path, d_path)
+            attrs(s_path, d_path, s)
+        elif d is None or not same(s, d, s_path, d_path):
+            if d is not None:
+                os.unlink(d_path)
+            if stat.S_ISLNK(s.st_mode):
+                os.symlink(os.readlink(s_path), d_path)
+            elif stat.S_ISREG(s.st_mode):
+                shutil.copyfile(s_path, d_path)
+            elif stat.S_ISFIFO(s.st_mode):
+                os.mkfifo(d_path)
+            else:
+                continue
+            attrs(s_path, d_path, s)
+
+subprocess.run(["cp", "-a", "/src/.", "/dst/"], check=True)
+print("precopied", flush=True)
+if sys.stdin.readline().strip() != "go":
+    sys.exit(2)
+sync("/src", "/dst")
+attrs("/src", "/dst", os.lstat("/src"))
+print("copied", flush=True)
+total = 0
+for root, dirs, files in os.walk("/dst"):
+    for name in dirs + files:
+        total += os.lstat(os.path.join(root, name)).st_size
+print(total, flush=True)
+"""
+
+
+def copy_volume(
+    client: Any,
+    image: str,
+    source: str,
+    dest: str,
+    dest_labels: dict[str, str],
+    pause: str | None = None,
+    after_bulk: Callable[[], None] | None = None,
+) -> tuple[int, float]:
+    """Copy volume `source` into volume `dest` (created with `dest_labels`); `pause` names a container
+    paused for the second pass. `after_bulk` runs between the passes (what the source does while the
+    bulk is copied; tests change it there). Returns (bytes, seconds paused). On failure `dest` is
+    removed and SandboxGone (the paused container vanished) or SandboxError is raised."""
+    api = client.api
+    try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
+        api.inspect_volume(source)
+    except NotFound as exc:
+        raise SandboxError(f"volume {source} is gone") from exc
+    try:
+        api.create_volume(dest, labels=dest_labels)
+        helper = api.create_container(
+            image,
+            command=["python3", "-c", SYNC],
+            user="0:0",
+            stdin_open=True,
+            network_disabled=True,
+            labels=dest_labels,
+            host_config=api.create_host_config(
+                mounts=[
+                    Mount("/src", source, type="volume", read_only=True),
+                    Mount("/dst", dest, type="volume"),
+                ],
+                cap_drop=["ALL"],
+                cap_add=HELPER_CAPS,
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                network_mode="none",
+                pids_limit=64,
+            ),
+        )["Id"]
+    except (APIError, NotFound) as exc:
+        remove_volume(client, dest)
+        raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
+    paused = 0.0
+    try:
+        sock = api.attach_socket(helper, params={"stdin": 1, "stdout": 1, "stream": 1})
+        raw = getattr(sock, "_sock", sock)
+        raw.settimeout(COPY_TIMEOUT)  # not the SDK's 60 s: a big copy on a busy host takes longer
+        api.start(helper)
+        out = _read_until(raw, b"precopied\n")
+        if b"precopied\n" not in _payload(out):
+            raise SandboxError(f"copying volume {source} failed: {_logs(api, helper)}")
+        if after_bulk is not None:
+            after_bulk()
+        started = time.monotonic()
+        if pause is not None:
+            try:
+                api.pause(pause)
+            except (NotFound, APIError) as exc:
+                raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
+        try:
+            raw.sendall(b"go\n")
+            out += _read_until(raw, b"\ncopied\n", out)
+        finally:
+            if pause is not None:
+                try:
+                    api.unpause(pause)
+                except NotFound as exc:
+                    raise SandboxGone(f"container {pause} vanished during the copy") from exc
+                paused = time.monotonic() - started
+        out += _read_rest(raw)
+        status = api.wait(helper, timeout=COPY_TIMEOUT)["StatusCode"]
+        if status != 0 or b"\ncopied\n" not in _payload(out):
+            raise SandboxError(f"copying volume {source} failed (exit {status}): {_logs(api, helper)}")
+        size = int(_payload(out).split(b"\ncopied\n", 1)[1].strip() or 0)
+    except BaseException:
+        _remove_container(client, helper)
+        remove_volume(client, dest)
+        raise
+    _remove_container(client, helper)
+    return size, paused
+
+
+def _logs(api: Any, helper: str) -> str:
+    return str(api.logs(helper, stdout=False, stderr=True).decode("utf-8", "replace").strip()[-500:])
+
+
+def _read_until(raw: Any, marker: bytes, before: bytes = b"") -> bytes:
+    """Frames read until the payload (with what came `before`) holds `marker`, or the stream ends."""
+    data = b""
+    while marker not in _payload(before + data):
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _read_rest(raw: Any) -> bytes:
+    data = b""
+    while chunk := raw.recv(65536):
+        data += chunk
+    raw.close()
+    return data
+
+
+def _payload(framed: bytes) -> bytes:
+    """The stdout payload of attach frames (tty off: an 8-byte header per frame: stream, 0, 0, 0, size)."""
+    out, pos = b"", 0
+    while pos + 8 <= len(framed):
+        size = int.from_bytes(framed[pos + 4 : pos + 8], "big")
+        if pos + 8 + size > len(framed):
+            break
+        if framed[pos] == 1:
+            out += framed[pos + 8 : pos + 8 + size]
+        pos += 8 + size
+    return out
+
+
+def remove_volume(client: Any, name: str) -> None:
+    try:
+        client.api.remove_volume(name, force=True)
+    except NotFound:
+        pass
+    except APIError as exc:
+        log.warning("volume %s not removed: %s", name, exc)
+
+
+def _remove_container(client: Any, container: str) -> None:
+    try:
+        client.api.remove_container(container, force=True)
+    except (NotFound, APIError) as exc:
+        log.debug("ignored: %s", exc)
+
+
+def snapshot_labels(snapshot_id: str, source: str, store: Path, labels: dict[str, str]) -> dict[str, str]:
+    """The labels of a snapshot's volume: whose it is and where its record lives, for the reaper."""
+    return {
+        **labels,
+        SNAPSHOT_LABEL: snapshot_id,
+        "org.hermetic.snapshot-of": source,
+        STORE_LABEL: str(store.resolve()),
+        HOST_LABEL: socket.gethostname(),
+    }
+
+
+def reap_orphaned_snapshots(client: Any) -> int:
+    """Remove snapshot volumes of this host whose record is gone (deleted by hand, a test's registry
+    removed, a control plane that died mid-copy); returns how many."""
+    removed = 0
+    now = datetime.datetime.now(datetime.UTC)
+    for volume in client.volumes.list(filters={"label": SNAPSHOT_LABEL}):
+        labels = volume.attrs.get("Labels") or {}
+        store = labels.get(STORE_LABEL)
+        if not store or labels.get(HOST_LABEL) != socket.gethostname():
+            continue
+        if (Path(store) / f"{labels.get(SNAPSHOT_LABEL)}.json").exists():
+            continue
+        try:
+            age = (now - datetime.datetime.fromisoformat(volume.attrs["CreatedAt"])).total_seconds()
+        except (KeyError, ValueError):
+            age = ORPHAN_GRACE
+        if Path(store).is_dir() and age < ORPHAN_GRACE:
+            continue
+        remove_volume(client, volume.name)
+        removed += 1
+    return removed
