@@ -19,6 +19,7 @@ from .errors import (
 )
 from .local import LocalConfig
 from .modal import ModalConfig
+from .network import NetworkConfig
 from .spec import Mount, SandboxSpec
 from .ssh import SSHConfig
 
@@ -59,6 +60,7 @@ __all__ = [
     "CallTimeout",
     "HandshakeError",
     "ModalConfig",
+    "NetworkConfig",
     "Mount",
     "RuntimeCallError",
     "Sandbox",

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
+from .network import Egress, Ingress
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
 
@@ -42,6 +43,10 @@ class Sandbox(ABC):
     """
 
     backend: ClassVar[str]
+    egress: Egress | None = None
+    """The sandbox's way out on `network: allowlist` (local and docker), else None."""
+    ingress: Ingress | None = None
+    """Its ports exposed on request (local with bwrap, docker), else None."""
 
     def __init__(self, sandbox_id: str, spec: SandboxSpec) -> None:
         self.id = sandbox_id

@@ -29,7 +29,8 @@ from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
 from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
-from .errors import BackendUnavailable, UnsupportedSpec
+from .errors import BackendUnavailable
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
 
@@ -81,11 +82,6 @@ class DockerBackend(Backend):
         self.reap()
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
-        if spec.network == "allowlist":
-            raise UnsupportedSpec(
-                "the docker backend supports network 'none' or 'full'; an allowlist "
-                "needs an egress proxy, which is not built yet"
-            )
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
@@ -127,6 +123,8 @@ class DockerBackend(Backend):
             if expired or container.status in ("exited", "dead") or _owner_dead(labels.get(OWNER_LABEL, "")):
                 name = labels.get(SANDBOX_LABEL) or container.id
                 _quietly(lambda name=name: self.client.api.remove_container(name, force=True))
+                if labels.get(SANDBOX_LABEL):
+                    forget(labels[SANDBOX_LABEL])  # its socket directories; the audit log stays
                 removed += 1
         for volume in self.client.volumes.list(filters={"label": MANAGED_LABEL}):
             owner = (volume.attrs.get("Labels") or {}).get(OWNER_LABEL, "")
@@ -171,12 +169,21 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
+        if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
+            if self.egress is None:
+                self.egress = Egress.attach(self.id, spec.allow)
+            mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
+        if self.ingress is None:
+            self.ingress = open_ingress(self.id)
+        mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
         env.update(
             HERMETIC_WORKSPACE=spec.workdir,
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
+            **(self.egress.env if self.egress is not None else {}),
+            **self.ingress.env,
         )
         api = self._client.api
         host_config = api.create_host_config(
@@ -186,7 +193,7 @@ class DockerSandbox(Sandbox):
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
             mounts=mounts,
-            network_mode="none" if spec.network == "none" else "bridge",
+            network_mode="bridge" if spec.network == "full" else "none",
             pids_limit=spec.pids,
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
@@ -285,6 +292,10 @@ class DockerSandbox(Sandbox):
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+        if self.egress is not None:
+            self.egress.close()
+        if self.ingress is not None:
+            self.ingress.close()
 
 
 def _owner_dead(owner: str) -> bool:

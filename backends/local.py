@@ -21,6 +21,7 @@ from .base import Backend, Sandbox, new_sandbox_id
 from .cgroups import CgroupLimits
 from .channel import Channel, PipeTransport
 from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
 from .workspace_copy import copy_into, parse_saved, save_copy
@@ -121,8 +122,10 @@ class LocalBackend(Backend):
             log.warning("local backend with isolation 'none': commands run on this host unsandboxed")
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
-        if spec.network == "allowlist":
-            raise UnsupportedSpec("the local backend supports network 'none' or 'full', not 'allowlist'")
+        if spec.network == "allowlist" and self.config.isolation == "none":
+            raise UnsupportedSpec(
+                "network 'allowlist' needs isolation 'bwrap': 'none' has the host's network"
+            )
         return self.opened(LocalSandbox(new_sandbox_id(), spec, self.config))
 
     def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
@@ -172,6 +175,10 @@ class LocalSandbox(Sandbox):
         args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--hostname", "sandbox"]
         if spec.network == "full":
             args.append("--share-net")
+        if self.egress is not None:  # the network stays unshared: the proxy's socket is the way out
+            args += ["--ro-bind", str(self.egress.socket_dir), SANDBOX_NET_DIR]
+        if self.ingress is not None:
+            args += ["--bind", str(self.ingress.dir), SANDBOX_INGRESS_DIR]
         args += ["--ro-bind", "/usr", "/usr"]
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             top = Path("/") / name
@@ -216,11 +223,19 @@ class LocalSandbox(Sandbox):
             args += ["--cap-drop", "ALL"]
         env = self._environment(spec.workdir, f"{spec.workdir}{os.pathsep}/tmp")
         env["PYTHONPATH"] = f"/opt/hermetic:{SANDBOX_SITE}"
+        env.update(self.egress.env if self.egress is not None else {})
+        env.update(self.ingress.env if self.ingress is not None else {})
         args.append("--clearenv")
         for key, value in env.items():
             args += ["--setenv", key, value]
         args += [SANDBOX_PYTHON, "-m", "sandboxes"]
         return args, {}
+
+    def _provision(self) -> None:
+        if self.config.isolation == "bwrap":
+            self.ingress = open_ingress(self.id)
+        if self.spec.network == "allowlist":
+            self.egress = Egress.attach(self.id, self.spec.allow)
 
     def _connect(self) -> Channel:
         args, env = self._command()
@@ -293,6 +308,10 @@ class LocalSandbox(Sandbox):
 
     def _destroy(self) -> None:
         self._stop_process()
+        if self.egress is not None:
+            self.egress.close()
+        if self.ingress is not None:
+            self.ingress.close()
         if self._cgroup is not None:
             self._cgroup.remove()
         if self.spec.workspace is None:

@@ -18,6 +18,7 @@ from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, PumpedStream, Transport, runtime_log
 from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
 from .local import RUNTIME_DIR
+from .network.presets import expand
 from .snapshots import Snapshot
 from .spec import SandboxSpec
 
@@ -216,7 +217,7 @@ def network_kwargs(spec: SandboxSpec) -> dict[str, Any]:
         return {"block_network": True}
     cidrs: list[str] = []
     domains: list[str] = []
-    for entry in spec.allow:
+    for entry in expand(spec.allow):  # the spec refused unknown presets already
         try:
             cidrs.append(str(ipaddress.ip_network(entry, strict=False)))
         except ValueError:

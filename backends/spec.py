@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .network.policy import Policy
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
@@ -48,7 +50,8 @@ class SandboxSpec(BaseModel):
     network: Literal["none", "allowlist", "full"] = "none"
     """none: no network at all; allowlist: only the hosts in `allow`; full: unrestricted."""
     allow: list[str] = []
-    """Hosts or CIDRs reachable when network is 'allowlist'."""
+    """Reachable when network is 'allowlist': hosts (docs.python.org), wildcards (*.example.com: names
+    under it, not itself), either with :PORT (default 80 and 443), CIDRs (203.0.113.0/24)."""
     mounts: list[Mount] = []
     """Extra host paths to mount."""
     env: dict[str, str] = {}
@@ -67,6 +70,12 @@ class SandboxSpec(BaseModel):
     """Characters of command output the model sees before head+tail truncation."""
     from_snapshot: str | None = None
     """Start from this snapshot (an id from Sandbox.snapshot): its workspace and shell sessions."""
+
+    @field_validator("allow")
+    @classmethod
+    def _valid_rules(cls, value: list[str]) -> list[str]:
+        Policy(value)  # PolicyError (a ValueError) names the bad rule
+        return value
 
     @field_validator("memory", "disk")
     @classmethod

@@ -112,7 +112,10 @@ class SSHBackend(Backend):
                 "the ssh backend cannot mount paths: the sandbox sees the host's filesystem"
             )
         if spec.network == "allowlist":
-            raise UnsupportedSpec("the ssh backend cannot restrict the network: use network 'full'")
+            raise UnsupportedSpec(
+                "the ssh backend cannot enforce an allowlist: the remote user's network is theirs; "
+                "use network 'none' or 'full'"
+            )
         if spec.network == "none" and not self._warned:
             self._warned = True
             log.warning(

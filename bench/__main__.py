@@ -17,7 +17,7 @@ from backends import SandboxSpec
 from . import agent_step, browser, concurrency, memory, roundtrip, skill_gate, store, targets
 from .stats import Results, cpu_noise, report
 
-SECTIONS = ("peers", "pool", "concurrency", "browser", "store", "memory", "agent", "skill-gate")
+SECTIONS = ("peers", "pool", "concurrency", "browser", "store", "memory", "agent", "skill-gate", "network")
 
 
 def names(text: str) -> list[str]:
@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="20,50", help="sandbox counts for the concurrency figure")
     parser.add_argument("--store", default="sqlite,postgresql", help="store dialects ('' for none)")
     parser.add_argument("--store-messages", type=int, default=100_000, help="messages in the store")
+    parser.add_argument("--bulk-mb", type=int, default=200, help="MB of the network section's download")
     parser.add_argument("--skip", default="", help=f"sections to leave out: {', '.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
@@ -73,9 +74,17 @@ def main() -> None:
         results.update(memory.collect(n))
     if "skill-gate" not in skip and "docker" in backends:
         results.update(skill_gate.collect(max(n // 50, 3)))
+    network_targets: list[tuple[str, str, bool]] = []
+    if "network" not in skip and "local" in backends:
+        from . import network
+
+        figures, network_targets = network.collect(n, args.bulk_mb)
+        results.update(figures)
     noise_end = cpu_noise()
 
-    checked = targets.check(results)
+    checked = targets.check(results) + [
+        {"target": text, "measured": measured, "met": met} for text, measured, met in network_targets
+    ]
     extra = {
         "machine": platform.platform(),
         "cpus": os.cpu_count(),

@@ -26,6 +26,7 @@ from backends import (
     SandboxSpec,
     create_backend,
 )
+from backends.network.proxy import configure_egress
 from backends.pool import WarmPool
 from backends.snapshots import SnapshotError, SnapshotStore
 
@@ -100,6 +101,7 @@ class SandboxManager:
         self._reaper: threading.Thread | None = None
         self._closing = False
         self.notices: list[str] = []
+        configure_egress(settings.network.connect_timeout, settings.network.idle_timeout)
         self.snapshots = snapshot_store(settings)
         """This profile's snapshot registry (the backend is given it when built)."""
 

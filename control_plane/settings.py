@@ -6,7 +6,6 @@ A profile is a separate home (config, database, memory, skills): `default` lives
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from contextvars import ContextVar
@@ -22,10 +21,12 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from backends import ModalConfig, Mount, SandboxSpec, SSHConfig
+from backends import ModalConfig, NetworkConfig, SandboxSpec, SSHConfig
 
 from .chat_settings import GatewaySettings
+from .env_lists import comma_list
 from .keys import load_env_file
+from .surface_settings import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
 
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -68,7 +69,7 @@ class ModelSettings(BaseModel):
     @field_validator("fallbacks", mode="before")
     @classmethod
     def _names_are_endpoints(cls, value: Any) -> Any:
-        value = _comma_list(value)
+        value = comma_list(value)
         return [{"name": item} if isinstance(item, str) else item for item in value or []]
 
     @property
@@ -185,7 +186,7 @@ class SkillsSettings(BaseModel):
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _hosts(cls, value: Any) -> Any:
-        return _comma_list(value)
+        return comma_list(value)
 
 
 class PoolSettings(BaseModel):
@@ -267,7 +268,7 @@ class SchedulerSettings(BaseModel):
     @field_validator("tool_webhooks", mode="before")
     @classmethod
     def _prefixes(cls, value: Any) -> Any:
-        return _comma_list(value)
+        return comma_list(value)
 
 
 class SnapshotSettings(BaseModel):
@@ -289,80 +290,6 @@ class SnapshotSettings(BaseModel):
     @property
     def max_age(self) -> float | None:
         return self.max_age_days * 86400 if self.max_age_days is not None else None
-
-
-class APISettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-
-
-class OpenAISettings(BaseModel):
-    """The OpenAI-compatible endpoint under /v1 of `hermetic serve` (control_plane/api/openai)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model_id: str = Field("hermetic", min_length=1, max_length=256)
-    """The model id /v1/models lists for this profile's agent (any model name a client sends is answered)."""
-    allowed_origins: Annotated[list[str], NoDecode] = []
-    """Browser origins (scheme://host:port) allowed to call /v1; any other Origin is refused."""
-
-    @field_validator("allowed_origins", mode="before")
-    @classmethod
-    def _origins(cls, value: Any) -> Any:
-        return _comma_list(value)
-
-
-class MCPSettings(BaseModel):
-    """`hermetic mcp serve` (control_plane/mcp)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    idle_seconds: float = Field(900.0, gt=0)
-    """An MCP session's sandbox unused this long is closed (the next call gets a fresh one)."""
-    host: str = "127.0.0.1"
-    """Where `mcp serve --http` listens."""
-    port: int = Field(8766, ge=0, le=65535)
-
-
-MCP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-
-
-class MCPServerConfig(BaseModel):
-    """An MCP server the agent uses: its tools join as mcp_<server>_<tool>. A stdio server (`command`)
-    runs inside a sandbox of its own unless `host` is set; an HTTP server (`url`) is reached from here."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    command: str | None = None
-    """The program to start (stdio), e.g. python3 or npx."""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    """Variables the server gets, by value. It gets nothing else of this process's environment..."""
-    env_allow: list[str] = []
-    """...except these names, copied from it when set."""
-    url: str | None = None
-    """A streamable HTTP server's URL, instead of a command."""
-    headers: dict[str, str] = {}
-    """HTTP: headers sent with every request (an API key)."""
-    include: list[str] = []
-    """Only these tools (names as the server gives them); empty: all."""
-    exclude: list[str] = []
-    timeout: float = Field(60.0, gt=0)
-    """Seconds for each call; past it the call fails and the server is restarted on the next one."""
-    start_timeout: float = Field(60.0, gt=0)
-    """Seconds for starting (a sandbox, an interpreter importing its SDK) and the protocol's handshake."""
-    host: bool = False
-    """Run a stdio server on this machine instead of in a sandbox (it then sees the host: a warning)."""
-    mounts: list[Mount] = []
-    """Host directories the server's sandbox mounts (read-only unless said), e.g. its installed code."""
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> MCPServerConfig:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("an MCP server has either a command (stdio) or a url (HTTP)")
-        return self
 
 
 class Settings(BaseSettings):
@@ -392,7 +319,7 @@ class Settings(BaseSettings):
         "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
     """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
-    clarify."""
+    clarify, network."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
@@ -404,6 +331,7 @@ class Settings(BaseSettings):
     api: APISettings = APISettings()
     gateway: GatewaySettings = GatewaySettings()
     """The chat platforms the gateway serves (config.yaml `gateway:`; secrets as `${ENV_VAR}`)."""
+    network: NetworkConfig = NetworkConfig()  # HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
     agent: AgentSettings = AgentSettings()
@@ -438,7 +366,7 @@ class Settings(BaseSettings):
     @field_validator("toolsets", mode="before")
     @classmethod
     def _toolsets(cls, value: Any) -> Any:
-        return _comma_list(value)
+        return comma_list(value)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
@@ -465,15 +393,6 @@ class Settings(BaseSettings):
         if yaml_file is not None and yaml_file.is_file():
             sources += (YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file),)
         return sources
-
-
-def _comma_list(value: Any) -> Any:
-    """An environment variable's list: JSON, or names separated by commas."""
-    if not isinstance(value, str):
-        return value
-    if value.lstrip().startswith("["):
-        return json.loads(value)
-    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def profile_home(root: Path, profile: str) -> Path:

@@ -34,6 +34,14 @@ CHROMIUM_ARGS = [
     "--disable-gpu",
     "--disable-quic",
 ]
+
+
+def _proxy() -> dict[str, str] | None:
+    """The sandbox's egress proxy for Chromium (network: allowlist), which ignores the environment."""
+    server = os.environ.get("HTTPS_PROXY")
+    return {"server": server, "bypass": "localhost,127.0.0.1"} if server else None
+
+
 MISSING = (
     "this sandbox's image lacks Playwright/Chromium (%s); use the browser image variant "
     "hermetic-sandbox:browser (SandboxSpec(image='hermetic-sandbox:browser', memory='1g', pids=512))"
@@ -126,7 +134,7 @@ class BrowserSession:
         try:
             self._pw = self._api.sync_playwright().start()
             self._browser = self._pw.chromium.launch(
-                executable_path=self.executable, headless=True, args=CHROMIUM_ARGS
+                executable_path=self.executable, headless=True, args=CHROMIUM_ARGS, proxy=_proxy()
             )
             page = self._browser.new_page()
         except Exception as exc:

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from . import PROTOCOL_VERSION, __version__, code_hash
+from . import PROTOCOL_VERSION, __version__, code_hash, netbridge
 from .browser import BrowserManager
 from .files import FileOps
 from .procs import ProcessTable
@@ -67,6 +67,7 @@ class Server:
         self.started = time.time()
         self.workspace = os.environ.get("HERMETIC_WORKSPACE") or os.getcwd()
         roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
+        os.environ.update(netbridge.start_from_environment())  # network: allowlist (the proxy variables)
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)

@@ -30,6 +30,8 @@ def test_the_benchmark_runs_with_tiny_counts_and_writes_its_samples(tmp_path: Pa
             "sqlite",
             "--store-messages",
             "300",
+            "--bulk-mb",
+            "2",
             "--out",
             str(tmp_path),
         ],
@@ -54,6 +56,8 @@ def test_the_benchmark_runs_with_tiny_counts_and_writes_its_samples(tmp_path: Pa
         "hermetic docker: agent step overhead (scripted model, `true` tool)",
         "store sqlite: session_search tool, two words (3 sessions, window and edges)",
         "hermetic docker: skill verification, trivial skill",
+        "egress: connection set-up, through the proxy",
+        "expose: request round trip, through the exposure",
     ):
         assert name in figures, f"{name} missing from {sorted(figures)}"
         assert figures[name]["samples"] and all(s > 0 for s in figures[name]["samples"])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import get_backend
 from modal_standin import FakeSandbox, FakeStreamWriter
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from backends import BackendConfig, BackendUnavailable, SandboxSpec, UnsupportedSpec
 from backends.modal import (
@@ -88,7 +88,9 @@ def test_allowlist_entry_with_a_scheme_is_refused_before_anything_is_created(
     modal_backend: ModalBackend, created: list[FakeSandbox]
 ) -> None:
     with pytest.raises(UnsupportedSpec, match="neither a CIDR nor a host name"):
-        _create(modal_backend, SandboxSpec(network="allowlist", allow=["https://pypi.org"]), created)
+        _create(modal_backend, SandboxSpec(network="allowlist", allow=["pypi.org:8443"]), created)
+    with pytest.raises(ValidationError, match="https://pypi.org"):
+        SandboxSpec(network="allowlist", allow=["https://pypi.org"])
     assert created == []
 
 

@@ -242,14 +242,9 @@ class Conversation:
         emit(
             Notice(message=f"learning: reviewing this conversation in the background ({'; '.join(reasons)})")
         )
-        self.agent.background.submit(self._review(list(self.history), reasons))
-
-    async def _review(self, messages: list[dict[str, Any]], reasons: list[str]) -> str:
-        """The forked reviewer, run to completion on the background loop; returns its session id."""
-        text = (
-            f"Why this review: {'; '.join(reasons)}.\n\n<transcript>\n{transcript(messages)}\n</transcript>"
-        )
-        return await self._fork(f"review of {self.id}", REVIEW_PROMPT, REVIEW_TOOLSETS, text)
+        why = "; ".join(reasons)
+        text = f"Why this review: {why}.\n\n<transcript>\n{transcript(self.history)}\n</transcript>"
+        self.agent.background.submit(self._fork(f"review of {self.id}", REVIEW_PROMPT, REVIEW_TOOLSETS, text))
 
     def _skill_outcome(self, success: bool, messages: list[dict[str, Any]], corrected: list[str]) -> None:
         """On the writer thread: count the turn for its skills; schedule the skill reviews now due."""

@@ -24,6 +24,7 @@ from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
+from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
@@ -95,6 +96,7 @@ def create_app(
 
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
+    app.include_router(network_router)
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)

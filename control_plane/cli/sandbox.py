@@ -47,11 +47,29 @@ def open_backend(name: str | None, settings: Settings) -> Backend:
     return backend
 
 
-def _spec(settings: Settings, network: str | None, from_snapshot: str | None = None) -> SandboxSpec:
+NetworkOption = Annotated[
+    str | None, typer.Option(help="none, allowlist (sandbox.allow and --allow) or full")
+]
+AllowOption = Annotated[
+    list[str] | None, typer.Option("--allow", help="A host, *.wildcard, host:PORT, CIDR or @preset (repeat)")
+]
+
+
+def _spec(
+    settings: Settings, network: str | None, allow: list[str] | None = None, from_snapshot: str | None = None
+) -> SandboxSpec:
+    """The configured spec with the command line's choices (validated: a bad allow rule exits 2)."""
     spec = settings.sandbox.spec
-    if network:
-        spec = spec.model_copy(update={"network": network})
-    return spec.model_copy(update={"from_snapshot": from_snapshot}) if from_snapshot else spec
+    update: dict[str, object] = {"network": network} if network else {}
+    if allow:
+        update["allow"] = [*spec.allow, *allow]
+    if from_snapshot:
+        update["from_snapshot"] = from_snapshot
+    try:
+        return SandboxSpec.model_validate({**spec.model_dump(), **update})
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
 
 
 def _create(backend: Backend, spec: SandboxSpec) -> Sandbox:
@@ -75,6 +93,8 @@ def run_streaming(sandbox: Sandbox, command: str, timeout: float) -> tuple[int, 
         print(result["output"][result["output"].find(TRUNCATION) :], end="")
     for notice in sandbox.pop_notices():
         console.print(f"[yellow]notice: {notice}[/]")
+    for refused in sandbox.egress.take_denials() if sandbox.egress is not None else []:
+        console.print(f"[yellow]{refused}[/]", markup=False)
     if result["timed_out"]:
         console.print(
             f"[yellow]timed out after {timeout:g} s; the command was killed, the session lives on[/]"
@@ -88,13 +108,14 @@ def exec_command(
     command: Annotated[list[str], typer.Argument(help="The command and its arguments (after --)")],
     backend: BackendOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed")] = 600.0,
-    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+    network: NetworkOption = None,
+    allow: AllowOption = None,
     from_snapshot: FromSnapshotOption = None,
     snapshot: SaveOption = None,
 ) -> None:
     """Run one command in a fresh sandbox; its exit code becomes ours."""
     settings = load_settings()
-    with _create(open_backend(backend, settings), _spec(settings, network, from_snapshot)) as sandbox:
+    with _create(open_backend(backend, settings), _spec(settings, network, allow, from_snapshot)) as sandbox:
         code, _ = run_streaming(sandbox, shlex.join(command), timeout)
         _save(sandbox, snapshot)
     raise typer.Exit(code)
@@ -104,14 +125,15 @@ def exec_command(
 def shell_command(
     backend: BackendOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds before each command is killed")] = 600.0,
-    network: Annotated[str | None, typer.Option(help="none or full")] = None,
+    network: NetworkOption = None,
+    allow: AllowOption = None,
     from_snapshot: FromSnapshotOption = None,
     snapshot: SaveOption = None,
 ) -> None:
     """A persistent shell session in a fresh sandbox. From a pipe, runs each line read, in order."""
     settings = load_settings()
     code = 0
-    with _create(open_backend(backend, settings), _spec(settings, network, from_snapshot)) as sandbox:
+    with _create(open_backend(backend, settings), _spec(settings, network, allow, from_snapshot)) as sandbox:
         if not sys.stdin.isatty():
             for line in sys.stdin:
                 if line.strip():

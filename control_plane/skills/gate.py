@@ -22,6 +22,7 @@ from pathlib import Path
 
 from backends import Backend, Sandbox, SandboxError, SandboxSpec
 from backends.docker import DockerBackend
+from backends.network.policy import Policy, PolicyError, Target
 
 from .format import Skill
 from .model import Check, GatePolicy, Verdict
@@ -78,13 +79,31 @@ def network_for(skill: Skill, policy: GatePolicy) -> list[str]:
             f"network: the skill requests {', '.join(hosts)} ({NETWORK_KEY}) but the operator's policy "
             "allows no network during verification; make the checks work offline"
         )
-    refused = [host for host in hosts if host not in policy.allowed_hosts]
+    try:
+        Policy(hosts)
+    except PolicyError as exc:
+        raise _Refused(f"network: {exc} ({NETWORK_KEY})") from None
+    refused = [host for host in hosts if not _granted(host, policy.allowed_hosts)]
     if refused:
         raise _Refused(
             f"network: the policy does not allow {', '.join(refused)}; "
             f"allowed hosts: {', '.join(policy.allowed_hosts) or 'none'}"
         )
     return hosts
+
+
+def _granted(host: str, allowed: list[str]) -> bool:
+    """Whether the operator's list grants a requested rule: named exactly, or a plain host name (on the
+    default ports) under one of its wildcards. A request never widens what the operator wrote."""
+    if host in allowed:
+        return True
+    if "*" in host or ":" in host or "/" in host:
+        return False
+    try:
+        operator = Policy([rule for rule in allowed if rule.startswith("*.")])
+    except PolicyError:
+        return False
+    return all(isinstance(operator.check(host, port), Target) for port in (80, 443))
 
 
 def pin_image(backend: Backend, image: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, clarify, delegate, files, memory, session_search, skills, terminal, todo
+from . import browser, clarify, delegate, files, memory, network, session_search, skills, terminal, todo
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolResult, invoke, tool
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "files",
     "invoke",
     "memory",
+    "network",
     "session_search",
     "skills",
     "terminal",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .network import egress_note
 from .registry import ToolContext, ToolResult, tool
 
 REF = "An element ref from the latest snapshot, e.g. e12."
@@ -21,7 +22,7 @@ def _page(ctx: ToolContext, action: dict[str, Any] | None = None) -> ToolResult:
     head = f"url: {snap['url']}\ntitle: {snap['title']}\n"
     if action and action.get("status") is not None:
         head += f"status: {action['status']}\n"
-    return ToolResult(head + snap["snapshot"])
+    return ToolResult(head + snap["snapshot"] + egress_note(ctx.sandbox))
 
 
 class NavigateArgs(BaseModel):

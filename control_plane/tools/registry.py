@@ -70,7 +70,8 @@ class ToolContext:
     delegate: Callable[[Any], ToolResult] | None = None
     """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
     settings: Settings | None = None
-    """The agent's settings (the schedule tool reads the profile's time zone and delivery policy)."""
+    """The agent's settings (the schedule tool reads the profile's time zone and delivery policy; the
+    network tools read network.* and write the profile's allowlist)."""
 
     @property
     def sandbox(self) -> Sandbox:

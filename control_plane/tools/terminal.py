@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .network import egress_note
 from .registry import ToolContext, ToolResult, tool
 
 
@@ -38,6 +39,7 @@ def terminal(ctx: ToolContext, args: TerminalArgs) -> ToolResult:
     if result.get("background_output"):
         parts.append(f"[output of background jobs since the last command]\n{result['background_output']}\n")
     parts.append(result["output"])
+    parts.append(egress_note(sandbox))
     if result["timed_out"]:
         parts.append(
             f"\n[timed out after {timeout:g} s: the command was interrupted; the shell session goes on. "

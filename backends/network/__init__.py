@@ -1,0 +1,126 @@
+"""A sandbox's network doors: the egress allowlist (policy), the proxy that enforces it, exposed ports.
+
+Backends call `Egress.attach` for a sandbox on `network: allowlist`, bind-mount its socket directory at
+SANDBOX_NET_DIR and put `Egress.env` in the sandbox's environment; the sandbox's own network stays
+`none`. Nothing here imports the control plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .expose import SANDBOX_INGRESS_DIR, ExposeError, Exposure, Ingress, exposures
+from .policy import Policy, PolicyError
+from .proxy import SOCKET_NAME, egress_proxy
+
+
+class NetworkConfig(BaseModel):
+    """The sandbox's network doors (the settings' `network:`): the egress proxy and exposed ports. Which
+    hosts a sandbox reaches is `sandbox.network: allowlist` with `sandbox.allow` (hosts, *.wildcards,
+    :PORT, CIDRs, @python/@node/@github/@debian presets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    connect_timeout: float = Field(10.0, gt=0)
+    """Seconds the egress proxy waits to resolve and connect to an upstream."""
+    idle_timeout: float = Field(300.0, gt=0)
+    """Seconds a proxied connection may carry nothing either way before it is closed."""
+    expose_bind: str = "127.0.0.1"
+    """Host address exposed ports listen on (loopback only by default; 0.0.0.0 for every interface)."""
+
+
+NET_ROOT = Path.home() / ".hermetic" / "net"
+"""Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
+SANDBOX_NET_DIR = "/run/hermetic"
+
+
+def net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
+    """A sandbox's directory of doors: sock/ (egress), in/ (ingress), exposed/, egress.jsonl."""
+    return root / sandbox_id
+
+
+def open_ingress(sandbox_id: str, root: Path = NET_ROOT) -> Ingress:
+    """The sandbox's ingress directory, created (mount it at SANDBOX_INGRESS_DIR, read-write)."""
+    return Ingress(sandbox_id, net_dir(sandbox_id, root)).create()
+
+
+def forget(sandbox_id: str, root: Path = NET_ROOT) -> None:
+    """Remove the doors of a sandbox another (dead) process created; its audit log stays."""
+    directory = net_dir(sandbox_id, root)
+    for part in ("sock", "in", "exposed"):
+        shutil.rmtree(directory / part, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+def audit_path(sandbox_id: str, root: Path = NET_ROOT) -> Path:
+    return root / sandbox_id / "egress.jsonl"
+
+
+def read_audit(sandbox_id: str, root: Path = NET_ROOT) -> list[dict[str, Any]]:
+    """A sandbox's egress decisions, oldest first (empty when it never used the network)."""
+    path = audit_path(sandbox_id, root)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class Egress:
+    """A sandbox's attachment to the process's egress proxy."""
+
+    sandbox_id: str
+    socket_dir: Path
+    audit: Path
+
+    @classmethod
+    def attach(cls, sandbox_id: str, rules: list[str], root: Path = NET_ROOT) -> Egress:
+        """Serve the sandbox on `root/<id>/sock/egress.sock` under `rules`. Raises PolicyError."""
+        egress = cls(sandbox_id, root / sandbox_id / "sock", audit_path(sandbox_id, root))
+        egress_proxy().attach(sandbox_id, egress.socket_dir, Policy(rules), egress.audit)
+        return egress
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the runtime needs to start its loopback bridge (it sets the proxy variables itself)."""
+        return {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
+
+    def allow(self, rules: list[str]) -> None:
+        """Widen this sandbox's allowlist from now on (an approval answered "once"). Raises PolicyError."""
+        egress_proxy().allow(self.sandbox_id, rules)
+
+    def take_denials(self) -> list[str]:
+        """Refusals since the last call, each a sentence naming the host and how an operator allows it."""
+        return egress_proxy().take_denials(self.sandbox_id)
+
+    def close(self) -> None:
+        """Stop serving the sandbox; its audit log stays (`hermetic sandbox egress ID` after the end)."""
+        egress_proxy().detach(self.sandbox_id)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+__all__ = [
+    "Egress",
+    "ExposeError",
+    "Exposure",
+    "Ingress",
+    "NET_ROOT",
+    "NetworkConfig",
+    "Policy",
+    "PolicyError",
+    "SANDBOX_INGRESS_DIR",
+    "SANDBOX_NET_DIR",
+    "audit_path",
+    "exposures",
+    "forget",
+    "net_dir",
+    "open_ingress",
+    "read_audit",
+]

@@ -1,0 +1,64 @@
+"""A session's exposed ports over HTTP: open, list, close. Mounted by api/app.py."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, Field
+
+from backends import Sandbox
+from backends.network import ExposeError, exposures, net_dir
+
+from .profiles import Auth, Live
+
+router = APIRouter(prefix="/sessions/{session_id}/exposures", tags=["network"])
+
+
+class ExposeRequest(BaseModel):
+    port: int = Field(gt=0, lt=65536)
+    """The port a program in the session's sandbox listens on."""
+    host_port: int = Field(0, ge=0, lt=65536)
+    """The host port to listen on; 0 picks a free one."""
+
+
+class ExposureOut(BaseModel):
+    port: int
+    host: str
+    host_port: int
+    url: str
+
+
+def _sandbox(profile: Auth, live: Live) -> Sandbox:
+    sandbox = profile.agent.sandboxes.get(live.conversation.id)
+    if sandbox.ingress is None:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"the {sandbox.backend} backend cannot expose ports")
+    return sandbox
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def expose(profile: Auth, live: Live, body: ExposeRequest) -> ExposureOut:
+    """Make a port inside the session's sandbox reachable on the server's host (network.expose_bind)."""
+    sandbox = _sandbox(profile, live)
+    assert sandbox.ingress is not None
+    try:
+        got = sandbox.ingress.expose(body.port, profile.settings.network.expose_bind, body.host_port)
+    except ExposeError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    return ExposureOut(port=got.port, host=got.host, host_port=got.host_port, url=got.url)
+
+
+@router.get("")
+def list_exposures(profile: Auth, live: Live) -> list[ExposureOut]:
+    sandbox = _sandbox(profile, live)
+    return [
+        ExposureOut(port=e.port, host=e.host, host_port=e.host_port, url=e.url)
+        for e in exposures(net_dir(sandbox.id))
+    ]
+
+
+@router.delete("/{port}")
+def close_exposure(profile: Auth, live: Live, port: int) -> dict[str, bool]:
+    sandbox = _sandbox(profile, live)
+    assert sandbox.ingress is not None
+    if not sandbox.ingress.unexpose(port):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"port {port} is not exposed")
+    return {"closed": True}

@@ -1,0 +1,175 @@
+"""The sandbox's doors, both Unix sockets in directories the control plane mounts; the network stays none.
+
+Egress (`network: allowlist`): HERMETIC_EGRESS_SOCKET names the egress proxy's socket; a bridge listens
+on 127.0.0.1 and carries each connection to it byte for byte, and the proxy variables point every common
+tool at it. When the proxy is down the socket refuses and the bridge closes the connection: no network,
+never an open one.
+
+Ingress (exposed ports): HERMETIC_INGRESS_SOCKET is where this runtime listens; the control plane
+connects, names a port on a first line ("8000\n"), and the bytes are carried to 127.0.0.1:8000 here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import threading
+
+log = logging.getLogger("hermetic.runtime.netbridge")
+
+CHUNK = 1 << 20
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+def proxy_environment(url: str) -> dict[str, str]:
+    """The variables that point curl, pip, npm, git, Python, Node and friends at the proxy."""
+    env = {}
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        env[name] = env[name.upper()] = url
+    env["no_proxy"] = env["NO_PROXY"] = NO_PROXY
+    env["PIP_PROXY"] = url
+    env["npm_config_proxy"] = env["npm_config_https_proxy"] = url
+    env["GIT_CONFIG_COUNT"] = "1"  # git reads http_proxy too; this also covers a user's gitconfig
+    env["GIT_CONFIG_KEY_0"] = "http.proxy"
+    env["GIT_CONFIG_VALUE_0"] = url
+    return env
+
+
+class Bridge:
+    """Listens on 127.0.0.1 (an ephemeral port) and forwards each connection to a Unix socket."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, name="netbridge", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self.port
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            try:
+                threading.Thread(target=self._carry, args=(client,), daemon=True).start()
+            except RuntimeError:  # out of threads (pids limit): refuse this one, keep serving
+                client.close()
+
+    def _carry(self, client: socket.socket) -> None:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.socket_path)
+        except OSError as exc:  # the proxy is down: this connection gets nothing
+            log.warning("egress proxy unreachable: %s", exc)
+            upstream.close()
+            client.close()
+            return
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
+        back.start()
+        _copy(client, upstream)
+        back.join()
+        client.close()
+        upstream.close()
+
+
+class Ingress:
+    """Listens on a Unix socket; each connection names a loopback port and is carried to it."""
+
+    def __init__(self, socket_path: str) -> None:
+        if os.path.lexists(socket_path):
+            os.unlink(socket_path)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(socket_path)
+        os.chmod(socket_path, 0o666)  # the host side may be another uid (docker)
+        self._listener.listen(128)
+        threading.Thread(target=self._accept, name="ingress", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            try:
+                threading.Thread(target=self._carry, args=(client,), daemon=True).start()
+            except RuntimeError:
+                client.close()
+
+    def _carry(self, client: socket.socket) -> None:
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 8:
+            byte = client.recv(1)
+            if not byte:
+                break
+            line += byte
+        port = line.strip()
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            client.close()
+            return
+        try:
+            inner = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
+        except OSError:  # nothing listens there: the host side sees the connection close
+            client.close()
+            return
+        inner.settimeout(None)
+        inner.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=_copy, args=(inner, client), daemon=True)
+        back.start()
+        _copy(client, inner)
+        back.join()
+        client.close()
+        inner.close()
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until EOF: by splice(2) through a pipe where Python has it (3.10+), else recv/sendall."""
+    try:
+        if hasattr(os, "splice"):
+            _splice(source, sink)
+        else:
+            buffer = bytearray(CHUNK)
+            while True:
+                got = source.recv_into(buffer)
+                if not got:
+                    break
+                sink.sendall(memoryview(buffer)[:got])
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _splice(source: socket.socket, sink: socket.socket) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_end, 1031, CHUNK)  # F_SETPIPE_SZ: fewer, larger moves
+        while True:
+            moved = os.splice(source.fileno(), write_end, CHUNK)
+            if not moved:
+                return
+            while moved:
+                moved -= os.splice(read_end, sink.fileno(), moved)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def start_from_environment() -> dict[str, str]:
+    """Open the doors the control plane mounted; the proxy variables to set (none without egress)."""
+    ingress = os.environ.get("HERMETIC_INGRESS_SOCKET")
+    if ingress and os.path.isdir(os.path.dirname(ingress)):
+        try:
+            Ingress(ingress)
+        except OSError as exc:  # a read-only or missing mount: no exposed ports, the rest works
+            log.warning("no ingress socket at %s: %s", ingress, exc)
+    path = os.environ.get("HERMETIC_EGRESS_SOCKET")
+    if not path:
+        return {}
+    return proxy_environment(Bridge(path).url)

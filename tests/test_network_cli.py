@@ -1,0 +1,183 @@
+"""The network from the terminal: presets, a run that asks for a refused host at the prompt, the audit log.
+
+`hermetic run` is a subprocess (its own egress proxy); the upstream is an HTTP server on this test's
+loopback, which the sandbox reaches only through the proxy once the user said yes.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+import yaml
+from conftest import get_backend
+
+from backends.network import NET_ROOT
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        body = b"hello from the host\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def hermetic(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`hermetic ARGS` from a pipe: no terminal, so nobody can answer a question."""
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
+    get_backend("local")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
+    return {
+        **clean,
+        "HERMETIC_ROOT": str(tmp_path),
+        "HERMETIC_MODEL__NAME": "openai/scripted",
+        "HERMETIC_MODEL__API_BASE": fake_llm.url,
+        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
+        "HERMETIC_MODEL__RETRIES": "0",
+        "HERMETIC_BACKEND": "local",
+        "HERMETIC_SANDBOX__NETWORK": "allowlist",
+        "HERMETIC_TOOLSETS": "terminal,network",
+        "COLUMNS": "200",
+    }
+
+
+def _script(port: int) -> list[dict[str, Any]]:
+    fetch = f"curl -sS --noproxy '' -x \"$http_proxy\" http://127.0.0.1:{port}/"
+    ask = {"host": "127.0.0.1", "port": port, "reason": "to fetch the greeting"}
+    return [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": fetch}}]},
+        {"tool_calls": [{"name": "network_request", "arguments": ask}]},
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": fetch}}]},
+        {"text": "fetched"},
+    ]
+
+
+def _tool_results(fake_llm: Any) -> list[str]:
+    return [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+
+
+def terminal(*args: str, env: dict[str, str]) -> pexpect.spawn:
+    """`hermetic ARGS` on a pseudo-terminal, as a user runs it (questions are answered on a terminal)."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "control_plane", *args],
+        env=env,
+        encoding="utf-8",
+        timeout=180,
+        dimensions=(50, 250),
+    )
+
+
+def test_a_refused_host_is_asked_for_at_the_prompt_and_allowed_once(
+    env: dict[str, str], fake_llm: Any, web: int
+) -> None:
+    fake_llm.load(_script(web))
+    run = terminal("run", "fetch the greeting", env=env)
+    run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}: to fetch the greeting")
+    run.expect_exact("[1] once  [2] always  [3] no")
+    run.sendline("once")
+    run.expect(pexpect.EOF)
+    run.close()
+    assert run.exitstatus == 0, run.before
+    refused, granted, fetched = _tool_results(fake_llm)
+    assert (
+        f"egress refused: 127.0.0.1:{web}: an IP address is refused unless a CIDR rule covers it" in refused
+    )
+    assert f"an operator allows it by adding `127.0.0.1/32:{web}` to sandbox.allow" in refused
+    assert granted == f"127.0.0.1:{web} is allowed for this sandbox now"
+    assert "hello from the host" in fetched
+    assert not (Path(env["HERMETIC_ROOT"]) / "config.yaml").exists(), "once is not remembered"
+
+    sandbox_id = _sandbox_that_reached(web)
+    shown = hermetic("sandbox", "egress", sandbox_id, "--json", env=env)
+    decisions = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [d["allowed"] for d in decisions] == [False, True]
+    assert decisions[0]["denied"] == "ip-literal" and decisions[1]["bytes_down"] > 0
+    table = hermetic("sandbox", "egress", sandbox_id, env=env)
+    assert "denied (ip-literal)" in table.stdout and "allowed 127.0.0.1" in table.stdout
+
+
+def test_always_adds_the_host_to_the_profile_and_no_terminal_is_no(
+    env: dict[str, str], fake_llm: Any, web: int
+) -> None:
+    config = Path(env["HERMETIC_ROOT"]) / "config.yaml"
+    config.write_text("# the operator's own note, kept\nsandbox:\n  memory: 1g\n")
+    fake_llm.load(_script(web))
+    run = terminal("run", "fetch", env=env)
+    run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}")
+    run.sendline("sometimes")
+    run.expect_exact("answer one of: once, always, no")
+    run.sendline("2")  # a choice by its number
+    run.expect(pexpect.EOF)
+    run.close()
+    assert run.exitstatus == 0, run.before
+    assert "# the operator's own note, kept" in config.read_text()
+    assert yaml.safe_load(config.read_text()) == {"sandbox": {"memory": "1g", "allow": [f"127.0.0.1:{web}"]}}
+    assert "hello from the host" in _tool_results(fake_llm)[2]
+
+    fake_llm.load(_script(web))
+    piped = hermetic("run", "fetch", env={**env, "HERMETIC_SANDBOX__ALLOW": "[]"}, stdin="once\n")
+    assert piped.returncode == 0, piped.stderr
+    results = _tool_results(fake_llm)
+    assert results[1] == f"the user did not allow 127.0.0.1:{web}; do without it"
+    assert "hello from the host" not in results[2]
+
+
+def test_chat_asks_for_a_host_between_messages(env: dict[str, str], fake_llm: Any, web: int) -> None:
+    fake_llm.load(_script(web))
+    chat = terminal("chat", env=env)
+    chat.expect_exact("›")
+    chat.sendline("fetch the greeting")
+    chat.expect_exact(f"The agent asks to reach 127.0.0.1:{web}")
+    chat.sendline("once")
+    chat.expect_exact("fetched")
+    chat.sendline("/exit")
+    chat.expect(pexpect.EOF)
+    assert "hello from the host" in _tool_results(fake_llm)[2]
+
+
+def test_presets_are_listed() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "control_plane", "network", "presets"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "@python" in done.stdout and "files.pythonhosted.org" in done.stdout
+
+
+def _sandbox_that_reached(port: int) -> str:
+    for log in sorted(NET_ROOT.glob("*/egress.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
+        if any(e.get("port") == port for e in map(json.loads, log.read_text().splitlines())):
+            return log.parent.name
+    raise AssertionError(f"no egress log mentions port {port}")

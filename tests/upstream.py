@@ -1,0 +1,64 @@
+"""Test upstream servers, run inside a network namespace the test created (`ip netns exec ...`).
+
+`python upstream.py ADDRESS ROOT`: HTTP on ADDRESS:80 and HTTPS on ADDRESS:443 (ROOT/cert.pem,
+ROOT/key.pem from a throwaway CA) serving ROOT/www; `/host` answers with the Host header it got,
+`/hang` never answers, `/bytes/N` with N zero bytes. Prints "ready" once both listen, and serves until killed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import sys
+import threading
+from functools import partial
+from pathlib import Path
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path == "/hang":  # answers never: for idle timeouts
+            threading.Event().wait()
+        elif self.path == "/host":
+            self._send(f"host={self.headers.get('Host')}\n".encode())
+        elif self.path.startswith("/bytes/"):
+            size = int(self.path.rsplit("/", 1)[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = bytes(1 << 20)
+            while size > 0:
+                self.wfile.write(block[: min(size, len(block))])
+                size -= len(block)
+        else:
+            super().do_GET()
+
+    def _send(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def main() -> None:
+    address, root = sys.argv[1], Path(sys.argv[2])
+    handler = partial(Handler, directory=str(root / "www"))
+    plain = http.server.ThreadingHTTPServer((address, 80), handler)
+    secure = http.server.ThreadingHTTPServer((address, 443), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(root / "cert.pem", root / "key.pem")
+    secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    for server in (plain, secure):
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
