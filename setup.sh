@@ -6,11 +6,14 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql nodejs npm iproute2 curl python3-pip"
+PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
 done
+# node and npm (an MCP reference server in the tests): Debian's, unless a node with its own npm is there
+# (NodeSource's nodejs ships npm and conflicts with Debian's npm package)
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 if [ -n "$missing" ]; then
   echo "setup: installing$missing"
   $SUDO apt-get update -qq
