@@ -29,7 +29,7 @@ from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
 from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
@@ -79,9 +79,19 @@ class DockerBackend(Backend):
                 "or set DOCKER_HOST"
             ) from exc
         self._runtime_hashes: dict[str, str] = {}
+        endpoint = self.config.base_url or os.environ.get("DOCKER_HOST") or "unix://"
+        self.local_daemon = endpoint.startswith("unix://")
+        """Whether dockerd shares this machine's filesystem, so a host directory can be bind-mounted:
+        the sockets of a network allowlist and of exposed ports need that. Behind a socket proxy
+        (tcp://, the compose deployment) neither is offered."""
         self.reap()
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
+        if spec.network == "allowlist" and not self.local_daemon:
+            raise UnsupportedSpec(
+                "network allowlist on docker needs dockerd on this machine (DOCKER_HOST is not a unix "
+                "socket): the egress socket's directory is bind-mounted from here"
+            )
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
@@ -173,9 +183,10 @@ class DockerSandbox(Sandbox):
             if self.egress is None:
                 self.egress = Egress.attach(self.id, spec.allow)
             mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
-        if self.ingress is None:
+        if self.ingress is None and self._backend.local_daemon:
             self.ingress = open_ingress(self.id)
-        mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
+        if self.ingress is not None:
+            mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
         env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
         env.update(spec.env)
         env.update(
@@ -183,7 +194,7 @@ class DockerSandbox(Sandbox):
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(spec.output_limit),
             **(self.egress.env if self.egress is not None else {}),
-            **self.ingress.env,
+            **(self.ingress.env if self.ingress is not None else {}),
         )
         api = self._client.api
         host_config = api.create_host_config(

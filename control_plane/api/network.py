@@ -8,9 +8,12 @@ from pydantic import BaseModel, Field
 from backends import Sandbox
 from backends.network import ExposeError, exposures, net_dir
 
+from .bounds import AUTHENTICATED, errors
 from .profiles import Auth, Live
 
-router = APIRouter(prefix="/sessions/{session_id}/exposures", tags=["network"])
+router = APIRouter(
+    prefix="/sessions/{session_id}/exposures", tags=["network"], responses={**AUTHENTICATED, **errors(404)}
+)
 
 
 class ExposeRequest(BaseModel):

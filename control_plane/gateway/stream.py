@@ -68,11 +68,13 @@ class LiveMessage:
     async def finish(self, text: str, buttons: list[Button] | None = None) -> list[str]:
         """Stop streaming and put the whole text out: the first part in this message, the rest as new
         messages after it. Returns the ids of every part."""
-        if self._pump is not None:
-            self._pump.cancel()
-            await asyncio.gather(self._pump, return_exceptions=True)
         parts = split(text or "…", self.adapter.text_limit, self.adapter.length)
         async with self._lock:
+            # cancelled only under the lock: a pump cancelled inside its first send would leave the
+            # message posted but its id unknown, and the final text would go out as a second message
+            if self._pump is not None:
+                self._pump.cancel()
+                await asyncio.gather(self._pump, return_exceptions=True)
             await self._put(parts[0], buttons if len(parts) == 1 else None)
         ids = [self.message_id] if self.message_id else []
         for number, part in enumerate(parts[1:], 2):
