@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sandboxes import PROTOCOL_VERSION, code_hash
+from sandboxes.protocol import RAW_MAX, attach_raw, encode, raw_fields
 
 from .errors import CallTimeout, HandshakeError, RuntimeCallError, SandboxGone
 
@@ -203,8 +204,11 @@ class Channel:
         self._cond = threading.Condition()  # guards _pending and _closed; signals replies
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the caller that is reading the stream
-        self._partial: list[bytes] = []  # an unfinished line's pieces, joined once it ends (a 1 MB line
-        # arrives in dozens of reads; appending them to one bytes object would copy it dozens of times)
+        self._buf = bytearray()  # what was read and not yet delivered (del from the front is O(1))
+        self._scanned = 0  # how much of _buf is known to hold no newline
+        self._awaiting: tuple[dict[str, Any], list[tuple[str, int]], int] | None = None  # a message
+        # whose raw bytes are still coming: (message, its raw fields, their total size)
+        self._raw = False  # long strings travel as raw bytes after their line (agreed in the handshake)
         self._closed: str | None = None
         self.info: dict[str, Any] = {}
 
@@ -232,7 +236,9 @@ class Channel:
         """First request on a channel: protocol check. Returns the runtime's version and code hash."""
         try:
             self.info = self.call(
-                "sys.hello", {"protocol": PROTOCOL_VERSION, "client": "hermetic"}, timeout=timeout
+                "sys.hello",
+                {"protocol": PROTOCOL_VERSION, "client": "hermetic", "raw": True},
+                timeout=timeout,
             )
         except (SandboxGone, CallTimeout, RuntimeCallError) as exc:
             raise HandshakeError(f"runtime in {self.label} did not complete the handshake: {exc}") from exc
@@ -243,6 +249,7 @@ class Channel:
                 self.info.get("code_hash"),
                 code_hash(),
             )
+        self._raw = self.info.get("raw") is True  # an older runtime reads only lines
         return self.info
 
     def call(
@@ -256,13 +263,7 @@ class Channel:
         """Send one request and wait for its reply. Raises RuntimeCallError, SandboxGone, CallTimeout."""
         req_id = next(self._ids)
         pending = _Pending(on_notify)
-        line = (
-            json.dumps(
-                {"jsonrpc": "2.0", "id": req_id, "method": method, "params": params or {}},
-                separators=(",", ":"),
-            ).encode()
-            + b"\n"
-        )
+        line = encode({"id": req_id, "method": method, "params": params or {}}, self._raw)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             if self._closed is not None:
@@ -312,14 +313,40 @@ class Channel:
             if not data:
                 self._fail_all("the runtime's stream ended (sandbox stopped or was removed)")
                 return
-            self._partial.append(data)
-            if b"\n" not in data:
+            self._buf += data
+            self._take()
+
+    def _take(self) -> None:
+        """Deliver every whole message in the buffer: a line, and the raw bytes it announces."""
+        buf = self._buf
+        while True:
+            if self._awaiting is not None:
+                message, fields, size = self._awaiting
+                if len(buf) < size:
+                    return
+                self._awaiting = None
+                try:
+                    with memoryview(buf) as view:
+                        attach_raw(message, fields, view[:size])
+                except ValueError as exc:
+                    self._fail_all(f"the runtime sent raw fields that are not UTF-8: {exc}")
+                    return
+                del buf[:size]
+                self._dispatch(message)
                 continue
-            *lines, rest = b"".join(self._partial).split(b"\n")
-            self._partial = [rest] if rest else []
-            for line in lines:
-                if line.strip():
-                    self._deliver(line)
+            end = buf.find(b"\n", self._scanned)
+            if end < 0:
+                self._scanned = len(buf)
+                if len(buf) > RAW_MAX:
+                    self._fail_all(f"the runtime sent a line of over {RAW_MAX} bytes")
+                return
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            self._scanned = 0
+            if line.strip():
+                self._deliver(line)
+            if self._closed is not None:
+                return
 
     def _deliver(self, line: bytes) -> None:
         try:
@@ -327,6 +354,20 @@ class Channel:
         except ValueError:
             log.warning("%s: runtime sent a line that is not JSON: %r", self.label, line[:200])
             return
+        if not isinstance(message, dict):
+            log.warning("%s: runtime sent a line that is not an object: %r", self.label, line[:200])
+            return
+        if "raw" in message:
+            try:
+                fields = raw_fields(message)
+            except ValueError as exc:  # no way to tell where its bytes end: the stream is lost
+                self._fail_all(f"the runtime sent a bad raw announcement: {exc}")
+                return
+            self._awaiting = (message, fields, sum(size for _, size in fields))
+            return
+        self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
         req_id = message.get("id")
         if req_id is not None and ("result" in message or "error" in message):
             with self._cond:

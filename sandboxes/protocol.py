@@ -1,4 +1,5 @@
-"""Wire format of the runtime: newline-delimited JSON shaped like JSON-RPC 2.0, and its error codes."""
+"""Wire format of the runtime: newline-delimited JSON shaped like JSON-RPC 2.0 (long strings optionally
+as raw bytes after their line), and its error codes."""
 
 from __future__ import annotations
 
@@ -46,19 +47,71 @@ class RpcError(Exception):
         return err
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    """One message as one line. ASCII-escaped so odd file names (surrogates) never break it."""
+RAW_MIN = 32 * 1024
+"""A string field at least this long travels as raw bytes after its message's line, when both ends
+said so in the handshake (`raw`): JSON escaping and parsing 1 MB costs each end more than the copy."""
+RAW_MAX = 256 * 1024 * 1024
+"""The most raw bytes one message may announce: a bound on what a confused peer can make us buffer."""
+
+
+def encode(message: dict[str, Any], raw: bool = False) -> bytes:
+    """One message as one line (ASCII-escaped, so odd file names never break it). With `raw`, the long
+    string fields of its body (params, or result) leave the line: the line names them in order,
+    `"raw": [[field, bytes], ...]`, and their UTF-8 (surrogatepass: any str round-trips) follows it."""
     message["jsonrpc"] = "2.0"
-    return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+    body = message.get(_body_key(message))
+    tail: list[bytes] = []
+    if raw and isinstance(body, dict):
+        moved = [key for key, value in body.items() if isinstance(value, str) and len(value) >= RAW_MIN]
+        if moved:
+            body = dict(body)
+            tail = [body.pop(key).encode("utf-8", "surrogatepass") for key in moved]
+            message = {**message, _body_key(message): body, "raw": [[k, len(t)] for k, t in zip(moved, tail)]}
+    line = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+    return b"".join([line, *tail]) if tail else line
 
 
-def response(req_id: Any, result: Any) -> bytes:
-    return encode({"id": req_id, "result": result})
+def raw_fields(message: dict[str, Any]) -> list[tuple[str, int]]:
+    """The raw fields a message's line announces, as (field, bytes); ValueError when malformed."""
+    spec = message.get("raw", [])
+    if not isinstance(spec, list) or not all(
+        isinstance(item, list)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and type(item[1]) is int
+        and item[1] >= 0
+        for item in spec
+    ):
+        raise ValueError("raw must be a list of [field, bytes] pairs")
+    fields = [(name, size) for name, size in spec]
+    if sum(size for _, size in fields) > RAW_MAX:
+        raise ValueError("raw fields over %d bytes" % RAW_MAX)
+    return fields
+
+
+def attach_raw(message: dict[str, Any], fields: list[tuple[str, int]], data: bytes | memoryview) -> None:
+    """Put the raw bytes that followed a message's line back into its body as the fields they were."""
+    body = message.setdefault(_body_key(message), {})
+    if not isinstance(body, dict):
+        raise ValueError("a message with raw fields needs an object body")
+    message.pop("raw", None)
+    start = 0
+    for name, size in fields:
+        body[name] = str(data[start : start + size], "utf-8", "surrogatepass")
+        start += size
+
+
+def _body_key(message: dict[str, Any]) -> str:
+    return "params" if "method" in message else "result"
+
+
+def response(req_id: Any, result: Any, raw: bool = False) -> bytes:
+    return encode({"id": req_id, "result": result}, raw)
 
 
 def error_response(req_id: Any, error: RpcError) -> bytes:
     return encode({"id": req_id, "error": error.to_json()})
 
 
-def notification(method: str, params: dict[str, Any]) -> bytes:
-    return encode({"method": method, "params": params})
+def notification(method: str, params: dict[str, Any], raw: bool = False) -> bytes:
+    return encode({"method": method, "params": params}, raw)

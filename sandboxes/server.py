@@ -28,8 +28,10 @@ from .protocol import (
     PROTOCOL_MISMATCH,
     RESOURCE_EXHAUSTED,
     RpcError,
+    attach_raw,
     error_response,
     notification,
+    raw_fields,
     response,
 )
 from .shells import ShellManager
@@ -51,7 +53,7 @@ class Request:
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         params["request"] = self.id
-        self._server.send(notification(method, params))
+        self._server.send(notification(method, params, self._server.raw))
 
 
 class Server:
@@ -64,6 +66,7 @@ class Server:
         self._answered = threading.Condition()
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="req")
         self._ready = False
+        self.raw = False  # the client reads long strings as raw bytes after their line (sys.hello)
         self.started = time.time()
         self.workspace = os.environ.get("HERMETIC_WORKSPACE") or os.getcwd()
         roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
@@ -175,12 +178,26 @@ class Server:
         return None
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
-        """The request on a line, or None after replying with what is wrong with it."""
+        """The request on a line (with the raw bytes that follow it), or None after replying with what
+        is wrong with it."""
         try:
             message = json.loads(line)
         except ValueError as exc:
             self.send(error_response(None, RpcError(PARSE_ERROR, "not JSON: %s" % exc)))
             return None
+        if isinstance(message, dict) and "raw" in message:
+            try:
+                fields = raw_fields(message)
+                size = sum(n for _, n in fields)
+                data = self._stream.read(size) if size else b""
+                if len(data) < size:
+                    return None  # the stream ended inside the raw bytes: nothing to answer
+                attach_raw(message, fields, data)
+            except ValueError as exc:
+                self.send(
+                    error_response(message.get("id"), RpcError(INVALID_REQUEST, "bad raw fields: %s" % exc))
+                )
+                return None
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             self.send(
                 error_response(
@@ -195,7 +212,7 @@ class Server:
         req_id = message.get("id")
         try:
             result = self._call(Request(self, req_id), message["method"], message.get("params") or {})
-            reply = response(req_id, result)
+            reply = response(req_id, result, self.raw)
         except RpcError as exc:
             reply = error_response(req_id, exc)
         except Exception as exc:  # a bug or an OS error: report it, keep serving
@@ -218,7 +235,9 @@ class Server:
 
     # -- sys -------------------------------------------------------------------------------
 
-    def sys_hello(self, req: Request, protocol: int, client: str | None = None) -> dict[str, Any]:
+    def sys_hello(
+        self, req: Request, protocol: int, client: str | None = None, raw: bool = False
+    ) -> dict[str, Any]:
         if protocol != PROTOCOL_VERSION:
             raise RpcError(
                 PROTOCOL_MISMATCH,
@@ -226,11 +245,13 @@ class Server:
                 {"protocol": PROTOCOL_VERSION, "version": __version__, "code_hash": code_hash()},
             )
         self._ready = True
+        self.raw = raw is True
         log.info("handshake with %s", client or "a client")
         return {
             "version": __version__,
             "protocol": PROTOCOL_VERSION,
             "code_hash": code_hash(),
+            "raw": True,  # long strings may come as raw bytes after their line
             "python": platform.python_version(),
             "pid": os.getpid(),
         }

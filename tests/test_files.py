@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def test_write_then_paged_read_with_line_numbers(sandbox: Sandbox, session: str)
     assert page["total_lines"] == 100 and page["more"]
     raw = sandbox.call("fs.read", {"path": f"{session}/a.txt", "numbered": False, "limit": 1000})
     assert raw["content"] + "\n" == content and not raw["more"]
+
+
+def test_a_large_text_round_trips_exactly(sandbox: Sandbox, session: str) -> None:
+    """Over RAW_MIN, content travels as raw bytes after its line (both ways): every character JSON
+    would escape, multi-byte ones, and a byte that is not UTF-8 (surrogateescape) arrive as written."""
+    text = 'é😀 "q" \\ \udcff\ttab\n' * 40_000
+    path = f"{session}/big.txt"
+    on_disk = text.encode("utf-8", "surrogateescape")
+    assert sandbox.call("fs.write", {"path": path, "content": text})["bytes"] == len(on_disk)
+    digest = sandbox.run(f"sha256sum {path}")["output"].split()[0]
+    assert digest == hashlib.sha256(on_disk).hexdigest()
+    got = sandbox.call("fs.read", {"path": path, "numbered": False, "limit": 50_000})
+    assert got["content"] + "\n" == text.replace("\udcff", "\ufffd") and got["total_lines"] == 40_000
 
 
 def test_write_replaces_atomically_and_keeps_the_mode(sandbox: Sandbox, session: str) -> None:

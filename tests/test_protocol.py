@@ -121,3 +121,33 @@ def test_concurrent_large_requests_do_not_interleave(sandbox: Sandbox, session: 
     for path, content in blobs.items():
         assert sandbox.call("fs.stat", {"path": path})["size"] == len(content)
     assert sandbox.call("sys.ping") == {"pong": True}
+
+
+def test_long_strings_go_as_raw_bytes_both_ways_once_the_client_asks(raw: RawRuntime, tmp_path: Path) -> None:
+    assert raw.request(1, "sys.hello", {"protocol": PROTOCOL_VERSION, "raw": True})["result"]["raw"] is True
+    text = 'é😀 "q" \\ \udc80 tab\tend\r\n' * 5000  # \udc80: the byte 0x80, as surrogateescape reads it
+    body = text.encode("utf-8", "surrogatepass")
+    head = {"jsonrpc": "2.0", "id": 2, "method": "fs.write", "params": {"path": "big.txt"}}
+    raw.send(json.dumps({**head, "raw": [["content", len(body)]]}).encode() + b"\n" + body)
+    on_disk = text.encode("utf-8", "surrogateescape")
+    assert raw.receive()["result"]["bytes"] == len(on_disk)
+    assert (tmp_path / "big.txt").read_bytes() == on_disk
+
+    read = {"path": "big.txt", "numbered": False, "limit": 10_000}
+    raw.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "fs.read", "params": read}).encode())
+    reply = raw.receive()
+    assert "content" not in reply["result"] and reply["raw"][0][0] == "content"
+    assert raw.proc.stdout is not None
+    content = raw.proc.stdout.read(reply["raw"][0][1]).decode("utf-8", "surrogatepass")
+    plain = RawRuntime(tmp_path)  # a client that did not ask gets the same result on one line
+    try:
+        plain.request(1, "sys.hello", {"protocol": PROTOCOL_VERSION})
+        assert plain.request(2, "fs.read", read)["result"] == {**reply["result"], "content": content}
+    finally:
+        plain.proc.kill()
+        plain.proc.wait()
+    assert content.startswith('é😀 "q" \\ \ufffd tab\tend\né😀') and reply["result"]["total_lines"] == 5000
+
+    raw.send(json.dumps({**head, "id": 4, "raw": [["content", -1]]}).encode())
+    assert raw.receive()["error"]["code"] == protocol.INVALID_REQUEST
+    assert raw.request(5, "fs.stat", {"path": "big.txt"})["result"]["size"] == len(on_disk)  # short: a line
