@@ -100,6 +100,9 @@ class Limits(BaseModel):
     """Sessions of one profile running a turn at once in the API server; one more is refused (429)."""
     max_sandboxes: int = Field(8, ge=1)
     """Live sandboxes one profile's sessions may hold; a run that would need one more is refused (429)."""
+    max_live_sessions: int = Field(256, ge=1)
+    """Sessions one profile keeps in the API server's memory; beyond it the least recently used idle ones
+    are let go (their history stays in the database and the next request resumes them)."""
 
 
 class LearningSettings(BaseModel):

@@ -148,3 +148,33 @@ def test_an_idle_sandbox_is_closed_and_the_next_use_says_so(
     assert second["result"].startswith("[notice: the sandbox was closed after 1 s unused")
     assert "missing" in second["result"]
     assert any(e["event"] == "notice" and "closed after 1 s unused" in e["data"]["message"] for e in events)
+
+
+def test_idle_sessions_past_max_live_sessions_are_let_go_and_resumed_on_use(
+    serve: Serve, fake_llm: Any
+) -> None:
+    fake_llm.load([{"text": "noted"}, {"text": "teal"}, {"text": "done"}])
+    client, profile = serve(limits={"max_live_sessions": 2})
+    first = new_session(client)
+    run_turn(client, first, "remember the word teal")
+    followed = new_session(client)
+    token = client.headers["Authorization"].removeprefix("Bearer ")
+    stream: list[list[dict[str, Any]]] = []  # after=500: a number from before a restart means "from now"
+    follower = threading.Thread(
+        target=lambda: stream.append(
+            sse_events(client, f"/sessions/{followed}/events?after=500&until_turn_end=true", token)
+        )
+    )
+    follower.start()
+    deadline = time.monotonic() + 30
+    while profile.live[followed].followers == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    third, fourth = new_session(client), new_session(client)
+    assert list(profile.live) == [followed, fourth]  # first, then third: idle, least recently used
+    assert client.get(f"/sessions/{first}").status_code == 200
+    run_turn(client, first, "which word?")  # resumed from the database, its history whole
+    assert any("remember the word teal" in str(m["content"]) for m in fake_llm.requests[-1]["messages"])
+    assert third not in profile.live and first in profile.live
+    run_turn(client, followed, "end the follower's turn")
+    follower.join(30)
+    assert stream and stream[0][-1]["event"] == "turn_end"

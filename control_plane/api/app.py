@@ -111,7 +111,7 @@ def create_app(
     @app.post("/sessions", status_code=status.HTTP_201_CREATED, responses=errors(400, 401))
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:
         conversation = profile.agent.new_conversation(title=body.title if body else None, source="api")
-        profile.live[conversation.id] = LiveSession(conversation)
+        profile.keep(LiveSession(conversation))
         record = profile.agent.store.get_session(conversation.id, profile.settings.profile)
         assert record is not None
         return record

@@ -38,6 +38,7 @@ class LiveSession:
         self.seq = 0
         self._wake = asyncio.Event()
         self.task: asyncio.Task[Any] | None = None
+        self.followers = 0
 
     def publish(self, event: Event) -> None:
         """Called on the event loop: number the event and wake every follower."""
@@ -52,16 +53,28 @@ class LiveSession:
         conversation's own flag, which its task sets once it begins)."""
         return self.task is not None and not self.task.done()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing would notice if this server let go of it: no run, no follower, no open question."""
+        return not self.running and not self.followers and not self.conversation.questions.open()
+
     async def follow(self, after: int) -> AsyncIterator[tuple[int, Event]]:
-        while True:
-            wake = self._wake
-            fresh = [(seq, event) for seq, event in self.events if seq > after]
-            if not fresh:
-                await wake.wait()
-                continue
-            for seq, event in fresh:
-                after = seq
-                yield seq, event
+        """Events after number `after` (one past what this server numbered, e.g. before a restart:
+        from now), then each as it comes."""
+        after = min(after, self.seq)
+        self.followers += 1
+        try:
+            while True:
+                wake = self._wake
+                fresh = [(seq, event) for seq, event in self.events if seq > after]
+                if not fresh:
+                    await wake.wait()
+                    continue
+                for seq, event in fresh:
+                    after = seq
+                    yield seq, event
+        finally:
+            self.followers -= 1
 
 
 def _too_many(message: str, retry_after: int) -> HTTPException:
@@ -77,6 +90,7 @@ class Profile:
         self.settings = settings
         self.agent = Agent(settings)
         self.live: dict[str, LiveSession] = {}
+        """Sessions held in memory, least recently used first."""
 
     def session(self, session_id: str) -> LiveSession:
         """The live session, resumed from the database if needed. 404 when not this profile's."""
@@ -86,7 +100,20 @@ class Profile:
                 live = LiveSession(self.agent.resume(session_id))
             except KeyError:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}") from None
-            self.live[session_id] = live
+        return self.keep(live)
+
+    def keep(self, live: LiveSession) -> LiveSession:
+        """Hold `live` as the most recently used session. Over limits.max_live_sessions, the least recently
+        used idle ones are let go: their history is in the database and the next request resumes them."""
+        self.live.pop(live.conversation.id, None)
+        self.live[live.conversation.id] = live
+        excess = len(self.live) - self.settings.limits.max_live_sessions
+        for key, other in list(self.live.items()):
+            if excess <= 0:
+                break
+            if other is not live and other.idle:
+                del self.live[key]
+                excess -= 1
         return live
 
     def admit_run(self, live: LiveSession) -> None:

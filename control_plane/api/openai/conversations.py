@@ -96,9 +96,7 @@ def open_session(profile: Profile, session_id: str | None, title: str) -> tuple[
     if session_id is not None:
         return profile.session(session_id), False
     conversation = profile.agent.new_conversation(title=title[:80] or None, source="openai")
-    live = LiveSession(conversation)
-    profile.live[conversation.id] = live
-    return live, True
+    return profile.keep(LiveSession(conversation)), True
 
 
 def chat_session(
