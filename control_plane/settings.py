@@ -212,6 +212,10 @@ class SkillInstallSettings(BaseModel):
     """Bytes a download, an archive's contents or a fetched tree may hold."""
     max_files: int = Field(5_000, gt=0)
     """Entries an archive or a fetched tree may hold."""
+    local_sources_over_api: bool = False
+    """Let the HTTP API install from (and tap) this server's own paths, file:// and ssh repositories.
+    Off, an API caller may name only http(s) and git:// URLs and TAP/NAME of a configured tap: a token
+    must not read the server's disk or sign in elsewhere with its SSH keys."""
 
 
 class AgentSettings(BaseModel):

@@ -766,12 +766,14 @@ def test_cli_install_asks_before_merging(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_api_install_is_a_dry_run_until_confirmed(tmp_path: Path) -> None:
-    repo = repo_with_skill(tmp_path)
+    www = tmp_path / "www"
+    git(tmp_path, "clone", "-q", "--bare", str(repo_with_skill(tmp_path)), str(www / "greet.git"))
+    git(www / "greet.git", "update-server-info")  # git's "dumb" HTTP protocol: static files
     token = TokenStore(tmp_path).create("default")
     app = create_app(tmp_path, lambda profile: load_settings(profile, root=tmp_path, backend="local"))
-    with TestClient(app) as client:
+    with TestClient(app) as client, http_server(www) as url:
         client.headers["Authorization"] = f"Bearer {token}"
-        body = {"source": f"{repo}#main:greet"}
+        body = {"source": f"{url}/greet.git#main:greet"}
         dry = client.post("/skills/install", json=body).json()
         assert dry["merged"] == [] and dry["candidates"][0]["verdict"]["status"] == "unverified"
         assert client.get("/skills").json() == []
@@ -791,12 +793,53 @@ def test_api_install_is_a_dry_run_until_confirmed(tmp_path: Path) -> None:
         assert exported.headers["content-type"] == "application/gzip"
         with tarfile.open(fileobj=io.BytesIO(exported.content)) as tar:
             assert "hermetic-manifest.json" in tar.getnames()
-        assert client.post("/skills/taps", json={"name": "team", "url": str(repo)}).status_code == 201
-        assert client.get("/skills/taps").json() == {"team": str(repo)}
+        tap = f"{url}/greet.git"
+        assert client.post("/skills/taps", json={"name": "team", "url": tap}).status_code == 201
+        assert client.get("/skills/taps").json() == {"team": tap}
         assert client.delete("/skills/taps/team").json() == {"removed": "team"}
-        assert client.post("/skills/install", json={"source": "/nonexistent/x"}).status_code == 400
+        assert client.post("/skills/install", json={"source": "https://127.0.0.1:1/x.zip"}).status_code == 400
         assert client.post("/skills/nope/update", json={}).status_code == 400
         assert client.post("/skills/greet/uninstall").json() == {"state": "archived"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{repo}",
+        "{repo}#main:greet",
+        "file://{repo}",
+        "ssh://git@127.0.0.1/x.git",
+        "git@127.0.0.1:x.git",
+        "/etc",
+    ],
+)
+def test_the_api_names_no_source_on_the_servers_own_disk_unless_allowed(tmp_path: Path, source: str) -> None:
+    """A token holder must not read the server's files (a path, file://) or sign in elsewhere with its
+    keys (ssh): refused before anything is looked at, for install and for taps; allowed by the setting."""
+    repo = repo_with_skill(tmp_path)
+    source = source.format(repo=repo)
+    token = TokenStore(tmp_path).create("default")
+
+    def settings_for(profile: str, local: bool) -> Any:
+        return load_settings(
+            profile, root=tmp_path, backend="local", skill_install={"local_sources_over_api": local}
+        )
+
+    app = create_app(tmp_path, lambda profile: settings_for(profile, False))
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        refused = client.post("/skills/install", json={"source": source, "confirm": True})
+        assert refused.status_code == 400 and "over the HTTP API a source must be" in refused.json()["detail"]
+        tap = client.post("/skills/taps", json={"name": "team", "url": source})
+        assert tap.status_code == 400 and "over the HTTP API" in tap.json()["detail"]
+        assert client.get("/skills").json() == [] and client.get("/skills/taps").json() == {}
+    if source.startswith(str(repo)):
+        app = create_app(tmp_path, lambda profile: settings_for(profile, True))
+        with TestClient(app) as client:
+            client.headers["Authorization"] = f"Bearer {token}"
+            assert client.post(
+                "/skills/install", json={"source": f"{repo}#main:greet", "confirm": True}
+            ).json()["merged"] == ["greet"]
 
 
 def test_when_no_sandbox_can_start_nothing_stays_in_quarantine(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from ..skills.install import Installer, Plan
 from ..skills.library import SkillError, UnknownSkill
-from ..skills.sources import Limits, SourceError
+from ..skills.sources import REMOTE_SCHEMES, Limits, SourceError, is_remote
 from ..skills.taps import TAP_NAME, TapError
 from .bounds import AUTHENTICATED, FindingRef, SearchText, SkillName, SourceText, errors
 from .profiles import Auth
@@ -27,7 +27,8 @@ TapName = Annotated[str, StringConstraints(pattern=TAP_NAME.pattern)]
 
 class InstallRequest(BaseModel):
     source: SourceText
-    """DIR, FILE.tar.gz|.zip, URL, git repository[#REF][:SUBDIR], or TAP/NAME."""
+    """An http(s) or git:// URL of a .tar.gz/.zip or a git repository[#REF][:SUBDIR], or TAP/NAME; this
+    server's own paths only with skill_install.local_sources_over_api."""
     all: bool = False
     accept: list[FindingRef] = Field(default_factory=list, max_length=100)
     """Threat findings accepted for this install: FILE:LINE or finding ids."""
@@ -46,6 +47,7 @@ class UpdateRequest(BaseModel):
 class TapRequest(BaseModel):
     name: TapName
     url: SourceText
+    """An http(s) or git:// URL (a git repository or an index); local ones as for install."""
 
 
 def _run(profile: Auth, action: Any) -> Any:
@@ -58,6 +60,23 @@ def _run(profile: Auth, action: Any) -> Any:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     except (SkillError, SourceError, TapError, ValueError, OSError) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+
+
+def _remote_only(profile: Auth, installer: Installer, source: str, *, tap_ok: bool = True) -> None:
+    """Refuse, before anything looks at the disk, a source that is not another machine's (see
+    skill_install.local_sources_over_api); a configured tap's TAP/NAME is what its URL says."""
+    if profile.settings.skill_install.local_sources_over_api or is_remote(source):
+        return
+    if tap_ok and installer.tap_reference(source.strip()):
+        return
+    schemes = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+    raise HTTPException(
+        status.HTTP_400_BAD_REQUEST,
+        f"{source!r}: over the HTTP API a source must be a {schemes} URL"
+        + (" or TAP/NAME of a configured tap" if tap_ok else "")
+        + "; this server's own paths, file:// and ssh are for `hermetic skills` on the server "
+        "(or set skill_install.local_sources_over_api)",
+    )
 
 
 def _finish(installer: Installer, plan: Plan, confirm: bool) -> dict[str, Any]:
@@ -76,6 +95,7 @@ def _finish(installer: Installer, plan: Plan, confirm: bool) -> dict[str, Any]:
 @router.post("/install")
 def install(profile: Auth, body: InstallRequest) -> dict[str, Any]:
     def action(installer: Installer) -> dict[str, Any]:
+        _remote_only(profile, installer, body.source)
         plan = installer.plan_install(
             body.source, all_=body.all, accept=tuple(body.accept), allow_unverified=body.allow_unverified
         )
@@ -111,7 +131,11 @@ def taps(profile: Auth) -> dict[str, str]:
 
 @router.post("/taps", status_code=status.HTTP_201_CREATED)
 def tap_add(profile: Auth, body: TapRequest) -> dict[str, Any]:
-    return _run(profile, lambda inst: {"skills": [asdict(e) for e in inst.taps.add(body.name, body.url)]})  # type: ignore[no-any-return]
+    def action(installer: Installer) -> dict[str, Any]:
+        _remote_only(profile, installer, body.url, tap_ok=False)
+        return {"skills": [asdict(e) for e in installer.taps.add(body.name, body.url)]}
+
+    return _run(profile, action)  # type: ignore[no-any-return]
 
 
 @router.delete("/taps/{name}")

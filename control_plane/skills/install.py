@@ -271,10 +271,15 @@ class Installer:
 
     def _resolve(self, text: str) -> tuple[Source, str | None]:
         """`TAP/NAME` of a configured tap (when no such local path exists), else a source."""
-        match = re.fullmatch(r"([a-z0-9][a-z0-9_.-]*)/([a-z0-9-]+)", text)
-        if match and match.group(1) in self.taps.all() and not Path(text).exists():
+        match = self.tap_reference(text)
+        if match and not Path(text).exists():
             return parse_source(self.taps.resolve(match.group(1), match.group(2))), match.group(1)
         return parse_source(text), None
+
+    def tap_reference(self, text: str) -> re.Match[str] | None:
+        """`TAP/NAME` of a configured tap, as a match of (tap, name); None for anything else."""
+        match = re.fullmatch(r"([a-z0-9][a-z0-9_.-]*)/([a-z0-9-]+)", text)
+        return match if match and match.group(1) in self.taps.all() else None
 
     def _policy(self, accept: tuple[str, ...], allow_unverified: bool) -> GatePolicy:
         return dataclasses.replace(

@@ -346,5 +346,15 @@ def _base_name(location: str) -> str:
     return name if name and name not in (".", "..") else "source"
 
 
+REMOTE_SCHEMES = ("http", "https", "git")
+
+
+def is_remote(text: str) -> bool:
+    """Whether a source names another machine by http(s) or git:// URL: not a path of this one, not
+    file://, and not ssh, which would sign in with this machine's keys."""
+    location = text.strip()
+    return _is_url(location) and urllib.parse.urlsplit(location).scheme.lower() in REMOTE_SCHEMES
+
+
 def _is_url(text: str) -> bool:
     return re.match(r"^[a-z][a-z0-9+.-]*://", text, re.I) is not None
