@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import threading
 import time
@@ -16,14 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from telegram_standin import TOKEN, TelegramStandin  # the one stand-in, kept with the tests (bench/__init__)
+
 from control_plane.gateway import Gateway, create_gateway
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
 from .stats import Figure, Results, report
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from telegram_standin import TOKEN, TelegramStandin  # noqa: E402  (the one stand-in, kept with the tests)
 
 REPLY = "Here is the answer you asked for, written out over a few words, done."
 

@@ -66,7 +66,7 @@ def backend_figures(backend: Backend, image: str) -> tuple[Figures, Callable[[],
 
 def ssh_figures(image: str) -> tuple[Figures, Callable[[], None]] | None:
     """The ssh backend against a throwaway sshd on 127.0.0.1, and the OpenSSH client's floors."""
-    from tests.sshd import SSHDUnavailable, start_sshd
+    from sshd import SSHDUnavailable, start_sshd
 
     try:
         server = start_sshd()

@@ -38,7 +38,7 @@ for i in range(files):
 def open_backend(name: str) -> tuple[Backend, Callable[[], None]] | None:
     try:
         if name == "ssh":
-            from tests.sshd import SSHDUnavailable, start_sshd
+            from sshd import SSHDUnavailable, start_sshd
 
             try:
                 server = start_sshd()

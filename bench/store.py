@@ -109,7 +109,7 @@ def database(dialect: str) -> Iterator[str | None]:
         with tempfile.TemporaryDirectory(prefix="hermetic-bench-") as tmp:
             yield f"sqlite:///{Path(tmp) / 'bench.db'}"
         return
-    from tests.postgres import PostgresUnavailable, start_postgres
+    from postgres import PostgresUnavailable, start_postgres
 
     try:
         server = start_postgres()
