@@ -4,9 +4,6 @@ official `openai` client and by raw requests shaped like Open WebUI's and LibreC
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +11,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 from conftest import get_backend
+from served_app import serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -60,16 +57,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path, fake_llm: Any) -> Ite
 
     tokens = TokenStore(tmp_path)
     token, other = tokens.create("alpha"), tokens.create("beta")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", token, other)
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+        yield Served(url, token, other)
 
 
 def sse(response: httpx.Response) -> list[tuple[str | None, str]]:
