@@ -1,4 +1,5 @@
-"""An ASGI app served over real HTTP for a test: uvicorn in a thread, on a free loopback port."""
+"""An ASGI app served over real HTTP for a test (uvicorn in a thread, on a free loopback port), and the
+profile settings a served control plane gets in tests."""
 
 from __future__ import annotations
 
@@ -6,10 +7,25 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from control_plane.settings import Settings, load_settings
+
+
+def scripted_profiles(root: Path, model_url: str, **overrides: Any) -> Callable[[str], Settings]:
+    """`create_app`'s settings of a profile under `root`: the scripted model at `model_url` (no
+    retries), the local backend; `overrides` as `load_settings` takes them, for every profile."""
+    model = {"name": "openai/scripted", "api_base": model_url, "api_key": "k-123456", "retries": 0}
+
+    def settings_for(profile: str) -> Settings:
+        return load_settings(profile, root=root, model=model, backend="local", **overrides)
+
+    return settings_for
 
 
 @contextlib.contextmanager

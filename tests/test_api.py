@@ -10,22 +10,17 @@ from typing import Any
 import httpx
 import pytest
 from conftest import get_backend
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 
 @pytest.fixture
 def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
     """A served API for profiles alpha and beta; yields its URL and a token per profile."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(profile, root=tmp_path, model=model, backend="local")
-
+    settings_for = scripted_profiles(tmp_path, fake_llm.url)
     tokens = TokenStore(tmp_path)
     issued = {name: tokens.create(name) for name in ("alpha", "beta")}
     with serve_app(create_app(tmp_path, settings_for)) as url:

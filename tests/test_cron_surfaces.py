@@ -12,11 +12,10 @@ import httpx
 import pytest
 from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 
 @pytest.fixture
@@ -65,13 +64,7 @@ def test_cron_refuses_bad_input_with_the_reason_and_no_traceback(env: dict[str, 
 def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
     """A served API for profiles alpha and beta, its schedulers started by the app (as `hermetic serve`)."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile, root=tmp_path, model=model, backend="local", learning={"enabled": False}
-        )
-
+    settings_for = scripted_profiles(tmp_path, fake_llm.url, learning={"enabled": False})
     tokens = TokenStore(tmp_path)
     issued = {name: tokens.create(name) for name in ("alpha", "beta")}
     for name in issued:

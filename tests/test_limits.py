@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import get_backend
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.sandbox_manager import SandboxLimit, SandboxManager
-from control_plane.settings import Settings, load_settings
+from control_plane.settings import load_settings
 
 Serve = Callable[..., tuple[httpx.Client, Any]]
 
@@ -31,13 +31,8 @@ def serve(tmp_path: Path, fake_llm: Any) -> Iterator[Serve]:
     servers = contextlib.ExitStack()
 
     def start(**overrides: Any) -> tuple[httpx.Client, Any]:
-        model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-        def settings_for(profile: str) -> Settings:
-            return load_settings(profile, root=tmp_path, model=model, backend="local", **overrides)
-
         token = TokenStore(tmp_path).create("alpha")
-        app = create_app(tmp_path, settings_for)
+        app = create_app(tmp_path, scripted_profiles(tmp_path, fake_llm.url, **overrides))
         url = servers.enter_context(serve_app(app))
         client = servers.enter_context(httpx.Client(base_url=url, headers=auth(token)))
         return client, app.state.hub.profile("alpha")

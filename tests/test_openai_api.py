@@ -12,11 +12,10 @@ import httpx
 import openai
 import pytest
 from conftest import get_backend
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 SESSION = "X-Hermetic-Session"
 
@@ -42,19 +41,13 @@ def served(request: pytest.FixtureRequest, tmp_path: Path, fake_llm: Any) -> Ite
     """The server on a free port; `limits` of the profiles from an indirect parameter, if any."""
     get_backend("local")
     limits = getattr(request, "param", {})
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile,
-            root=tmp_path,
-            model=model,
-            backend="local",
-            learning={"enabled": False},
-            openai={"model_id": "hermetic-agent", "allowed_origins": ["http://localhost:3000"]},
-            limits=limits,
-        )
-
+    settings_for = scripted_profiles(
+        tmp_path,
+        fake_llm.url,
+        learning={"enabled": False},
+        openai={"model_id": "hermetic-agent", "allowed_origins": ["http://localhost:3000"]},
+        limits=limits,
+    )
     tokens = TokenStore(tmp_path)
     token, other = tokens.create("alpha"), tokens.create("beta")
     with serve_app(create_app(tmp_path, settings_for)) as url:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from conftest import get_backend
 from hermetic_cli import scripted_env
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.events import Event, TurnEnd
@@ -220,12 +220,7 @@ def test_cli_without_a_terminal_gets_no_answer(tmp_path: Path, fake_llm: Any) ->
 def served(root: Path, fake_llm: Any, question_timeout: float) -> Iterator[tuple[str, dict[str, str]]]:
     """The API on a free port; yields its URL and a token's header."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        agent = {"question_timeout": question_timeout}
-        return load_settings(profile, root=root, model=model, backend="local", agent=agent)
-
+    settings_for = scripted_profiles(root, fake_llm.url, agent={"question_timeout": question_timeout})
     tokens = {"Authorization": f"Bearer {TokenStore(root).create('alpha')}"}
     with serve_app(create_app(root, settings_for)) as url:
         yield url, tokens
