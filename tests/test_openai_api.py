@@ -3,6 +3,7 @@ official `openai` client and by raw requests shaped like Open WebUI's and LibreC
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,16 @@ class Served:
 
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}", **extra}
+
+    def stream(self, body: dict[str, Any]) -> contextlib.AbstractContextManager[httpx.Response]:
+        """POST `body` to /v1/chat/completions with this profile's token, the response streamed."""
+        url = f"{self.url}/v1/chat/completions"
+        return httpx.stream("POST", url, json=body, headers=self.headers(), timeout=60)
+
+
+def terminal_then(command: str, reply: str) -> list[dict[str, Any]]:
+    """A model script: run `command` in the terminal, then answer `reply`."""
+    return [{"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}, {"text": reply}]
 
 
 @pytest.fixture
@@ -79,12 +90,7 @@ def test_models_lists_the_profile_agent(served: Served) -> None:
 
 
 def test_chat_completion_runs_the_agent_with_its_sandbox(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo sealed-$((6*7))"}}]},
-            {"text": "The sandbox printed sealed-42."},
-        ]
-    )
+    fake_llm.load(terminal_then("echo sealed-$((6*7))", "The sandbox printed sealed-42."))
     raw = served.client().chat.completions.with_raw_response.create(
         model="hermetic-agent", messages=[{"role": "user", "content": "what does the sandbox say?"}]
     )
@@ -100,12 +106,7 @@ def test_chat_completion_runs_the_agent_with_its_sandbox(served: Served, fake_ll
 
 
 def test_streaming_with_the_openai_client(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo streamed"}}]},
-            {"text": "Done: the output was streamed."},
-        ]
-    )
+    fake_llm.load(terminal_then("echo streamed", "Done: the output was streamed."))
     stream = served.client().chat.completions.create(
         model="hermetic-agent", messages=[{"role": "user", "content": "go"}], stream=True
     )
@@ -121,16 +122,9 @@ def test_streaming_with_the_openai_client(served: Served, fake_llm: Any) -> None
 
 
 def test_stream_wire_format(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo one; echo two"}}]},
-            {"text": "ok"},
-        ]
-    )
+    fake_llm.load(terminal_then("echo one; echo two", "ok"))
     body = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.stream(
-        "POST", f"{served.url}/v1/chat/completions", json=body, headers=served.headers(), timeout=60
-    ) as response:
+    with served.stream(body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = sse(response)
@@ -335,7 +329,7 @@ def test_a_busy_session_is_a_409(served: Served, fake_llm: Any) -> None:
     fake_llm.load([{"text": "slow", "delay": 3}, {"text": "x"}])
     url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "first"}]}
-    with httpx.stream("POST", url, json=body, headers=served.headers(), timeout=60) as response:
+    with served.stream(body) as response:
         session = response.headers[SESSION]
         busy = httpx.post(
             url,
@@ -349,9 +343,8 @@ def test_a_busy_session_is_a_409(served: Served, fake_llm: Any) -> None:
 @pytest.mark.parametrize("served", [{"max_running_sessions": 1}], indirect=True)
 def test_a_run_over_the_profiles_limit_is_a_429(served: Served, fake_llm: Any) -> None:
     fake_llm.load([{"text": "slow", "delay": 3}])
-    url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "first"}]}
-    with httpx.stream("POST", url, json=body, headers=served.headers(), timeout=60) as response:
+    with served.stream(body) as response:
         with pytest.raises(openai.RateLimitError) as refused:  # another conversation: a second session
             served.client().chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "another conversation"}]
@@ -363,16 +356,9 @@ def test_a_run_over_the_profiles_limit_is_a_429(served: Served, fake_llm: Any) -
 
 
 def test_a_client_that_disconnects_interrupts_the_run_and_its_command(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo started; sleep 120"}}]},
-            {"text": "never"},
-        ]
-    )
+    fake_llm.load(terminal_then("echo started; sleep 120", "never"))
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "sleep"}]}
-    with httpx.stream(
-        "POST", f"{served.url}/v1/chat/completions", json=body, headers=served.headers(), timeout=60
-    ) as response:
+    with served.stream(body) as response:
         session = response.headers[SESSION]
         for line in response.iter_lines():
             if "tool_progress" in line and "started" in line:
@@ -387,9 +373,7 @@ def test_a_client_that_disconnects_interrupts_the_run_and_its_command(served: Se
     assert turn_end["reason"] == "interrupted"
     assert len(fake_llm.requests) == 1  # no model call after the hang-up
     # the sleep was interrupted too: the session's shell answers the next command at once
-    fake_llm.load(
-        [{"tool_calls": [{"name": "terminal", "arguments": {"command": "echo after"}}]}, {"text": "ok"}]
-    )
+    fake_llm.load(terminal_then("echo after", "ok"))
     again = httpx.post(
         f"{served.url}/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "again"}]},
@@ -438,9 +422,7 @@ def test_serve_refuses_a_network_address_without_a_token(tmp_path: Path) -> None
 
 
 def test_a_plain_request_whose_client_hangs_up_interrupts_the_run(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [{"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 120"}}]}, {"text": "x"}]
-    )
+    fake_llm.load(terminal_then("sleep 120", "x"))
     url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "messages": [{"role": "user", "content": "wait for it"}]}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
