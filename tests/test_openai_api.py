@@ -41,6 +41,19 @@ class Served:
         url = f"{self.url}/v1/chat/completions"
         return httpx.stream("POST", url, json=body, headers=self.headers(), timeout=60)
 
+    def turn_end(self, session: str) -> dict[str, Any]:
+        """The data of the `turn_end` event of a session's turn (the events read until it ends)."""
+        events = httpx.get(
+            f"{self.url}/sessions/{session}/events",
+            params={"after": 0, "until_turn_end": "true"},
+            headers=self.headers(),
+            timeout=60,
+        ).text
+        data: dict[str, Any] = json.loads(
+            events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0]
+        )
+        return data
+
 
 def terminal_then(command: str, reply: str) -> list[dict[str, Any]]:
     """A model script: run `command` in the terminal, then answer `reply`."""
@@ -363,14 +376,7 @@ def test_a_client_that_disconnects_interrupts_the_run_and_its_command(served: Se
         for line in response.iter_lines():
             if "tool_progress" in line and "started" in line:
                 break  # the command runs: hang up
-    events = httpx.get(
-        f"{served.url}/sessions/{session}/events",
-        params={"after": 0, "until_turn_end": "true"},
-        headers=served.headers(),
-        timeout=60,
-    ).text
-    turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
-    assert turn_end["reason"] == "interrupted"
+    assert served.turn_end(session)["reason"] == "interrupted"
     assert len(fake_llm.requests) == 1  # no model call after the hang-up
     # the sleep was interrupted too: the session's shell answers the next command at once
     fake_llm.load(terminal_then("echo after", "ok"))
@@ -429,14 +435,7 @@ def test_a_plain_request_whose_client_hangs_up_interrupts_the_run(served: Served
         httpx.post(url, json=body, headers=served.headers(), timeout=3)
     sessions = httpx.get(f"{served.url}/sessions", headers=served.headers()).json()
     session = next(s["id"] for s in sessions if s["title"] == "wait for it")
-    events = httpx.get(
-        f"{served.url}/sessions/{session}/events",
-        params={"after": 0, "until_turn_end": "true"},
-        headers=served.headers(),
-        timeout=60,
-    ).text
-    turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
-    assert turn_end["reason"] == "interrupted"
+    assert served.turn_end(session)["reason"] == "interrupted"
 
 
 def test_responses_stream_with_the_openai_client(served: Served, fake_llm: Any) -> None:
