@@ -12,17 +12,14 @@ body and Retry-After header, as the reference gives) when told to limit edits.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import itertools
 import json
-import threading
-import time
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from standin_server import StandinServer
 
 TOKEN = "discord-test-token"
 BOT = {
@@ -35,7 +32,7 @@ BOT = {
 }
 
 
-class DiscordStandin:
+class DiscordStandin(StandinServer):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.messages: dict[str, dict[str, Any]] = {}
@@ -43,14 +40,8 @@ class DiscordStandin:
         self._ids = itertools.count(10_000)
         self._seq = itertools.count(2)
         self._limited_edits = 0
-        self._changed = threading.Condition()
         self._sockets: list[tuple[web.WebSocketResponse, Any]] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="discord-standin", daemon=True)
-        self._thread.start()
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        super().__init__("discord-standin")
 
     @property
     def api_base(self) -> str:
@@ -72,12 +63,12 @@ class DiscordStandin:
         if guild is not None:
             message["guild_id"] = guild
         self.wait_for(lambda: self._sockets)
-        asyncio.run_coroutine_threadsafe(self._dispatch("MESSAGE_CREATE", message), self._loop).result(10)
+        self._run(self._dispatch("MESSAGE_CREATE", message))
         return message
 
     def drop_connections(self) -> None:
         """Close every gateway WebSocket (as Discord does on a reconnect request)."""
-        asyncio.run_coroutine_threadsafe(self._drop(), self._loop).result(10)
+        self._run(self._drop())
 
     def limit_edits(self, count: int) -> None:
         with self._changed:
@@ -91,40 +82,20 @@ class DiscordStandin:
         with self._changed:
             return [m["content"] for _, m in sorted(self.messages.items()) if m["channel"] == channel]
 
-    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (found := check()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out; calls so far: {[(v, p) for v, p, _ in self.calls]}")
-                self._changed.wait(left)
-            return found
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
     # -- the server ------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    def _progress(self) -> object:
+        return [(verb, path) for verb, path, _ in self.calls]
+
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/gw", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._api)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = self._runner.addresses[0][1]
+        return app
 
     async def _stop(self) -> None:
         await self._drop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
+        await super()._stop()
 
     async def _drop(self) -> None:
         for socket, _ in list(self._sockets):

@@ -9,22 +9,21 @@ thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"o
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from standin_server import StandinServer
 
 BOT_TOKEN = "xoxb-test-bot"
 APP_TOKEN = "xapp-test-app"
 
 
-class SlackStandin:
+class SlackStandin(StandinServer):
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.messages: dict[str, dict[str, Any]] = {}
@@ -33,14 +32,8 @@ class SlackStandin:
         self.on_ack: Callable[[str], None] = lambda envelope_id: None
         self._limited_updates = 0
         self._ts = itertools.count(1)
-        self._changed = threading.Condition()
         self._sockets: list[web.WebSocketResponse] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="slack-standin", daemon=True)
-        self._thread.start()
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        super().__init__("slack-standin")
 
     @property
     def base_url(self) -> str:
@@ -68,7 +61,7 @@ class SlackStandin:
             "accepts_response_payload": False, "retry_attempt": 0 if envelope_id is None else 1,
         }  # fmt: skip
         self.wait_for(lambda: self._sockets)
-        asyncio.run_coroutine_threadsafe(self._broadcast(envelope), self._loop).result(10)
+        self._run(self._broadcast(envelope))
         return envelope
 
     def limit_updates(self, count: int) -> None:
@@ -83,41 +76,21 @@ class SlackStandin:
         with self._changed:
             return [m["text"] for _, m in sorted(self.messages.items()) if m["channel"] == channel]
 
-    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (found := check()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out; calls so far: {[name for name, _ in self.calls]}")
-                self._changed.wait(left)
-            return found
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
     # -- the server ------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    def _progress(self) -> object:
+        return [name for name, _ in self.calls]
+
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/link", self._link)
         app.router.add_post("/api/{method}", self._api)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = self._runner.addresses[0][1]
+        return app
 
     async def _stop(self) -> None:
         for socket in list(self._sockets):
             await socket.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
+        await super()._stop()
 
     async def _broadcast(self, envelope: dict[str, Any]) -> None:
         await self._sockets[-1].send_str(json.dumps(envelope))

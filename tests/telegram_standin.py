@@ -18,13 +18,12 @@ import asyncio
 import contextlib
 import itertools
 import json
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from standin_server import StandinServer
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 123456, "is_bot": True, "first_name": "Hermetic", "username": "hermetic_test_bot"}
@@ -44,7 +43,7 @@ class BotMessage:
     filename: str | None = None
 
 
-class TelegramStandin:
+class TelegramStandin(StandinServer):
     def __init__(self, token: str = TOKEN) -> None:
         self.token = token
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -58,14 +57,8 @@ class TelegramStandin:
         self._limited_edits = 0
         self._retry_after = 1
         self._failing_polls = 0
-        self._changed = threading.Condition()
-        self._loop = asyncio.new_event_loop()
         self._new_update: asyncio.Event | None = None
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-        self._thread = threading.Thread(target=self._loop.run_forever, name="telegram-standin", daemon=True)
-        self._thread.start()
-        self._run(self._start())
+        super().__init__("telegram-standin")
 
     # -- the test's side -------------------------------------------------------------------
 
@@ -162,27 +155,10 @@ class TelegramStandin:
         with self._changed:
             return [params for name, params in self.calls if name == method]
 
-    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-        """Wait until `check()` is truthy (re-checked whenever a call arrives); its value."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (found := check()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out; calls so far: {[name for name, _ in self.calls]}")
-                self._changed.wait(left)
-            return found
-
-    def close(self) -> None:
-        self._run(self._stop())
-        self._run(self._cancel_rest())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
     # -- the server ------------------------------------------------------------------------
 
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+    def _progress(self) -> object:
+        return [name for name, _ in self.calls]
 
     def _push(self, update: dict[str, Any]) -> dict[str, Any]:
         update = {"update_id": next(self._update_ids), **update}
@@ -195,28 +171,12 @@ class TelegramStandin:
         if self._new_update is not None:
             self._new_update.set()
 
-    async def _start(self, port: int = 0) -> None:
-        self._new_update = asyncio.Event()
+    def _app(self) -> web.Application:
+        self._new_update = asyncio.Event()  # made on the loop, at each (re)start
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def _cancel_rest(self) -> None:
-        """End the long polls still open, so the loop stops with nothing pending."""
-        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        return app
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
         params: dict[str, Any] = dict(request.query)

@@ -4,40 +4,18 @@ model configured through HERMETIC_* variables pointing at the scripted model ser
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import get_backend
-
-
-def hermetic(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "control_plane", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
+from hermetic_cli import hermetic, scripted_env
 
 
 @pytest.fixture
 def env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
     get_backend("local")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
-    return {
-        **clean,
-        "HERMETIC_ROOT": str(tmp_path),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": fake_llm.url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": "local",
-        "COLUMNS": "200",
-    }
+    return scripted_env(tmp_path, fake_llm.url)
 
 
 def test_run_streams_the_reply_and_the_tool_calls(env: dict[str, str], fake_llm: Any) -> None:

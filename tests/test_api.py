@@ -3,44 +3,28 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import get_backend
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 
 @pytest.fixture
 def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
     """A served API for profiles alpha and beta; yields its URL and a token per profile."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(profile, root=tmp_path, model=model, backend="local")
-
+    settings_for = scripted_profiles(tmp_path, fake_llm.url)
     tokens = TokenStore(tmp_path)
     issued = {name: tokens.create(name) for name in ("alpha", "beta")}
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", issued
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+        yield url, issued
 
 
 def auth(token: str) -> dict[str, str]:

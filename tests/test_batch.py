@@ -5,7 +5,6 @@ conversation by its own state, so parallel workers get consistent replies: a cra
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import get_backend
+from hermetic_cli import scripted_env
 
 from control_plane.batch import finished_ids
 from control_plane.models.fake_llm import FakeLLM, ScriptedToolCall, Turn
@@ -50,20 +50,6 @@ def model() -> Iterator[PerConversation]:
         yield server
 
 
-def batch_env(root: Path, url: str, backend: str) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
-    return {
-        **clean,
-        "HERMETIC_ROOT": str(root),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": backend,
-        "COLUMNS": "120",
-    }
-
-
 def prompts_file(path: Path, n: int) -> Path:
     path.write_text(
         "".join(
@@ -96,7 +82,7 @@ def test_twenty_prompts_on_docker_survive_a_crash_and_resume_without_redoing(
     tmp_path: Path, model: PerConversation
 ) -> None:
     get_backend("docker")
-    env = batch_env(tmp_path, model.url, "docker")
+    env = scripted_env(tmp_path, model.url, HERMETIC_BACKEND="docker", COLUMNS="120")
     prompts = prompts_file(tmp_path / "prompts.jsonl", 20)
     out = tmp_path / "out"
     log = (tmp_path / "first.log").open("w")
@@ -158,7 +144,7 @@ def _remove_sandboxes_of(root: Path) -> None:
 def test_timeouts_and_the_iteration_budget_are_results_and_the_summary_counts_them(tmp_path: Path) -> None:
     get_backend("local")
     with PerConversation(delay=3.0, tool_first=False) as slow:
-        env = batch_env(tmp_path, slow.url, "local")
+        env = scripted_env(tmp_path, slow.url, HERMETIC_BACKEND="local", COLUMNS="120")
         timed = batch(
             str(prompts_file(tmp_path / "a.jsonl", 2)),
             "--timeout",
@@ -170,7 +156,7 @@ def test_timeouts_and_the_iteration_budget_are_results_and_the_summary_counts_th
     assert timed.returncode == 1 and "timeout 2" in timed.stderr
     assert {r["status"] for r in results(tmp_path / "a" / "results.jsonl")} == {"timeout"}
     with PerConversation() as looping:
-        env = batch_env(tmp_path, looping.url, "local")
+        env = scripted_env(tmp_path, looping.url, HERMETIC_BACKEND="local", COLUMNS="120")
         budget = batch(
             str(prompts_file(tmp_path / "b.jsonl", 3)),
             "--max-iterations",
@@ -188,7 +174,7 @@ def test_timeouts_and_the_iteration_budget_are_results_and_the_summary_counts_th
 
 
 def test_bad_prompt_files_and_unfinished_results_are_refused_with_the_reason(tmp_path: Path) -> None:
-    env = batch_env(tmp_path, "http://127.0.0.1:9/v1", "local")
+    env = scripted_env(tmp_path, "http://127.0.0.1:9/v1", HERMETIC_BACKEND="local", COLUMNS="120")
     bad = tmp_path / "bad.jsonl"
     for text, message in [
         ('{"prompt": "ok"}\n{"prompt": \n', "bad.jsonl:2: not JSON"),

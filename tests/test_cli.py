@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+from hermetic_cli import hermetic as run_hermetic
+from hermetic_cli import ssh_env
 
 from backends import Backend
-from backends.ssh import SSHBackend
 
 
 def hermetic(
     *args: str, stdin: str | None = None, backend: Backend | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if isinstance(backend, SSHBackend):  # where the ssh backend connects comes from settings
-        for key, value in backend.config.model_dump(mode="json", exclude_none=True).items():
-            env[f"HERMETIC_SSH__{key.upper()}"] = json.dumps(value) if isinstance(value, list) else str(value)
-    return subprocess.run(
-        [sys.executable, "-m", "control_plane", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    # where the ssh backend connects comes from settings
+    return run_hermetic(*args, env={**os.environ, **ssh_env(backend)}, stdin=stdin, timeout=300)
 
 
 @pytest.mark.needs("cli")

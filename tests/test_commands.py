@@ -4,13 +4,11 @@ and the gateway; here through the CLI as a user types them, and /model switching
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from conftest import get_backend
+from hermetic_cli import hermetic, scripted_env
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.commands import is_command, run_command
@@ -22,20 +20,8 @@ def test_hermetic_chat_opens_with_a_status_line_and_answers_commands_itself(
 ) -> None:
     get_backend("local")
     fake_llm.load([{"text": "hi back"}])
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")},
-        "HERMETIC_ROOT": str(tmp_path),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": fake_llm.url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": "local",
-        "COLUMNS": "200",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "control_plane", "chat"],
-        input="/help\n/status\nhello\n/new\n/exit\n", capture_output=True, text=True, timeout=240, env=env,
-    )  # fmt: skip
+    env = scripted_env(tmp_path, fake_llm.url)
+    done = hermetic("chat", env=env, stdin="/help\n/status\nhello\n/new\n/exit\n")
     assert done.returncode == 0, done.stderr
     assert "model openai/scripted · backend local · memory MEMORY.md 0%" in done.stderr
     assert "/stop  interrupt the running reply" in done.stdout

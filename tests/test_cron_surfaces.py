@@ -3,11 +3,6 @@ scheduler runs the jobs (as `hermetic serve` does)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,35 +10,18 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import get_backend
+from hermetic_cli import hermetic, scripted_env
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
-
-
-def hermetic(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "control_plane", *args], capture_output=True, text=True, timeout=240, env=env
-    )
 
 
 @pytest.fixture
 def env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
     get_backend("local")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
-    return {
-        **clean,
-        "HERMETIC_ROOT": str(tmp_path),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": fake_llm.url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": "local",
-        "HERMETIC_LEARNING__ENABLED": "false",
-        "COLUMNS": "200",
-    }
+    return scripted_env(tmp_path, fake_llm.url, HERMETIC_LEARNING__ENABLED="false")
 
 
 def test_cron_commands_add_list_pause_resume_run_history_and_rm(
@@ -86,27 +64,13 @@ def test_cron_refuses_bad_input_with_the_reason_and_no_traceback(env: dict[str, 
 def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
     """A served API for profiles alpha and beta, its schedulers started by the app (as `hermetic serve`)."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile, root=tmp_path, model=model, backend="local", learning={"enabled": False}
-        )
-
+    settings_for = scripted_profiles(tmp_path, fake_llm.url, learning={"enabled": False})
     tokens = TokenStore(tmp_path)
     issued = {name: tokens.create(name) for name in ("alpha", "beta")}
     for name in issued:
         settings_for(name)  # their homes exist on disk, so the server runs their schedulers
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", issued
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+        yield url, issued
 
 
 def test_jobs_made_over_the_api_run_inside_the_server_and_stay_in_their_profile(

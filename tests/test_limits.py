@@ -3,7 +3,7 @@ close of a session's sandbox, on the local backend with the scripted model."""
 
 from __future__ import annotations
 
-import socket
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,14 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import get_backend
+from served_app import scripted_profiles, serve_app
 from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.sandbox_manager import SandboxLimit, SandboxManager
-from control_plane.settings import Settings, load_settings
+from control_plane.settings import load_settings
 
 Serve = Callable[..., tuple[httpx.Client, Any]]
 
@@ -28,32 +28,17 @@ Serve = Callable[..., tuple[httpx.Client, Any]]
 def serve(tmp_path: Path, fake_llm: Any) -> Iterator[Serve]:
     """serve(limits=..., sandbox=...) -> a client with alpha's token, and the app's profile alpha."""
     get_backend("local")
-    servers: list[tuple[uvicorn.Server, threading.Thread, httpx.Client]] = []
+    servers = contextlib.ExitStack()
 
     def start(**overrides: Any) -> tuple[httpx.Client, Any]:
-        model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-        def settings_for(profile: str) -> Settings:
-            return load_settings(profile, root=tmp_path, model=model, backend="local", **overrides)
-
         token = TokenStore(tmp_path).create("alpha")
-        app = create_app(tmp_path, settings_for)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", headers=auth(token))
-        servers.append((server, thread, client))
+        app = create_app(tmp_path, scripted_profiles(tmp_path, fake_llm.url, **overrides))
+        url = servers.enter_context(serve_app(app))
+        client = servers.enter_context(httpx.Client(base_url=url, headers=auth(token)))
         return client, app.state.hub.profile("alpha")
 
-    yield start
-    for server, thread, client in servers:
-        client.close()
-        server.should_exit = True
-        thread.join(30)
+    with servers:
+        yield start
 
 
 def new_session(client: httpx.Client) -> str:

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
 from conftest import get_backend
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from served_app import serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.api.tokens import TokenStore
@@ -161,17 +158,8 @@ def served_http(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     tokens = TokenStore(tmp_path)
     mine, other = tokens.create("default"), tokens.create("other")
     agent = Agent(settings)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(http_app(McpSurface(agent), tokens, "127.0.0.1"), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", mine, other
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(http_app(McpSurface(agent), tokens, "127.0.0.1")) as url:
+        yield f"{url}/mcp", mine, other
     agent.close()
 
 

@@ -3,50 +3,29 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import get_backend
+from served_app import scripted_profiles, serve_app
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 
 @pytest.fixture
 def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, str]]:
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile,
-            root=tmp_path,
-            model=model,
-            backend="local",
-            sandbox={"network": "allowlist"},
-            toolsets=["terminal", "network"],
-        )
-
+    settings_for = scripted_profiles(
+        tmp_path, fake_llm.url, sandbox={"network": "allowlist"}, toolsets=["terminal", "network"]
+    )
     token = TokenStore(tmp_path).create("alpha")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", token
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+        yield url, token
 
 
 def test_the_approval_is_an_event_answered_on_an_endpoint(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pexpect
 import pytest
 import yaml
 from conftest import get_backend
+from hermetic_cli import hermetic, scripted_env
 
 from backends.network import NET_ROOT
 
@@ -44,34 +44,12 @@ def web() -> Iterator[int]:
     server.shutdown()
 
 
-def hermetic(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """`hermetic ARGS` from a pipe: no terminal, so nobody can answer a question."""
-    return subprocess.run(
-        [sys.executable, "-m", "control_plane", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
-
-
 @pytest.fixture
 def env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
     get_backend("local")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
-    return {
-        **clean,
-        "HERMETIC_ROOT": str(tmp_path),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": fake_llm.url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": "local",
-        "HERMETIC_SANDBOX__NETWORK": "allowlist",
-        "HERMETIC_TOOLSETS": "terminal,network",
-        "COLUMNS": "200",
-    }
+    return scripted_env(
+        tmp_path, fake_llm.url, HERMETIC_SANDBOX__NETWORK="allowlist", HERMETIC_TOOLSETS="terminal,network"
+    )
 
 
 def _script(port: int) -> list[dict[str, Any]]:
@@ -122,11 +100,11 @@ def test_a_refused_host_is_asked_for_at_the_prompt_and_allowed_once(
     assert not (Path(env["HERMETIC_ROOT"]) / "config.yaml").exists(), "once is not remembered"
 
     sandbox_id = _sandbox_that_reached(web)
-    shown = hermetic("sandbox", "egress", sandbox_id, "--json", env=env)
+    shown = hermetic("sandbox", "egress", sandbox_id, "--json", env=env, stdin="")
     decisions = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [d["allowed"] for d in decisions] == [False, True]
     assert decisions[0]["denied"] == "ip-literal" and decisions[1]["bytes_down"] > 0
-    table = hermetic("sandbox", "egress", sandbox_id, env=env)
+    table = hermetic("sandbox", "egress", sandbox_id, env=env, stdin="")
     assert "denied (ip-literal)" in table.stdout and "allowed 127.0.0.1" in table.stdout
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import get_backend
-from test_agent_cli import hermetic
+from hermetic_cli import hermetic
 
 from control_plane.sandbox_manager import SandboxManager
 from control_plane.settings import load_settings

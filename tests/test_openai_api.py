@@ -3,10 +3,8 @@ official `openai` client and by raw requests shaped like Open WebUI's and LibreC
 
 from __future__ import annotations
 
+import contextlib
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,12 +12,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 from conftest import get_backend
+from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import Settings, load_settings
 
 SESSION = "X-Hermetic-Session"
 
@@ -39,37 +36,46 @@ class Served:
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}", **extra}
 
+    def stream(self, body: dict[str, Any]) -> contextlib.AbstractContextManager[httpx.Response]:
+        """POST `body` to /v1/chat/completions with this profile's token, the response streamed."""
+        url = f"{self.url}/v1/chat/completions"
+        return httpx.stream("POST", url, json=body, headers=self.headers(), timeout=60)
+
+    def turn_end(self, session: str) -> dict[str, Any]:
+        """The data of the `turn_end` event of a session's turn (the events read until it ends)."""
+        events = httpx.get(
+            f"{self.url}/sessions/{session}/events",
+            params={"after": 0, "until_turn_end": "true"},
+            headers=self.headers(),
+            timeout=60,
+        ).text
+        data: dict[str, Any] = json.loads(
+            events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0]
+        )
+        return data
+
+
+def terminal_then(command: str, reply: str) -> list[dict[str, Any]]:
+    """A model script: run `command` in the terminal, then answer `reply`."""
+    return [{"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}, {"text": reply}]
+
 
 @pytest.fixture
 def served(request: pytest.FixtureRequest, tmp_path: Path, fake_llm: Any) -> Iterator[Served]:
     """The server on a free port; `limits` of the profiles from an indirect parameter, if any."""
     get_backend("local")
     limits = getattr(request, "param", {})
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        return load_settings(
-            profile,
-            root=tmp_path,
-            model=model,
-            backend="local",
-            learning={"enabled": False},
-            openai={"model_id": "hermetic-agent", "allowed_origins": ["http://localhost:3000"]},
-            limits=limits,
-        )
-
+    settings_for = scripted_profiles(
+        tmp_path,
+        fake_llm.url,
+        learning={"enabled": False},
+        openai={"model_id": "hermetic-agent", "allowed_origins": ["http://localhost:3000"]},
+        limits=limits,
+    )
     tokens = TokenStore(tmp_path)
     token, other = tokens.create("alpha"), tokens.create("beta")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(tmp_path, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", token, other)
-    server.should_exit = True
-    thread.join(30)
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+        yield Served(url, token, other)
 
 
 def sse(response: httpx.Response) -> list[tuple[str | None, str]]:
@@ -97,12 +103,7 @@ def test_models_lists_the_profile_agent(served: Served) -> None:
 
 
 def test_chat_completion_runs_the_agent_with_its_sandbox(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo sealed-$((6*7))"}}]},
-            {"text": "The sandbox printed sealed-42."},
-        ]
-    )
+    fake_llm.load(terminal_then("echo sealed-$((6*7))", "The sandbox printed sealed-42."))
     raw = served.client().chat.completions.with_raw_response.create(
         model="hermetic-agent", messages=[{"role": "user", "content": "what does the sandbox say?"}]
     )
@@ -118,12 +119,7 @@ def test_chat_completion_runs_the_agent_with_its_sandbox(served: Served, fake_ll
 
 
 def test_streaming_with_the_openai_client(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo streamed"}}]},
-            {"text": "Done: the output was streamed."},
-        ]
-    )
+    fake_llm.load(terminal_then("echo streamed", "Done: the output was streamed."))
     stream = served.client().chat.completions.create(
         model="hermetic-agent", messages=[{"role": "user", "content": "go"}], stream=True
     )
@@ -139,16 +135,9 @@ def test_streaming_with_the_openai_client(served: Served, fake_llm: Any) -> None
 
 
 def test_stream_wire_format(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo one; echo two"}}]},
-            {"text": "ok"},
-        ]
-    )
+    fake_llm.load(terminal_then("echo one; echo two", "ok"))
     body = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.stream(
-        "POST", f"{served.url}/v1/chat/completions", json=body, headers=served.headers(), timeout=60
-    ) as response:
+    with served.stream(body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = sse(response)
@@ -353,7 +342,7 @@ def test_a_busy_session_is_a_409(served: Served, fake_llm: Any) -> None:
     fake_llm.load([{"text": "slow", "delay": 3}, {"text": "x"}])
     url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "first"}]}
-    with httpx.stream("POST", url, json=body, headers=served.headers(), timeout=60) as response:
+    with served.stream(body) as response:
         session = response.headers[SESSION]
         busy = httpx.post(
             url,
@@ -367,9 +356,8 @@ def test_a_busy_session_is_a_409(served: Served, fake_llm: Any) -> None:
 @pytest.mark.parametrize("served", [{"max_running_sessions": 1}], indirect=True)
 def test_a_run_over_the_profiles_limit_is_a_429(served: Served, fake_llm: Any) -> None:
     fake_llm.load([{"text": "slow", "delay": 3}])
-    url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "first"}]}
-    with httpx.stream("POST", url, json=body, headers=served.headers(), timeout=60) as response:
+    with served.stream(body) as response:
         with pytest.raises(openai.RateLimitError) as refused:  # another conversation: a second session
             served.client().chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "another conversation"}]
@@ -381,33 +369,17 @@ def test_a_run_over_the_profiles_limit_is_a_429(served: Served, fake_llm: Any) -
 
 
 def test_a_client_that_disconnects_interrupts_the_run_and_its_command(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo started; sleep 120"}}]},
-            {"text": "never"},
-        ]
-    )
+    fake_llm.load(terminal_then("echo started; sleep 120", "never"))
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "sleep"}]}
-    with httpx.stream(
-        "POST", f"{served.url}/v1/chat/completions", json=body, headers=served.headers(), timeout=60
-    ) as response:
+    with served.stream(body) as response:
         session = response.headers[SESSION]
         for line in response.iter_lines():
             if "tool_progress" in line and "started" in line:
                 break  # the command runs: hang up
-    events = httpx.get(
-        f"{served.url}/sessions/{session}/events",
-        params={"after": 0, "until_turn_end": "true"},
-        headers=served.headers(),
-        timeout=60,
-    ).text
-    turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
-    assert turn_end["reason"] == "interrupted"
+    assert served.turn_end(session)["reason"] == "interrupted"
     assert len(fake_llm.requests) == 1  # no model call after the hang-up
     # the sleep was interrupted too: the session's shell answers the next command at once
-    fake_llm.load(
-        [{"tool_calls": [{"name": "terminal", "arguments": {"command": "echo after"}}]}, {"text": "ok"}]
-    )
+    fake_llm.load(terminal_then("echo after", "ok"))
     again = httpx.post(
         f"{served.url}/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "again"}]},
@@ -456,23 +428,14 @@ def test_serve_refuses_a_network_address_without_a_token(tmp_path: Path) -> None
 
 
 def test_a_plain_request_whose_client_hangs_up_interrupts_the_run(served: Served, fake_llm: Any) -> None:
-    fake_llm.load(
-        [{"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 120"}}]}, {"text": "x"}]
-    )
+    fake_llm.load(terminal_then("sleep 120", "x"))
     url = f"{served.url}/v1/chat/completions"
     body = {"model": "m", "messages": [{"role": "user", "content": "wait for it"}]}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
         httpx.post(url, json=body, headers=served.headers(), timeout=3)
     sessions = httpx.get(f"{served.url}/sessions", headers=served.headers()).json()
     session = next(s["id"] for s in sessions if s["title"] == "wait for it")
-    events = httpx.get(
-        f"{served.url}/sessions/{session}/events",
-        params={"after": 0, "until_turn_end": "true"},
-        headers=served.headers(),
-        timeout=60,
-    ).text
-    turn_end = json.loads(events.rsplit("event: turn_end", 1)[1].split("data: ", 1)[1].splitlines()[0])
-    assert turn_end["reason"] == "interrupted"
+    assert served.turn_end(session)["reason"] == "interrupted"
 
 
 def test_responses_stream_with_the_openai_client(served: Served, fake_llm: Any) -> None:

@@ -8,19 +8,18 @@ import contextlib
 import json
 import os
 import pty
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from conftest import get_backend
+from hermetic_cli import scripted_env
+from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.events import Event, TurnEnd
@@ -167,18 +166,7 @@ def test_clarify_without_an_answer_in_time_goes_on(tmp_path: Path, fake_llm: Any
 
 def cli_env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
     get_backend("local")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
-    return {
-        **clean,
-        "HERMETIC_ROOT": str(tmp_path),
-        "HERMETIC_MODEL__NAME": "openai/scripted",
-        "HERMETIC_MODEL__API_BASE": fake_llm.url,
-        "HERMETIC_MODEL__API_KEY": "test-key-abcdef",
-        "HERMETIC_MODEL__RETRIES": "0",
-        "HERMETIC_BACKEND": "local",
-        "HERMETIC_LEARNING__ENABLED": "false",
-        "COLUMNS": "200",
-    }
+    return scripted_env(tmp_path, fake_llm.url, HERMETIC_LEARNING__ENABLED="false")
 
 
 CLARIFY_SCRIPT = [
@@ -232,25 +220,10 @@ def test_cli_without_a_terminal_gets_no_answer(tmp_path: Path, fake_llm: Any) ->
 def served(root: Path, fake_llm: Any, question_timeout: float) -> Iterator[tuple[str, dict[str, str]]]:
     """The API on a free port; yields its URL and a token's header."""
     get_backend("local")
-    model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
-
-    def settings_for(profile: str) -> Settings:
-        agent = {"question_timeout": question_timeout}
-        return load_settings(profile, root=root, model=model, backend="local", agent=agent)
-
+    settings_for = scripted_profiles(root, fake_llm.url, agent={"question_timeout": question_timeout})
     tokens = {"Authorization": f"Bearer {TokenStore(root).create('alpha')}"}
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(root, settings_for), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tokens
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_app(create_app(root, settings_for)) as url:
+        yield url, tokens
 
 
 @pytest.fixture

@@ -6,35 +6,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hermetic_cli import hermetic as run_hermetic
+from hermetic_cli import ssh_env
 from test_agent import call, run, settings_for
 from test_doctor import doctor, status
 
 from backends import Backend, SandboxSpec, create_backend
-from backends.ssh import SSHBackend
 from control_plane.agent.agent import Agent
 from control_plane.sandbox_manager import snapshot_store
 from control_plane.settings import load_settings
 
 
 def hermetic(root: Path, *args: str, stdin: str | None = None, backend: Backend | None = None) -> Any:
-    env = {**os.environ, "HERMETIC_ROOT": str(root)}
-    if isinstance(backend, SSHBackend):
-        for key, value in backend.config.model_dump(mode="json", exclude_none=True).items():
-            env[f"HERMETIC_SSH__{key.upper()}"] = json.dumps(value) if isinstance(value, list) else str(value)
-    return subprocess.run(
-        [sys.executable, "-m", "control_plane", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    env = {**os.environ, "HERMETIC_ROOT": str(root), **ssh_env(backend)}
+    return run_hermetic(*args, env=env, stdin=stdin, timeout=300)
 
 
 @pytest.mark.needs("cli")

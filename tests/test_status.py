@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from conftest import get_backend
+from served_app import serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -51,15 +48,8 @@ def test_health_adds_the_profile_status_for_a_token_holder(tmp_path: Path, fake_
     model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456"}
     token = TokenStore(tmp_path).create("alpha")
     app = create_app(tmp_path, lambda name: load_settings(name, root=tmp_path, model=model, backend="local"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/health"
+    with serve_app(app) as base:
+        url = f"{base}/health"
         anonymous = httpx.get(url).json()
         assert anonymous["status"] == "ok" and anonymous.get("profile") is None
         assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).json().get("profile") is None
@@ -68,6 +58,3 @@ def test_health_adds_the_profile_status_for_a_token_holder(tmp_path: Path, fake_
             mine["profile"] == "alpha" and mine["model"] == "openai/scripted" and mine["backend"] == "local"
         )
         assert mine["skills"] == 0 and mine["memory_percent"] == {"MEMORY.md": 0.0, "USER.md": 0.0}
-    finally:
-        server.should_exit = True
-        thread.join(30)
