@@ -6,6 +6,7 @@ import json
 import logging
 import secrets
 import shlex
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,6 +216,9 @@ def connect(config: HostSettings) -> paramiko.SSHClient:
         raise HostUnreachable(f"SSH handshake with {config.host}:{config.port} failed: {exc}") from exc
     transport = client.get_transport()
     assert transport is not None
+    # a reply is often a small write behind a large one: without NODELAY it waits for the ACK (delayed
+    # by up to 40 ms) of what went before it
+    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     transport.set_keepalive(KEEPALIVE)
     return client
 
