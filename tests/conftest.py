@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import ipaddress
 import shutil
+import signal
 import socket
 import struct
 import uuid
@@ -19,6 +20,12 @@ from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
 from control_plane.store import Store
+
+# Tests stop CLI children with Ctrl-C (SIGINT). A run started in the background without job control
+# (`nohup pytest &` from a script) has SIGINT ignored, and an ignored signal stays ignored across exec:
+# the children would never see it. A handler (not SIG_IGN) here means SIG_DFL in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 BACKENDS = ["local", "docker", "ssh", "modal-standin"]
 _backends: dict[str, Backend | str] = {}
