@@ -83,6 +83,7 @@ def test_a_second_message_continues_the_same_session_and_new_starts_another(
         final_text(standin, OWNER, "New session")
         standin.user_says(OWNER, "three")
         final_text(standin, OWNER, "third answer")
+        wait_answered(gateway, 4)  # the turn's history is saved when it ends, after its last edit shows
         sessions = [s for s in gateway.agent.store.list_sessions("default") if s.source == "telegram"]
         assert len(sessions) == 2
         users = sorted(
