@@ -31,7 +31,7 @@ NEXT = """[bold]Next:[/] look at what was recorded, then give the agent a real m
   export ANTHROPIC_API_KEY=...     # or OPENAI_API_KEY, ... (any litellm provider)
   hermetic run -m anthropic/claude-sonnet-4-5 "find the largest file under /usr/share and explain it"
   # a local OpenAI-compatible server (Ollama, vLLM):
-  HERMETIC_MODEL__API_BASE=http://localhost:11434/v1 hermetic run -m openai/qwen3 "..." """
+  hermetic run -m openai/qwen3 --api-base http://localhost:11434/v1 "..." """
 
 
 def demo(
