@@ -359,11 +359,11 @@ class Channel:
             return
         if "raw" in message:
             try:
-                fields = raw_fields(message)
+                fields, size = raw_fields(message)
             except ValueError as exc:  # no way to tell where its bytes end: the stream is lost
                 self._fail_all(f"the runtime sent a bad raw announcement: {exc}")
                 return
-            self._awaiting = (message, fields, sum(size for _, size in fields))
+            self._awaiting = (message, fields, size)
             return
         self._dispatch(message)
 

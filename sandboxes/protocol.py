@@ -59,20 +59,22 @@ def encode(message: dict[str, Any], raw: bool = False) -> bytes:
     string fields of its body (params, or result) leave the line: the line names them in order,
     `"raw": [[field, bytes], ...]`, and their UTF-8 (surrogatepass: any str round-trips) follows it."""
     message["jsonrpc"] = "2.0"
-    body = message.get(_body_key(message))
+    key = _body_key(message)
+    body = message.get(key)
     tail: list[bytes] = []
     if raw and isinstance(body, dict):
-        moved = [key for key, value in body.items() if isinstance(value, str) and len(value) >= RAW_MIN]
+        moved = [name for name, value in body.items() if isinstance(value, str) and len(value) >= RAW_MIN]
         if moved:
             body = dict(body)
-            tail = [body.pop(key).encode("utf-8", "surrogatepass") for key in moved]
-            message = {**message, _body_key(message): body, "raw": [[k, len(t)] for k, t in zip(moved, tail)]}
+            tail = [body.pop(name).encode("utf-8", "surrogatepass") for name in moved]
+            message = {**message, key: body, "raw": [[k, len(t)] for k, t in zip(moved, tail)]}
     line = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
     return b"".join([line, *tail]) if tail else line
 
 
-def raw_fields(message: dict[str, Any]) -> list[tuple[str, int]]:
-    """The raw fields a message's line announces, as (field, bytes); ValueError when malformed."""
+def raw_fields(message: dict[str, Any]) -> tuple[list[tuple[str, int]], int]:
+    """The raw fields a message's line announces, as (field, bytes), and how many bytes follow the line
+    in all; ValueError when malformed."""
     spec = message.get("raw", [])
     if not isinstance(spec, list) or not all(
         isinstance(item, list)
@@ -84,9 +86,10 @@ def raw_fields(message: dict[str, Any]) -> list[tuple[str, int]]:
     ):
         raise ValueError("raw must be a list of [field, bytes] pairs")
     fields = [(name, size) for name, size in spec]
-    if sum(size for _, size in fields) > RAW_MAX:
+    total = sum(size for _, size in fields)
+    if total > RAW_MAX:
         raise ValueError("raw fields over %d bytes" % RAW_MAX)
-    return fields
+    return fields, total
 
 
 def attach_raw(message: dict[str, Any], fields: list[tuple[str, int]], data: bytes | memoryview) -> None:

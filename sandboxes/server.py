@@ -187,8 +187,7 @@ class Server:
             return None
         if isinstance(message, dict) and "raw" in message:
             try:
-                fields = raw_fields(message)
-                size = sum(n for _, n in fields)
+                fields, size = raw_fields(message)
                 data = self._stream.read(size) if size else b""
                 if len(data) < size:
                     return None  # the stream ended inside the raw bytes: nothing to answer

@@ -108,12 +108,13 @@ class Profile:
         self.live.pop(live.conversation.id, None)
         self.live[live.conversation.id] = live
         excess = len(self.live) - self.settings.limits.max_live_sessions
-        for key, other in list(self.live.items()):
-            if excess <= 0:
-                break
-            if other is not live and other.idle:
-                del self.live[key]
-                excess -= 1
+        if excess > 0:  # not on every request: the copy below is as long as the dict
+            for key, other in list(self.live.items()):
+                if excess <= 0:
+                    break
+                if other is not live and other.idle:
+                    del self.live[key]
+                    excess -= 1
         return live
 
     def admit_run(self, live: LiveSession) -> None:
