@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from upstream import send_zeros  # the test upstream's /bytes/N (bench/__init__ puts tests/ on the path)
+
 from backends import Sandbox, SandboxSpec, create_backend
 
 from .stats import Results, cpu_noise, report
@@ -37,14 +39,7 @@ class _Bytes(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802
-        size = int(self.path.rsplit("/", 1)[1])
-        self.send_response(200)
-        self.send_header("Content-Length", str(size))
-        self.end_headers()
-        block = bytes(1 << 20)
-        while size > 0:
-            self.wfile.write(block[: min(size, len(block))])
-            size -= len(block)
+        send_zeros(self, int(self.path.rsplit("/", 1)[1]))
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass

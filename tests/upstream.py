@@ -15,6 +15,17 @@ from functools import partial
 from pathlib import Path
 
 
+def send_zeros(handler: http.server.BaseHTTPRequestHandler, size: int) -> None:
+    """Answer with `size` zero bytes, a megabyte per write (also bench.network's upstream)."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(size))
+    handler.end_headers()
+    block = bytes(1 << 20)
+    while size > 0:
+        handler.wfile.write(block[: min(size, len(block))])
+        size -= len(block)
+
+
 class Handler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -24,14 +35,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         elif self.path == "/host":
             self._send(f"host={self.headers.get('Host')}\n".encode())
         elif self.path.startswith("/bytes/"):
-            size = int(self.path.rsplit("/", 1)[1])
-            self.send_response(200)
-            self.send_header("Content-Length", str(size))
-            self.end_headers()
-            block = bytes(1 << 20)
-            while size > 0:
-                self.wfile.write(block[: min(size, len(block))])
-                size -= len(block)
+            send_zeros(self, int(self.path.rsplit("/", 1)[1]))
         else:
             super().do_GET()
 
