@@ -54,10 +54,19 @@ class Field:
     def secret(self) -> bool:
         return SecretStr in _leaves(self.annotation)
 
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.annotation)
+
+    @property
+    def section(self) -> type[BaseModel] | None:
+        """The settings model this key holds (`sandbox`, `model`, ...); None for a single value."""
+        return _submodel(self.annotation)
+
     def describe(self) -> str:
         parts = [
             f"{self.key}: {self.doc.rstrip('.') or 'no description'}",
-            f"type: {_type_name(self.annotation)}",
+            f"type: {self.type_name}",
         ]
         if self.allowed:
             parts.append("allowed: " + ", ".join(self.allowed))
@@ -71,6 +80,16 @@ class Field:
 
 def config_path(settings: Settings) -> Path:
     return settings.home / CONFIG_FILE
+
+
+def fields_of(model: type[BaseModel], prefix: str = "") -> list[Field]:
+    """Every field of one settings model, keyed `prefix + name`, documented as `field` documents it
+    (the configuration reference is generated from this)."""
+    docs = _docs(model)
+    return [
+        Field(prefix + name, info.annotation, info, docs.get(name, info.description or ""))
+        for name, info in model.model_fields.items()
+    ]
 
 
 def field(key: str) -> Field:
@@ -270,6 +289,8 @@ def _type_name(annotation: Any) -> str:
             names.append("one of " + "/".join(str(v) for v in typing.get_args(leaf)))
         elif leaf is type(None):
             names.append("none")
+        elif typing.get_origin(leaf) in (list, dict):  # list of str, dict of MCPServerConfig
+            names.append(f"{typing.get_origin(leaf).__name__} of {_type_name(typing.get_args(leaf)[-1])}")
         else:
             names.append(getattr(leaf, "__name__", str(leaf)))
     return " or ".join(names)

@@ -10,7 +10,7 @@ import typer
 
 from ..keys import KeyFileError
 from . import agent as agent_cli
-from . import batch, cron, demo, dev, doctor, export, mcp, network, skill_sources
+from . import batch, cron, demo, dev, docs, doctor, export, mcp, network, skill_sources
 from . import config as config_cli
 from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
@@ -18,12 +18,17 @@ from . import setup as setup_cli
 from . import skills as skills_cli
 from . import snapshots as snapshots_cli
 
-app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.", no_args_is_help=True)
+app = typer.Typer(
+    help="Hermetic: a self-improving agent whose tools run sealed.",
+    epilog="The manual: `hermetic docs` serves it on 127.0.0.1 (its pages are docs/ in the repository).",
+    no_args_is_help=True,
+)
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 agent_cli.register(app)
 network.register(app, sandbox_app)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
+app.command("docs")(docs.docs)
 app.add_typer(dev.app, name="dev")
 app.add_typer(skills_cli.app, name="skills")
 app.command("setup")(setup_cli.setup)
