@@ -127,3 +127,17 @@ def test_hermetic_docs_serves_the_built_site_on_loopback(site: Path, tmp_path: P
         server.terminate()
         server.wait(timeout=30)
     assert not (tmp_path / "docs-site").exists()  # the fresh site was served, not rebuilt elsewhere
+
+
+def test_the_readme_is_short_and_links_into_the_docs() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()  # the opening commands
+    commands = [line.split("#", 1)[0].strip() for line in block]
+    assert commands == ["./setup.sh && .venv/bin/hermetic demo", "./setup.sh && .venv/bin/python -m pytest"]
+    assert commands[1] in (REPO / ".ci/run").read_text()  # what CI runs is what the README says
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert len(links) >= 10
+    for link in links:
+        assert (REPO / link).is_file(), link
+    assert "../shared" not in readme  # nothing outside the repository
