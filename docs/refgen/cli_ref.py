@@ -9,6 +9,7 @@ import typer
 import typer.main
 
 from control_plane.cli.main import app
+from refgen import cell
 
 
 def cli_reference() -> str:
@@ -24,7 +25,7 @@ def _command(cmd: Any, ctx: typer.Context, path: str) -> list[str]:
     records = [p.get_help_record(ctx) for p in cmd.params if not getattr(p, "hidden", False)]
     if records := [r for r in records if r is not None]:
         rows = ["| argument or option | help |", "|---|---|"]
-        rows += [f"| `{_cell(name)}` | {_cell(text)} |" for name, text in records]
+        rows += [f"| `{cell(name)}` | {cell(text)} |" for name, text in records]
         parts.append("\n".join(rows))
     out = ["\n\n".join(parts)]
     if hasattr(cmd, "list_commands"):  # a group: its commands, in name order
@@ -33,7 +34,3 @@ def _command(cmd: Any, ctx: typer.Context, path: str) -> list[str]:
             if sub is not None and not sub.hidden:
                 out += _command(sub, typer.Context(sub, parent=ctx, info_name=name), f"{path} {name}")
     return out
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.replace("|", "\\|").split())

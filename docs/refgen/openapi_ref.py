@@ -7,6 +7,8 @@ import os
 import tempfile
 from typing import Any
 
+from refgen import cell
+
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -29,7 +31,7 @@ def openapi_schema() -> dict[str, Any]:
 def http_reference() -> str:
     schema = openapi_schema()
     groups: dict[str, list[str]] = {}
-    for path, item in schema["paths"].items():
+    for path, item in sorted(schema["paths"].items()):
         group = "/" + path.strip("/").split("/")[0]
         for method in METHODS:
             if method in item:
@@ -48,13 +50,17 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
     parts = [f"### {method.upper()} `{path}`"]
     if op.get("description"):
         parts.append(op["description"].strip())
-    parts.append("Bearer token required." if op.get("security") else "No token required.")
+    if not op.get("security"):
+        parts.append("No token.")
+    else:  # a route that answers 401 requires the token; one that does not only reads it when given
+        required = "401" in op.get("responses", {})
+        parts.append("Bearer token required." if required else "Bearer token optional.")
     if params := op.get("parameters"):
         rows = ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
         for p in params:
             rows.append(
                 f"| `{p['name']}` | {p['in']} | {_type(p.get('schema', {}))} | "
-                f"{'yes' if p.get('required') else 'no'} | {_cell(p.get('description', ''))} |"
+                f"{'yes' if p.get('required') else 'no'} | {cell(p.get('description', ''))} |"
             )
         parts.append("\n".join(rows))
     if body := op.get("requestBody"):
@@ -65,7 +71,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
     rows = ["| status | meaning | body |", "|---|---|---|"]
     for status, answer in op.get("responses", {}).items():
         bodies = [f"`{kind}` {_type(c.get('schema', {}))}" for kind, c in answer.get("content", {}).items()]
-        rows.append(f"| {status} | {_cell(answer.get('description', ''))} | {', '.join(bodies)} |")
+        rows.append(f"| {status} | {cell(answer.get('description', ''))} | {', '.join(bodies)} |")
     parts.append("\n".join(rows))
     return "\n\n".join(parts)
 
@@ -73,7 +79,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
 def _model(name: str, schema: dict[str, Any]) -> str:
     parts = [f"### {name} {{#schema-{name}}}"]
     if schema.get("description"):
-        parts.append(_cell(schema["description"]))
+        parts.append(cell(schema["description"]))
     props = schema.get("properties", {})
     if props:
         required = set(schema.get("required", []))
@@ -81,7 +87,7 @@ def _model(name: str, schema: dict[str, Any]) -> str:
         for field, sub in props.items():
             rows.append(
                 f"| `{field}` | {_type(sub)} | {'yes' if field in required else 'no'} | "
-                f"{_cell(sub.get('description', ''))}{_limits(sub)} |"
+                f"{cell(sub.get('description', ''))}{_limits(sub)} |"
             )
         parts.append("\n".join(rows))
     elif "enum" in schema:
@@ -125,7 +131,3 @@ def _limits(schema: dict[str, Any]) -> str:
     )
     found = [f"{k} `{schema[k]}`" for k in keys if k in schema]
     return f" ({'; '.join(found)})" if found else ""
-
-
-def _cell(text: str) -> str:
-    return " ".join(str(text).replace("|", "\\|").split())

@@ -11,6 +11,7 @@ from pydantic import BaseModel, SecretStr
 
 from control_plane.config_file import Field, fields_of
 from control_plane.settings import Settings
+from refgen import cell
 
 PREFIX = "HERMETIC_"
 
@@ -62,7 +63,7 @@ def _table(title: str | None, fields: list[Field], env: bool) -> str:
             doc += " A key: set it in the profile's `.env` or the environment, never in config.yaml."
         if _entry_model(f) is None and (limits := _constraints(f)):
             doc += f" ({limits})"
-        lines.append(f"| {names} | {_cell(f.type_name)} | {_cell(_default(f))} | {_cell(doc.strip())} |")
+        lines.append(f"| {names} | {cell(f.type_name)} | {cell(_default(f))} | {cell(doc.strip())} |")
     return "\n".join(lines)
 
 
@@ -105,7 +106,3 @@ def _constraints(f: Field) -> str:
             if getattr(meta, attr, None) is not None:
                 found.append(f"{sign} {getattr(meta, attr)}")
     return ", ".join(found)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
