@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -141,3 +142,13 @@ def test_the_readme_is_short_and_links_into_the_docs() -> None:
     for link in links:
         assert (REPO / link).is_file(), link
     assert "../shared" not in readme  # nothing outside the repository
+
+
+def test_hermetic_docs_says_so_when_its_port_is_taken(site: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = hermetic("docs", "--site", str(site), "--port", port, env=_env(tmp_path), timeout=60)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr

@@ -20,7 +20,7 @@ from ..settings import load_settings
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "mkdocs.yml"
 STAMP = ".hermetic-sources"  # in the built site: the newest source time it was built from
-SOURCES = ("docs", "control_plane")  # the pages, and the code the reference pages are generated from
+SOURCES = ("docs", "control_plane", "backends")  # the pages, and the code the references come from
 
 
 def docs(
@@ -47,7 +47,14 @@ def docs(
         typer.echo(site)
         return
     handler = functools.partial(_Quiet, directory=str(site))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        typer.echo(
+            f"cannot listen on 127.0.0.1:{port} ({exc.strerror}): try --port N (0: any free port)", err=True
+        )
+        raise typer.Exit(1) from None
+    with server:
         typer.echo(f"http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C stops)")
         sys.stdout.flush()
         with contextlib.suppress(KeyboardInterrupt):
