@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
+from pydantic_settings import NoDecode
 
 from control_plane.config_file import Field, fields_of
 from control_plane.settings import Settings
@@ -63,6 +64,8 @@ def _table(title: str | None, fields: list[Field], env: bool) -> str:
             doc += " A key: set it in the profile's `.env` or the environment, never in config.yaml."
         if _entry_model(f) is None and (limits := _constraints(f)):
             doc += f" ({limits})"
+        if env and NoDecode in f.info.metadata:  # its validator splits a plain string (settings.comma_list)
+            doc += " The variable also takes a comma-separated list."
         lines.append(f"| {names} | {cell(f.type_name)} | {cell(_default(f))} | {cell(doc.strip())} |")
     return "\n".join(lines)
 
