@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
+from .placeholders import is_placeholder
 from .redaction import SECRET_SHAPES, Redactor
 
 Family = Literal[
@@ -43,6 +45,26 @@ SCRIPT_FAMILIES: tuple[Family, ...] = ("reverse-shell", "download-exec", "destru
 """Opt-in: commands that are harmful when run, even where a note may mention them."""
 
 
+class Severity(StrEnum):
+    """How sure a finding is to be harm rather than documentation: what a reviewer must decide on."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    def lowered(self) -> Severity:
+        """One step down (LOW stays LOW)."""
+        return _ORDER[max(0, self.rank - 1)]
+
+
+_ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
+_RANK = {severity: rank for rank, severity in enumerate(_ORDER)}
+
+
 @dataclass(frozen=True)
 class Finding:
     family: Family
@@ -51,6 +73,8 @@ class Finding:
     """The matched text with a little context; secrets are cut short, invisible characters spelled out."""
     line: int = 0
     """The line (from 1) of the match in the scanned text; 0 when not known."""
+    severity: Severity = Severity.HIGH
+    """The rule's severity where text is an instruction (a caller may judge its place: skills/findings.py)."""
 
     def __str__(self) -> str:
         return f"{self.family}/{self.rule}: {self.excerpt!r}"
@@ -69,6 +93,8 @@ _SECRET_VAR = r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)
 _NETWORK_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|socat|Invoke-WebRequest|iwr)\b"
 _SHELL = r"(?:/usr/bin/|/bin/)?(?:ba|z|da|k)?sh\b"
 _INTERPRETER = rf"(?:sudo\s+(?:-\S+\s+)*)?(?:{_SHELL}|python[\d.]*\b|perl\b|ruby\b|node\b|iex\b)"
+_PIPE = r"(?<!\|)\|(?!\|)"
+"""A pipe, not `||`."""
 _SYSTEM_DIR = r"(?:bin|boot|dev|etc|home|lib|lib64|opt|root|sbin|srv|usr|var)"
 # rm's target that takes a system down: /, /*, ~, $HOME, a top-level system directory
 _RM_TARGET = rf"[\"']?(?:/\*?|~/?\*?|\$\{{?HOME\}}?/?\*?|/{_SYSTEM_DIR}/?\*?)[\"']?(?=\s|$|[;&|)])"
@@ -294,8 +320,11 @@ _RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
         "download-exec",
         "pipe-to-shell",
         ("|",),
+        # pipeline stages (a backslash-newline continues the line), then the interpreter and its arguments;
+        # _runs_stdin decides whether it runs what it reads
         re.compile(
-            rf"\b(?:curl|wget|fetch|iwr|Invoke-WebRequest|Invoke-RestMethod|irm)\b[^\n|]*\|\s*{_INTERPRETER}",
+            rf"\b(?:curl|wget|fetch|iwr|Invoke-WebRequest|Invoke-RestMethod|irm)\b(?:[^\n|]|\\\n)*"
+            rf"(?:{_PIPE}(?:[^\n|]|\\\n)*)*?{_PIPE}\s*(?P<interpreter>{_INTERPRETER})(?P<args>[^\n|;&)`]*)",
             re.I,
         ),
     ),
@@ -348,6 +377,47 @@ _RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
     ),
 ]
 
+_INLINE_CODE = {"sh": "c", "python": "cm", "perl": "eE", "ruby": "e", "node": "ep", "iex": ""}
+"""Per interpreter, the option letters after which it runs code or a module given on the command line."""
+
+
+def _runs_stdin(match: re.Match[str]) -> bool:
+    """Whether the interpreter a download is piped into executes its stdin: alone or with options only
+    (`| sh`, `| python3`), `-` or `-s` (`| python3 -`, `| bash -s -- --flag`); not with inline code or a
+    script (`| python3 -c '...'`, `| bash script.sh`), where the download is only data."""
+    word = match["interpreter"].split()[-1].rsplit("/", 1)[-1].lower()
+    kind = next(k for k in _INLINE_CODE if word.startswith(k) or (k == "sh" and word.endswith("sh")))
+    for raw in match["args"].split():
+        token = raw.strip("\"'.,")
+        if not token or token == "--" or token.startswith("--"):
+            continue
+        if re.match(r"\d*[<>]", token):
+            break  # a redirection: the command's arguments ended
+        if token == "-":
+            return True
+        if not token.startswith("-"):
+            return False  # a script file: stdin is its data
+        letters = set(token[1:])
+        if letters & set(_INLINE_CODE[kind]):
+            return False
+        if kind == "sh" and "s" in letters:
+            return True
+    return True
+
+
+_CONFIRM: dict[str, Callable[[re.Match[str]], bool]] = {"pipe-to-shell": _runs_stdin}
+"""Rules whose match is a finding only when this says so (the first confirmed match counts)."""
+_SEVERITY: dict[str, Severity] = {
+    "network-upload-file": Severity.MEDIUM,  # uploading a file is what many APIs are for
+    "read-secret-file": Severity.MEDIUM,  # `cat ~/.ssh/id_ed25519.pub` shows a public key
+    "shell-rc-write": Severity.MEDIUM,  # `echo 'export PATH=...' >> ~/.bashrc` is ordinary setup
+    "cron": Severity.MEDIUM,
+    "systemd-unit": Severity.MEDIUM,  # `systemctl enable nginx`
+    "autostart": Severity.MEDIUM,
+    "zero-width": Severity.MEDIUM,  # soft hyphens and joiners come with text copied from the web
+}
+"""A rule's severity where the text is an instruction, when not HIGH."""
+
 # Characters that render as nothing or reorder what is shown: text the user cannot see, the model reads.
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u180e\u00ad"
 _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
@@ -387,15 +457,20 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
     for family, rule, needles, pattern in _RULES:
         if family not in chosen or not any(needle in folded for needle in needles):
             continue
-        if match := pattern.search(normal):
+        confirm = _CONFIRM.get(rule)
+        if match := next((m for m in pattern.finditer(normal) if confirm is None or confirm(m)), None):
             excerpt = _redact(_excerpt(normal, match.start(), match.end()))
-            found.append(Finding(family, rule, excerpt, normal.count("\n", 0, match.start()) + 1))
+            line = normal.count("\n", 0, match.start()) + 1
+            found.append(Finding(family, rule, excerpt, line, _SEVERITY.get(rule, Severity.HIGH)))
     if "secret" in chosen:
         for kind, pattern in SECRET_SHAPES.items():
             hints = _SECRET_NEEDLES.get(kind)
             if hints is not None and not any(hint in folded for hint in hints):
                 continue
-            if match := pattern.search(normal):
+            real = (
+                m for m in pattern.finditer(normal) if not is_placeholder(kind, normal, m.start(), m.end())
+            )
+            if match := next(real, None):
                 secret = match.group()
                 shown = secret[:6] + f"... ({len(secret)} characters)"
                 found.append(Finding("secret", kind, shown, normal.count("\n", 0, match.start()) + 1))
@@ -416,7 +491,9 @@ def _invisible(text: str) -> list[Finding]:
                 for c in text[start : match.end() + _EXCERPT]
             )
             line = text.count("\n", 0, match.start()) + 1
-            found[rule] = Finding("invisible-unicode", rule, _redact(shown), line)
+            found[rule] = Finding(
+                "invisible-unicode", rule, _redact(shown), line, _SEVERITY.get(rule, Severity.HIGH)
+            )
     return list(found.values())
 
 
