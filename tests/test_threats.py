@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from control_plane.safety.redaction import SECRET_SHAPES
-from control_plane.safety.threats import _RULES, FAMILIES, SCRIPT_FAMILIES, Family, scan
+from control_plane.safety.threat_rules import RULES
+from control_plane.safety.threats import FAMILIES, SCRIPT_FAMILIES, Family, scan
 
 # Ordinary memory notes: no family may trip on any of them.
 ORDINARY = [
@@ -107,7 +108,7 @@ def test_each_family_catches_its_plants(family: Family) -> None:
 def test_every_rule_is_reached() -> None:
     """The cheap needle check in front of each pattern must not hide a plant the pattern would catch."""
     hit = {(f.family, f.rule) for texts in CASES.values() for text in texts for f in scan(text)}
-    rules = {(family, rule) for family, rule, _, _ in _RULES if family in FAMILIES}
+    rules = {(family, rule) for family, rule, _, _ in RULES if family in FAMILIES}
     rules |= {("secret", kind) for kind in SECRET_SHAPES}
     rules |= {("invisible-unicode", rule) for rule in ("zero-width", "bidi-control", "tag-characters")}
     assert rules - hit == set()
@@ -213,5 +214,5 @@ def test_every_script_rule_is_reached() -> None:
         for text in texts
         for f in scan(text, SCRIPT_FAMILIES)
     }
-    rules = {(family, rule) for family, rule, _, _ in _RULES if family in SCRIPT_FAMILIES}
+    rules = {(family, rule) for family, rule, _, _ in RULES if family in SCRIPT_FAMILIES}
     assert rules - hit == set()
