@@ -380,8 +380,45 @@ def _runs_stdin(match: re.Match[str]) -> bool:
     return True
 
 
-CONFIRM: dict[str, Callable[[re.Match[str]], bool]] = {"pipe-to-shell": _runs_stdin}
-"""Rules whose match is a finding only when this says so (the first confirmed match counts)."""
+_AUTH_HEADER = re.compile(
+    r"(?:(?:-H|--header)\s*[\"']?(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token"
+    r"|private-token|x-goog-api-key)\s*:[^\"'\n]*|(?:-u|--user)\s*[\"']?[^\s\"']*)$",
+    re.I,
+)
+"""The end of a command line inside an authentication header or `--user` credentials."""
+_GENERIC = frozenset(
+    {
+        *("api", "key", "keys", "token", "secret", "secrets", "password", "passwd", "access", "auth"),
+        *("credential", "credentials", "private", "client", "id", "app"),
+    }
+)
+"""Words of a secret's variable name that name no service."""
+
+
+def _secret_destination(match: re.Match[str]) -> Severity:
+    """A secret in a network command is HIGH, unless it is how the command signs in: in an
+    authentication header, or sent to a host named like the variable (`$GITHUB_TOKEN` to api.github.com,
+    `$GOOGLE_MAPS_API_KEY` to maps.googleapis.com): then LOW, the way documentation calls an API."""
+    text = match.string
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    line = text[start : end if end >= 0 else len(text)]
+    if re.search(r"\$\(\s*(?:env|printenv|cat)\b|`\s*(?:env|printenv|cat)\b", line):
+        return Severity.HIGH
+    hosts = [host.lower() for host in re.findall(r"https?://([\w.-]+)", line)]
+    for var in re.finditer(_SECRET_VAR, line):
+        words = {w for w in re.findall(r"[a-z]+", var.group().lower()) if w not in _GENERIC}
+        if not _AUTH_HEADER.search(line[: var.start()]) and not any(w in h for w in words for h in hosts):
+            return Severity.HIGH
+    return Severity.LOW
+
+
+JUDGE: dict[str, Callable[[re.Match[str]], Severity | None]] = {
+    "pipe-to-shell": lambda match: Severity.HIGH if _runs_stdin(match) else None,
+    "network-send-secret": _secret_destination,
+}
+"""Rules whose match is judged by what it says: its severity, or None when it is no finding (the first
+match judged a finding counts)."""
 SEVERITY: dict[str, Severity] = {
     "network-upload-file": Severity.MEDIUM,  # uploading a file is what many APIs are for
     "read-secret-file": Severity.MEDIUM,  # `cat ~/.ssh/id_ed25519.pub` shows a public key

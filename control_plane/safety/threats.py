@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .placeholders import is_placeholder
 from .redaction import SECRET_SHAPES, Redactor
-from .threat_rules import CONFIRM, FAMILIES, RULES, SCRIPT_FAMILIES, SEVERITY, Family, Severity
+from .threat_rules import FAMILIES, JUDGE, RULES, SCRIPT_FAMILIES, SEVERITY, Family, Severity
 
 __all__ = ["FAMILIES", "SCRIPT_FAMILIES", "Family", "Finding", "Severity", "scan"]
 
@@ -77,11 +77,18 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
     for family, rule, needles, pattern in RULES:
         if family not in chosen or not any(needle in folded for needle in needles):
             continue
-        confirm = CONFIRM.get(rule)
-        if match := next((m for m in pattern.finditer(normal) if confirm is None or confirm(m)), None):
+        fixed = SEVERITY.get(rule, Severity.HIGH)
+        judge = JUDGE.get(rule)
+        judged = (
+            (m, severity)
+            for m in pattern.finditer(normal)
+            if (severity := fixed if judge is None else judge(m)) is not None
+        )
+        if found_match := next(judged, None):
+            match, severity = found_match
             excerpt = _redact(_excerpt(normal, match.start(), match.end()))
             line = normal.count("\n", 0, match.start()) + 1
-            found.append(Finding(family, rule, excerpt, line, SEVERITY.get(rule, Severity.HIGH)))
+            found.append(Finding(family, rule, excerpt, line, severity))
     if "secret" in chosen:
         for kind, pattern in SECRET_SHAPES.items():
             hints = _SECRET_NEEDLES.get(kind)
@@ -90,10 +97,11 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
             real = (
                 m for m in pattern.finditer(normal) if not is_placeholder(kind, normal, m.start(), m.end())
             )
-            if match := next(real, None):
-                secret = match.group()
+            if secret_match := next(real, None):
+                secret = secret_match.group()
                 shown = secret[:6] + f"... ({len(secret)} characters)"
-                found.append(Finding("secret", kind, shown, normal.count("\n", 0, match.start()) + 1))
+                line = normal.count("\n", 0, secret_match.start()) + 1
+                found.append(Finding("secret", kind, shown, line))
     return found
 
 
