@@ -53,7 +53,8 @@ class TapRequest(BaseModel):
 def _run(profile: Auth, action: Any) -> Any:
     """Call `action(installer)`; refusals become 404 (unknown skill) or 400 with the reason."""
     settings = profile.settings.skill_install
-    installer = Installer(profile.agent.skills, Limits(settings.max_bytes, settings.max_files))
+    limits = Limits(settings.max_bytes, settings.max_files, public_only=not settings.allow_private_urls)
+    installer = Installer(profile.agent.skills, limits)
     try:
         return action(installer)
     except UnknownSkill as exc:

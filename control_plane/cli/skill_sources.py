@@ -216,11 +216,9 @@ def _review(plan: Plan) -> tuple[str, ...]:
         if not refused or len(refused) != len(c.verdict.reasons) or not all(f.acceptable for f in refused):
             continue  # nothing to decide, or refused for more than its findings
         for f in refused:
-            console.print(
-                f"{c.name}: {f.severity} {f.family}/{f.rule} at {f.where} ({f.place})", markup=False
-            )
-            console.print(f"  {f.excerpt}", markup=False)
-            if _ask(f"accept finding {f.id}?"):
+            if _ask(
+                f"{c.name}: accept the {f.severity} finding {f.family}/{f.rule} at {f.where} (id {f.id})?"
+            ):
                 taken.append(f.id)
     return tuple(taken)
 
@@ -232,6 +230,7 @@ def _ask(question: str) -> bool:
         return False
 
 
+_LABEL = {"refused": "refused", "accepted": "accepted", "warning": "warning, merged anyway"}
 _COLOUR = {Severity.LOW: "yellow", Severity.MEDIUM: "dark_orange", Severity.HIGH: "red"}
 
 
@@ -255,10 +254,12 @@ def _show(plan: Plan) -> None:
         for w in c.warnings:
             console.print(f"  warning: {w}", markup=False)
         for f in verdict.findings:
-            label = {"refused": "refused", "accepted": "accepted", "warning": "warning, merged anyway"}[
-                f.status
-            ]
-            console.print(f"  [{_COLOUR[f.severity]}]{f.severity}[/] {escape(str(f))}: {label}")
+            label = _LABEL[f.status]
+            if f.status == "refused" and not f.acceptable:
+                label += " (a finding in an executable file cannot be accepted: fix the script)"
+            where = f"{f.where} {f.family}/{f.rule} (id {f.id}, {f.place}): {label}"
+            console.print(f"  [{_COLOUR[f.severity]}]{f.severity}[/] {escape(where)}")
+            console.print(f"    {f.excerpt}", markup=False)
         if c.scripts:
             console.print(f"  ships scripts: {', '.join(c.scripts)}", markup=False)
         for reason in verdict.reasons:
