@@ -19,6 +19,7 @@ from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
 from ..settings import Settings, load_settings
 from .answers import TerminalAnswers
+from .listing_json import AsJson, print_json
 from .render import EventPrinter
 
 console = Console(highlight=False)
@@ -194,11 +195,29 @@ def _store() -> tuple[Settings, Any]:
 
 
 @sessions_app.command("list")
-def sessions_list(limit: Annotated[int, typer.Option(help="How many")] = 20) -> None:
+def sessions_list(limit: Annotated[int, typer.Option(help="How many")] = 20, as_json: AsJson = False) -> None:
     """The latest sessions of this profile."""
     settings, store = _store()
+    records = store.list_sessions(settings.profile, limit=limit)
+    if as_json:
+        print_json(
+            {
+                "id": r.id,
+                "title": r.title,
+                "source": r.source,
+                "model": r.model,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+                "message_count": r.message_count,
+                "prompt_tokens": r.prompt_tokens or 0,
+                "completion_tokens": r.completion_tokens or 0,
+                "cost": r.cost or 0.0,
+            }
+            for r in records
+        )
+        return
     table = Table("id", "last activity", "messages", "tokens", "cost", "title", box=None)
-    for record in store.list_sessions(settings.profile, limit=limit):
+    for record in records:
         tokens = (record.prompt_tokens or 0) + (record.completion_tokens or 0)
         table.add_row(
             record.id,
@@ -277,10 +296,15 @@ def token_create(name: Annotated[str, typer.Option(help="A label for the token")
 
 
 @token_app.command("list")
-def token_list() -> None:
+def token_list(as_json: AsJson = False) -> None:
+    """Every token: its id (what `revoke` takes), profile, creation time and label; never the token."""
     from ..api.tokens import TokenStore
 
-    for entry in TokenStore(load_settings().root).list():
+    entries = TokenStore(load_settings().root).list()
+    if as_json:
+        print_json({key: entry.get(key) for key in ("id", "profile", "created", "name")} for entry in entries)
+        return
+    for entry in entries:
         console.print(
             f"{entry['id']}  {entry['profile']}  {_when(entry['created'])}  {escape(entry['name'])}"
         )
