@@ -330,8 +330,7 @@ class Settings(BaseSettings):
     toolsets: Annotated[list[str], NoDecode] = [
         "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
-    clarify, network."""
+    """Which tool groups the model sees (`hermetic run --help` lists every one the tool registry has)."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()

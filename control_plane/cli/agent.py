@@ -17,10 +17,13 @@ from ..agent.agent import Agent
 from ..agent.commands import run_command
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
+from ..scheduler import tool as _schedule_tool  # noqa: F401 (registers the schedule toolset in TOOLS)
 from ..settings import Settings, load_settings
+from ..tools import TOOLS
 from .answers import TerminalAnswers
 from .listing_json import AsJson, print_json
 from .render import EventPrinter
+from .sandbox import BackendOption
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -34,12 +37,9 @@ ApiBaseOption = Annotated[
         help="URL of the model's server, e.g. http://localhost:11434/v1 for Ollama (overrides config)",
     ),
 ]
-BackendOption = Annotated[
-    str | None,
-    typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
-]
 ToolsetsOption = Annotated[
-    str | None, typer.Option("--toolsets", help="Comma-separated: terminal, files, browser, recall")
+    str | None,
+    typer.Option("--toolsets", help=f"Comma-separated, of: {', '.join(sorted(TOOLS.toolsets))}"),
 ]
 
 
