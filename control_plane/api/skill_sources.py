@@ -28,10 +28,12 @@ TapName = Annotated[str, StringConstraints(pattern=TAP_NAME.pattern)]
 class InstallRequest(BaseModel):
     source: SourceText
     """An http(s) or git:// URL of a .tar.gz/.zip or a git repository[#REF][:SUBDIR], or TAP/NAME; this
-    server's own paths only with skill_install.local_sources_over_api."""
+    server's own paths only with skill_install.local_sources_over_api, private and loopback addresses
+    only with skill_install.allow_private_urls."""
     all: bool = False
     accept: list[FindingRef] = Field(default_factory=list, max_length=100)
-    """Threat findings accepted for this install: FILE:LINE or finding ids."""
+    """Threat findings accepted for this install (after review): finding ids, FILE:LINE, or "all" (every
+    finding outside executable files). Low findings need none: they merge as warnings."""
     allow_unverified: bool = False
     confirm: bool = False
     """Merge what passed; without it nothing is merged (the verdicts are returned to review)."""
