@@ -8,6 +8,7 @@ import contextlib
 import functools
 import http.server
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,20 @@ def test_a_public_host_redirecting_to_loopback_is_refused(
         done = client.post("/skills/install", json={"source": source, "confirm": True})
         assert done.status_code == 200 and done.json()["merged"] == ["greet"], done.text
         assert seen  # the redirect was real: allowed, it reached the loopback server
+
+
+@pytest.mark.parametrize("path", SOURCES)
+def test_a_public_source_installs_with_the_check_on(
+    tmp_path: Path,
+    www: Path,
+    upstream: Upstream,  # noqa: F811 (the fixture)
+    path: str,
+) -> None:
+    """On a public address (198.18.N.2) the archive downloads and git clones, pinned to the address
+    that was checked (`http.curloptResolve`)."""
+    served = upstream.root / "www" / tmp_path.name
+    shutil.copytree(www, served)
+    with api(tmp_path, allow_private=False) as client:
+        source = f"http://{UPSTREAM}/{tmp_path.name}/{path}"
+        done = client.post("/skills/install", json={"source": source, "confirm": True})
+        assert done.status_code == 200 and done.json()["merged"] == ["greet"], done.text
