@@ -7,6 +7,10 @@ conventions" passes, "echo '...' >> ~/.bashrc" does not.
 SCRIPT_FAMILIES (reverse shells, downloads piped into a shell, destructive commands) are for text that
 will be executed, like a skill's scripts: a memory note saying "install with curl ... | sh" is ordinary
 prose, so they are opt-in and not part of the default scan.
+
+Each finding carries its rule's severity (threat_rules.py: most are HIGH, a few MEDIUM, and some rules
+judge their match: a download piped into `python3 -c '...'` is no finding, a key in an auth header is
+LOW). A shape of a secret that is a placeholder (placeholders.py) is no finding.
 """
 
 from __future__ import annotations
