@@ -30,7 +30,7 @@ SKILLS = ["maps-geocoding", "rest-api-recipes", "uv-python-setup"]
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A home with installed skills, a session, a cron job, a snapshot, a token and an MCP server."""
+    """A home with installed skills, a tap, a session, a cron job, a snapshot, a token and an MCP server."""
     get_backend("local")
     with FakeLLM() as fake_llm:
         env = scripted_env(tmp_path_factory.mktemp("lists"), fake_llm.url, HERMETIC_LEARNING__ENABLED="false")
@@ -44,30 +44,35 @@ def _fill(env: dict[str, str], fake_llm: FakeLLM) -> dict[str, str]:
     )
     for kind, name in [("pass", SKILLS[0]), ("pass", SKILLS[1]), ("review", SKILLS[2])]:
         installer.commit(installer.plan_install(str(CORPUS / kind / name), accept=("all",)))
+    installer.taps.add("team", str(CORPUS / "pass"))
     installer.library.close()
     TokenStore(root).create("default", "ci")
     fake_llm.load([{"text": "hello"}])
-    steps = [
-        ("run", "say hello"),
-        ("cron", "add", "every 2h", "check the build", "--deliver", "file:build.md"),
-        ("sandbox", "shell", "--backend", "local", "--snapshot", "built"),
-        (
-            "mcp",
-            "add",
-            "clock",
-            "--command",
-            "python3",
-            "--arg=-m",
-            "--arg",
-            "mcp_server_time",
-            "--env",
-            "K=v",
-        ),
-    ]
-    for args in steps:
-        done = hermetic(*args, env=env, stdin="echo hi\n")
+    for args in [("run", "say hello"), ("sandbox", "shell", "--backend", "local", "--snapshot", "built")]:
+        done = hermetic(*args, env=env, stdin="echo hi\n")  # each starts a sandbox: as a user runs them
         assert done.returncode == 0, (args, done.stderr)
+    in_process("cron", "add", "every 2h", "check the build", "--deliver", "file:build.md", env=env)
+    in_process(
+        "mcp",
+        "add",
+        "clock",
+        "--command",
+        "python3",
+        "--arg=-m",
+        "--arg",
+        "mcp_server_time",
+        "--env",
+        "K=v",
+        env=env,
+    )
     return env
+
+
+def in_process(*args: str, env: dict[str, str]) -> str:
+    """The CLI in this process (the settings come from `env`): output that no terminal width shapes."""
+    done = CliRunner().invoke(cli_app, list(args), env=env)
+    assert done.exit_code == 0, (args, done.output)
+    return done.output
 
 
 def test_skills_list_at_80_columns_cuts_no_cell(home: dict[str, str]) -> None:
@@ -86,7 +91,7 @@ def test_skills_list_at_80_columns_cuts_no_cell(home: dict[str, str]) -> None:
 
 
 def test_a_skill_never_run_has_no_success_rate_in_json(home: dict[str, str]) -> None:
-    listed = json.loads(hermetic("skills", "list", "--json", env=home).stdout)
+    listed = json.loads(in_process("skills", "list", "--json", env=home))
     assert [s["name"] for s in listed] == SKILLS
     assert all(s["runs"] == 0 and s["success_rate"] is None for s in listed)
 
@@ -106,25 +111,26 @@ LISTS: dict[tuple[str, ...], set[str]] = {
     ("cron", "list"): {"id", "name", "schedule", "state", "next_run_at", "paused"},
     ("snapshot", "list"): {"id", "label", "backend", "bytes", "created"},
     ("token", "list"): {"id", "profile", "created", "name"},
+    ("model", "list"): {"name", "api_base", "role"},
+    ("skills", "tap", "list"): {"name", "url"},
     ("mcp", "list"): {"name", "runs", "command", "args", "url", "include", "exclude", "env"},
 }
 
 
-@pytest.mark.parametrize("command", LISTS, ids=lambda c: c[0])
+@pytest.mark.parametrize("command", LISTS, ids=" ".join)
 def test_every_list_command_prints_a_json_array_with_its_fields(
     home: dict[str, str], command: tuple[str, ...]
 ) -> None:
-    done = hermetic(*command, "--json", env=home)
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)
-    assert isinstance(rows, list) and rows, done.stdout
+    output = in_process(*command, "--json", env=home)
+    rows = json.loads(output)
+    assert isinstance(rows, list) and rows, output
     assert all(isinstance(row, dict) and LISTS[command] <= set(row) for row in rows), rows
 
 
 def test_json_lists_hold_no_secret(home: dict[str, str]) -> None:
-    [server] = json.loads(hermetic("mcp", "list", "--json", env=home).stdout)
+    [server] = json.loads(in_process("mcp", "list", "--json", env=home))
     assert server["env"] == ["K"] and "v" not in json.dumps(server["env"])
-    [token] = json.loads(hermetic("token", "list", "--json", env=home).stdout)
+    [token] = json.loads(in_process("token", "list", "--json", env=home))
     assert set(token) == {"id", "profile", "created", "name"} and token["name"] == "ci"
 
 

@@ -21,6 +21,7 @@ from ..skills.install import Candidate, Installer, InstallError, Plan
 from ..skills.sources import Limits, SourceError
 from ..skills.static import THREAT_REASON
 from ..skills.taps import TapError
+from .listing_json import AsJson, print_json
 from .skills import Name, console, errors, library
 
 tap_app = typer.Typer(help="Taps: git repositories or HTTP indexes that list skills.", no_args_is_help=True)
@@ -156,8 +157,12 @@ def tap_add(name: Annotated[str, typer.Argument()], url: Annotated[str, typer.Ar
 
 
 @tap_app.command("list")
-def tap_list() -> None:
+def tap_list(as_json: AsJson = False) -> None:
+    """The configured taps and their URLs."""
     with installer() as inst:
+        if as_json:
+            print_json({"name": name, "url": url} for name, url in inst.taps.all().items())
+            return
         for name, url in inst.taps.all().items():
             console.print(f"{name}: {url}", markup=False)
 
