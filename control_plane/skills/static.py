@@ -146,14 +146,12 @@ def _file_findings(
     passed: list[SkillFinding] = []
     while True:
         found = [judge(rel, f, place) for f in scan("\n".join(lines), THREAT_FAMILIES)]
-        statuses = [_status(f, accept, tolerate) for f in found]
-        blocked = {f.line for f, status in zip(found, statuses, strict=True) if status == "refused"}
+        found = [dataclasses.replace(f, status=_status(f, accept, tolerate)) for f in found]
+        blocked = {f.line for f in found if f.status == "refused"}
         taken = {f.line for f in found if f.line and f.line not in blocked}
         if not taken:
-            return passed + [dataclasses.replace(f, status=s) for f, s in zip(found, statuses, strict=True)]
-        passed += [
-            dataclasses.replace(f, status=s) for f, s in zip(found, statuses, strict=True) if f.line in taken
-        ]
+            return passed + found
+        passed += [f for f in found if f.line in taken]
         for number in taken:
             lines[number - 1] = ""
 
