@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -126,10 +126,14 @@ class GatewaySettings(BaseModel):
 
     @property
     def platforms(self) -> dict[str, ChatAccess]:
-        found = {
-            "telegram": self.telegram,
-            "slack": self.slack,
-            "discord": self.discord,
-            "webhook": self.webhook,
-        }
+        """The configured platforms by name."""
+        found = {name: getattr(self, name) for name in PLATFORMS}
         return {name: config for name, config in found.items() if config is not None}
+
+
+PLATFORMS: tuple[str, ...] = tuple(
+    name
+    for name, field in GatewaySettings.model_fields.items()
+    if any(isinstance(arg, type) and issubclass(arg, ChatAccess) for arg in get_args(field.annotation))
+)
+"""Every platform the gateway can serve: the fields of GatewaySettings that configure one."""

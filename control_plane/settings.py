@@ -216,6 +216,11 @@ class SkillInstallSettings(BaseModel):
     """Let the HTTP API install from (and tap) this server's own paths, file:// and ssh repositories.
     Off, an API caller may name only http(s) and git:// URLs and TAP/NAME of a configured tap: a token
     must not read the server's disk or sign in elsewhere with its SSH keys."""
+    allow_private_urls: bool = False
+    """Let the HTTP API fetch (install, update, taps) from loopback, private, link-local and metadata
+    addresses, the ranges the egress policy refuses. Off, each connection it makes is checked on the
+    address it connects to, redirects included: a token must not make the server probe its own network.
+    The CLI, run by the operator on the server, is not limited by it."""
 
 
 class AgentSettings(BaseModel):
@@ -325,8 +330,7 @@ class Settings(BaseSettings):
     toolsets: Annotated[list[str], NoDecode] = [
         "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
-    clarify, network."""
+    """Which tool groups the model sees (`hermetic run --help` lists every one the tool registry has)."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()

@@ -106,6 +106,11 @@ def http_server(directory: Path) -> Iterator[str]:
         server.server_close()
 
 
+def loopback_settings(profile: str, root: Path) -> Any:
+    """A profile whose API may fetch from this test's loopback servers (skill_install.allow_private_urls)."""
+    return load_settings(profile, root=root, backend="local", skill_install={"allow_private_urls": True})
+
+
 def tar_of(directory: Path, arcname: str) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
@@ -452,31 +457,48 @@ def test_a_threat_finding_names_file_line_and_family_and_may_be_accepted_for_one
     skill = write_skill(
         tmp_path / "src" / "prompt-migration",
         "name: prompt-migration\ndescription: Migrates prompts.",
-        files={"references/guide.md": MIGRATION_GUIDE},
+        body=MIGRATION_GUIDE,  # in the instructions: addressed to the model
     )
     installer = installer_at(tmp_path)
     [refused] = (first := installer.plan_install(str(skill))).candidates
     assert refused.verdict.status == "fail"
     [reason] = refused.verdict.reasons
-    assert reason.startswith("threats: references/guide.md: injection/ignore-instructions")
-    assert "(at references/guide.md:5, id t-" in reason
+    assert reason.startswith("threats: SKILL.md: injection/ignore-instructions")
+    assert "(high, at SKILL.md:9, id t-" in reason
     installer.discard(first)
-    plan = installer.plan_install(str(skill), accept=("references/guide.md:4",))  # another line: nothing
+    plan = installer.plan_install(str(skill), accept=("SKILL.md:8",))  # another line: nothing
     assert not plan.candidates[0].mergeable and plan.candidates[0].verdict.accepted == []
-    assert plan.unused_accepts == ["references/guide.md:4"]
+    assert plan.unused_accepts == ["SKILL.md:8"]
     installer.discard(plan)
-    finding_id = reason.rsplit(", id ", 1)[1].rstrip(")")
+    finding_id = refused.verdict.findings[0].id
+    assert f"id {finding_id})" in reason
     by_id = installer.plan_install(str(skill), accept=(finding_id,))
     assert by_id.candidates[0].verdict.status == "unverified"  # the id names the same finding
     installer.discard(by_id)
-    plan = installer.plan_install(str(skill), accept=("references/guide.md:5",))
+    plan = installer.plan_install(str(skill), accept=("SKILL.md:9",))
     [candidate] = plan.candidates
     assert candidate.verdict.status == "unverified" and len(candidate.verdict.accepted) == 1
     assert plan.unused_accepts == []
     installer.commit(plan)
     entry = installer.lock.get("prompt-migration")
-    assert entry is not None and "references/guide.md:5" in entry.accepted[0]
+    assert entry is not None and "SKILL.md:9" in entry.accepted[0]
     assert "accepted findings: 1" in (installer.library.info("prompt-migration").provenance or "")
+
+
+def test_the_same_phrase_quoted_in_a_reference_is_a_low_warning(tmp_path: Path) -> None:
+    skill = write_skill(
+        tmp_path / "src" / "prompt-migration",
+        "name: prompt-migration\ndescription: Migrates prompts.",
+        files={"references/guide.md": MIGRATION_GUIDE},
+    )
+    installer = installer_at(tmp_path)
+    [candidate] = (plan := installer.plan_install(str(skill))).candidates
+    assert candidate.verdict.status == "unverified" and candidate.verdict.reasons == []
+    [finding] = candidate.verdict.findings
+    assert (finding.severity, finding.place, finding.status) == ("low", "reference", "warning")
+    installer.commit(plan)
+    entry = installer.lock.get("prompt-migration")
+    assert entry is not None and entry.warnings == [f"threat: {finding}"]
 
 
 def test_a_finding_in_an_executable_file_is_never_accepted(tmp_path: Path) -> None:
@@ -770,7 +792,7 @@ def test_api_install_is_a_dry_run_until_confirmed(tmp_path: Path) -> None:
     git(tmp_path, "clone", "-q", "--bare", str(repo_with_skill(tmp_path)), str(www / "greet.git"))
     git(www / "greet.git", "update-server-info")  # git's "dumb" HTTP protocol: static files
     token = TokenStore(tmp_path).create("default")
-    app = create_app(tmp_path, lambda profile: load_settings(profile, root=tmp_path, backend="local"))
+    app = create_app(tmp_path, lambda profile: loopback_settings(profile, tmp_path))
     with TestClient(app) as client, http_server(www) as url:
         client.headers["Authorization"] = f"Bearer {token}"
         body = {"source": f"{url}/greet.git#main:greet"}

@@ -37,9 +37,7 @@ def test_a_snapshot_made_by_one_process_starts_a_sandbox_in_another(backend: Bac
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     snapshot_id = re.search(r"snapshot (snap-[0-9a-f]{12})", made.stderr).group(1)  # type: ignore[union-attr]
-    listed = [
-        json.loads(line) for line in hermetic(tmp_path, "snapshot", "list", "--json").stdout.splitlines()
-    ]
+    listed = [*json.loads(hermetic(tmp_path, "snapshot", "list", "--json").stdout)]
     assert [(s["id"], s["label"], s["backend"]) for s in listed] == [(snapshot_id, "built", name)]
     assert listed[0]["holds"]["shell_sessions"] == ["default"] and listed[0]["bytes"] > 0
 

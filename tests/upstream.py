@@ -2,7 +2,8 @@
 
 `python upstream.py ADDRESS ROOT`: HTTP on ADDRESS:80 and HTTPS on ADDRESS:443 (ROOT/cert.pem,
 ROOT/key.pem from a throwaway CA) serving ROOT/www; `/host` answers with the Host header it got,
-`/hang` never answers, `/bytes/N` with N zero bytes. Prints "ready" once both listen, and serves until killed.
+`/hang` never answers, `/bytes/N` with N zero bytes, `/redirect/HOST:PORT/PATH` with a 302 to
+http://HOST:PORT/PATH. Prints "ready" once both listen, and serves until killed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             self._send(f"host={self.headers.get('Host')}\n".encode())
         elif self.path.startswith("/bytes/"):
             send_zeros(self, int(self.path.rsplit("/", 1)[1]))
+        elif self.path.startswith("/redirect/"):  # a public host sending its client elsewhere
+            self.send_response(302)
+            self.send_header("Location", "http://" + self.path.removeprefix("/redirect/"))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         else:
             super().do_GET()
 

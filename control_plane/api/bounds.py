@@ -37,7 +37,7 @@ SkillName = Annotated[
 SourceText = Annotated[str, _text(1, 4000)]
 """Where skills come from: a directory, an archive file or URL, a git repository[#REF][:SUBDIR], TAP/NAME."""
 FindingRef = Annotated[str, _text(1, 500)]
-"""A threat finding accepted for an install: FILE:LINE or the finding's id."""
+"""A threat finding accepted for an install: the finding's id, FILE:LINE, or "all"."""
 Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
 Version = Annotated[int, Field(ge=1, le=MAX_OFFSET)]
 

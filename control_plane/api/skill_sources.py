@@ -28,10 +28,12 @@ TapName = Annotated[str, StringConstraints(pattern=TAP_NAME.pattern)]
 class InstallRequest(BaseModel):
     source: SourceText
     """An http(s) or git:// URL of a .tar.gz/.zip or a git repository[#REF][:SUBDIR], or TAP/NAME; this
-    server's own paths only with skill_install.local_sources_over_api."""
+    server's own paths only with skill_install.local_sources_over_api, private and loopback addresses
+    only with skill_install.allow_private_urls."""
     all: bool = False
     accept: list[FindingRef] = Field(default_factory=list, max_length=100)
-    """Threat findings accepted for this install: FILE:LINE or finding ids."""
+    """Threat findings accepted for this install (after review): finding ids, FILE:LINE, or "all" (every
+    finding outside executable files). Low findings need none: they merge as warnings."""
     allow_unverified: bool = False
     confirm: bool = False
     """Merge what passed; without it nothing is merged (the verdicts are returned to review)."""
@@ -53,7 +55,8 @@ class TapRequest(BaseModel):
 def _run(profile: Auth, action: Any) -> Any:
     """Call `action(installer)`; refusals become 404 (unknown skill) or 400 with the reason."""
     settings = profile.settings.skill_install
-    installer = Installer(profile.agent.skills, Limits(settings.max_bytes, settings.max_files))
+    limits = Limits(settings.max_bytes, settings.max_files, public_only=not settings.allow_private_urls)
+    installer = Installer(profile.agent.skills, limits)
     try:
         return action(installer)
     except UnknownSkill as exc:

@@ -17,9 +17,13 @@ from ..agent.agent import Agent
 from ..agent.commands import run_command
 from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
+from ..scheduler import tool as _schedule_tool  # noqa: F401 (registers the schedule toolset in TOOLS)
 from ..settings import Settings, load_settings
+from ..tools import TOOLS
 from .answers import TerminalAnswers
+from .listing_json import AsJson, print_json
 from .render import EventPrinter
+from .sandbox import BackendOption
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -33,12 +37,9 @@ ApiBaseOption = Annotated[
         help="URL of the model's server, e.g. http://localhost:11434/v1 for Ollama (overrides config)",
     ),
 ]
-BackendOption = Annotated[
-    str | None,
-    typer.Option("--backend", "-b", help="local, docker, ssh or modal (default: docker if running)"),
-]
 ToolsetsOption = Annotated[
-    str | None, typer.Option("--toolsets", help="Comma-separated: terminal, files, browser, recall")
+    str | None,
+    typer.Option("--toolsets", help=f"Comma-separated, of: {', '.join(sorted(TOOLS.toolsets))}"),
 ]
 
 
@@ -194,11 +195,29 @@ def _store() -> tuple[Settings, Any]:
 
 
 @sessions_app.command("list")
-def sessions_list(limit: Annotated[int, typer.Option(help="How many")] = 20) -> None:
+def sessions_list(limit: Annotated[int, typer.Option(help="How many")] = 20, as_json: AsJson = False) -> None:
     """The latest sessions of this profile."""
     settings, store = _store()
+    records = store.list_sessions(settings.profile, limit=limit)
+    if as_json:
+        print_json(
+            {
+                "id": r.id,
+                "title": r.title,
+                "source": r.source,
+                "model": r.model,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+                "message_count": r.message_count,
+                "prompt_tokens": r.prompt_tokens or 0,
+                "completion_tokens": r.completion_tokens or 0,
+                "cost": r.cost or 0.0,
+            }
+            for r in records
+        )
+        return
     table = Table("id", "last activity", "messages", "tokens", "cost", "title", box=None)
-    for record in store.list_sessions(settings.profile, limit=limit):
+    for record in records:
         tokens = (record.prompt_tokens or 0) + (record.completion_tokens or 0)
         table.add_row(
             record.id,
@@ -277,10 +296,15 @@ def token_create(name: Annotated[str, typer.Option(help="A label for the token")
 
 
 @token_app.command("list")
-def token_list() -> None:
+def token_list(as_json: AsJson = False) -> None:
+    """Every token: its id (what `revoke` takes), profile, creation time and label; never the token."""
     from ..api.tokens import TokenStore
 
-    for entry in TokenStore(load_settings().root).list():
+    entries = TokenStore(load_settings().root).list()
+    if as_json:
+        print_json({key: entry.get(key) for key in ("id", "profile", "created", "name")} for entry in entries)
+        return
+    for entry in entries:
         console.print(
             f"{entry['id']}  {entry['profile']}  {_when(entry['created'])}  {escape(entry['name'])}"
         )

@@ -17,6 +17,7 @@ from rich.table import Table
 from .. import config_file
 from ..memory.persona import ensure_soul, load_persona, soul_path
 from ..settings import Settings, load_settings
+from .listing_json import AsJson, print_json
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -135,9 +136,15 @@ def model_current() -> None:
 
 
 @model_app.command("list")
-def model_list() -> None:
+def model_list(as_json: AsJson = False) -> None:
     """The configured models in the order they are tried: the primary, then the fallbacks."""
     model = _settings().model
+    if as_json:  # never a key: the name, the server and the role of each
+        print_json(
+            {"name": e.name, "api_base": e.api_base, "role": "primary" if i == 0 else f"fallback {i}"}
+            for i, e in enumerate(model.chain)
+        )
+        return
     table = Table("", "model", "server", "role")
     for position, endpoint in enumerate(model.chain):
         table.add_row(

@@ -20,6 +20,7 @@ from ..scheduler.jobs import schedule_of
 from ..settings import Settings, load_settings
 from ..store import Store
 from ..tools import TOOLS
+from .listing_json import AsJson, print_json
 
 app = typer.Typer(
     help="Scheduled jobs: add, list, show, pause, resume, run, rm, history.", no_args_is_help=True
@@ -102,20 +103,28 @@ def add(
 
 
 @app.command("list")
-def list_() -> None:
+def list_(as_json: AsJson = False) -> None:
     """The profile's jobs."""
     with jobs() as (settings, store):
+        listed = store.all(settings.profile)
+        if as_json:
+            print_json({**job.model_dump(mode="json"), "state": _state(job)} for job in listed)
+            return
         table = Table("id", "state", "schedule", "next run", "last", "name", box=None)
-        for job in store.all(settings.profile):
+        for job in listed:
             table.add_row(
                 job.id,
-                "paused" if job.paused else ("running" if job.lease_owner else "active"),
+                _state(job),
                 escape(job.schedule),
                 _when(job.next_run_at, job.tz),
                 job.last_status or "",
                 escape(job.name),
             )
         console.print(table)
+
+
+def _state(job: JobRecord) -> str:
+    return "paused" if job.paused else ("running" if job.lease_owner else "active")
 
 
 @app.command("show")

@@ -172,8 +172,9 @@ def check_model(settings: Settings, offline: bool) -> Check:
     model = settings.model
     if not model.name:
         fix = (
-            "export HERMETIC_MODEL__NAME=anthropic/claude-sonnet-4-5 and its key (ANTHROPIC_API_KEY), "
-            "or set model.name in config.yaml; self-hosted: HERMETIC_MODEL__API_BASE=http://HOST:PORT/v1"
+            "run `hermetic setup` (asks for the model and its key), or `hermetic model set "
+            "anthropic/claude-sonnet-4-5` (a local server: `hermetic model set openai/MODEL --api-base "
+            "http://HOST:PORT/v1`); environment variables work too: HERMETIC_MODEL__NAME and the key"
         )
         return Check("model", "fail", "no model configured: the agent cannot run", fix)
     from ..models.router import Router

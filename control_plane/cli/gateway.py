@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from ..chat_settings import PLATFORMS
 from ..gateway import Gateway, GatewayLocked, create_gateway
 from ..gateway.records import GatewayStore
 from ..gateway.status import PlatformStatus
@@ -23,7 +24,10 @@ from ..settings import Settings, load_settings
 if TYPE_CHECKING:
     import uvicorn
 
-app = typer.Typer(help="The messaging gateway: Telegram and a signed webhook.", no_args_is_help=True)
+app = typer.Typer(
+    help=f"The messaging gateway: one agent reached from {', '.join(PLATFORMS)} (config.yaml's gateway:).",
+    no_args_is_help=True,
+)
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 

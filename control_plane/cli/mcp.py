@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..settings import Settings, load_settings
+from ..surface_settings import MCPServerConfig
+from .listing_json import AsJson, print_json
 
 app = typer.Typer(
     help="MCP: the sandboxes and the agent as tools for other agents and IDEs.", no_args_is_help=True
@@ -171,21 +173,37 @@ def remove(name: str) -> None:
 
 
 @app.command("list")
-def list_servers() -> None:
+def list_servers(as_json: AsJson = False) -> None:
     """The MCP servers the agent uses."""
     servers = load_settings().mcp_servers
+    if as_json:  # the names of env variables and headers, never their values (they hold secrets)
+        print_json(
+            {
+                "name": name,
+                "runs": _runs(config),
+                **config.model_dump(mode="json", exclude={"env", "headers"}),
+                "env": sorted(config.env),
+                "headers": sorted(config.headers),
+            }
+            for name, config in servers.items()
+        )
+        return
     if not servers:
         err.print("no MCP servers (add one: hermetic mcp add NAME --command ... | --url ...)")
         return
     table = Table("name", "runs", "what", "tools")
     for name, config in servers.items():
-        runs = "http" if config.url else "host" if config.host else "sandbox"
+        runs = _runs(config)
         what = config.url or " ".join([config.command or "", *config.args])
         tools = (", ".join(config.include) or "all") + (
             f" except {', '.join(config.exclude)}" if config.exclude else ""
         )
         table.add_row(name, runs, what, tools)
     Console().print(table)
+
+
+def _runs(config: MCPServerConfig) -> str:
+    return "http" if config.url else "host" if config.host else "sandbox"
 
 
 @app.command("test")

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec
+from backends import BACKEND_NAMES, Backend, BackendUnavailable, Sandbox, SandboxSpec
 from backends.snapshots import SnapshotError
 
 from ..sandbox_manager import choose_backend, snapshot_store
@@ -22,7 +22,11 @@ TRUNCATION = "\n\n[... output truncated"
 
 BackendOption = Annotated[
     str | None,
-    typer.Option("--backend", "-b", help="local, docker or ssh (default: docker if running)"),
+    typer.Option(
+        "--backend",
+        "-b",
+        help=f"{', '.join(BACKEND_NAMES[:-1])} or {BACKEND_NAMES[-1]} (default: docker if running)",
+    ),
 ]
 
 

@@ -12,22 +12,36 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
+from ..safety.threats import Severity
 from ..settings import load_settings
-from ..skills.install import Installer, InstallError, Plan
+from ..skills.findings import SkillFinding
+from ..skills.install import Candidate, Installer, InstallError, Plan
 from ..skills.sources import Limits, SourceError
+from ..skills.static import THREAT_REASON
 from ..skills.taps import TapError
+from .listing_json import AsJson, print_json
 from .skills import Name, console, errors, library
 
 tap_app = typer.Typer(help="Taps: git repositories or HTTP indexes that list skills.", no_args_is_help=True)
 Accept = Annotated[
     list[str] | None,
-    typer.Option("--accept", help="Accept one threat finding for this install: FILE:LINE or its id"),
+    typer.Option(
+        "--accept",
+        help="Accept a threat finding you reviewed: its id or FILE:LINE (repeatable); 'all' accepts every "
+        "finding outside executable files",
+    ),
 ]
 AllowUnverified = Annotated[
     bool, typer.Option("--allow-unverified", help="Merge a skill that ships scripts but no checks")
 ]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Merge without asking")]
+Yes = Annotated[
+    bool,
+    typer.Option(
+        "--yes", "-y", help="Merge without asking: low findings merge with a warning, others need --accept"
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -143,8 +157,12 @@ def tap_add(name: Annotated[str, typer.Argument()], url: Annotated[str, typer.Ar
 
 
 @tap_app.command("list")
-def tap_list() -> None:
+def tap_list(as_json: AsJson = False) -> None:
+    """The configured taps and their URLs."""
     with installer() as inst:
+        if as_json:
+            print_json({"name": name, "url": url} for name, url in inst.taps.all().items())
+            return
         for name, url in inst.taps.all().items():
             console.print(f"{name}: {url}", markup=False)
 
@@ -163,23 +181,24 @@ def register(app: typer.Typer) -> None:
 
 
 def _confirm_and_commit(inst: Installer, plan: Plan, yes: bool) -> None:
-    """Show the plan, ask, merge what passed; whatever happens, nothing of it stays in quarantine."""
+    """Show the plan, ask about each finding that stops a merge (unless `--yes`), ask, merge what passed;
+    whatever happens, nothing of it stays in quarantine."""
     try:
         _show(plan)
+        if not yes and (taken := _review(plan)):
+            _show(inst.accept(plan, taken))
         mergeable = [c for c in plan.candidates if c.mergeable]
         if not mergeable:
             if any(c.verdict.status == "fail" for c in plan.candidates):
+                if any(f.acceptable for c in plan.candidates for f in _refused(c)):
+                    errors.print("review each finding, then accept it with --accept ID (or --accept all)")
                 errors.print("nothing merged")
                 raise typer.Exit(1)
             return
         question = f"merge {len(mergeable)} skill(s)" + (
             " that ship scripts" if plan.needs_confirmation_for_scripts else ""
         )
-        try:
-            confirmed = yes or typer.confirm(question + "?", default=False)
-        except typer.Abort:  # no terminal to answer, or ^C: a no
-            confirmed = False
-        if not confirmed:
+        if not (yes or _ask(question + "?")):
             errors.print("nothing merged")
             raise typer.Exit(1)
         for c in inst.commit(plan):
@@ -190,8 +209,38 @@ def _confirm_and_commit(inst: Installer, plan: Plan, yes: bool) -> None:
         inst.discard(plan)
 
 
+def _refused(candidate: Candidate) -> list[SkillFinding]:
+    return [f for f in candidate.verdict.findings if f.status == "refused"]
+
+
+def _review(plan: Plan) -> tuple[str, ...]:
+    """Ask about each finding that alone stops a candidate; the ids the operator accepts."""
+    taken: list[str] = []
+    for c in plan.candidates:
+        refused = _refused(c)
+        if not refused or len(refused) != len(c.verdict.reasons) or not all(f.acceptable for f in refused):
+            continue  # nothing to decide, or refused for more than its findings
+        for f in refused:
+            if _ask(
+                f"{c.name}: accept the {f.severity} finding {f.family}/{f.rule} at {f.where} (id {f.id})?"
+            ):
+                taken.append(f.id)
+    return tuple(taken)
+
+
+def _ask(question: str) -> bool:
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:  # no terminal to answer, or ^C: a no
+        return False
+
+
+_LABEL = {"refused": "refused", "accepted": "accepted", "warning": "warning, merged anyway"}
+_COLOUR = {Severity.LOW: "yellow", Severity.MEDIUM: "dark_orange", Severity.HIGH: "red"}
+
+
 def _show(plan: Plan) -> None:
-    """Each candidate's verdict, warnings, accepted findings, scripts and reasons."""
+    """Each candidate's verdict, warnings, threat findings, scripts and other reasons."""
     console.print(
         f"source: {plan.source}" + (f" (commit {plan.commit})" if plan.commit else ""), markup=False
     )
@@ -207,11 +256,19 @@ def _show(plan: Plan) -> None:
                 f"here: {verdict.status}",
                 markup=False,
             )
-        for line in [f"warning: {w}" for w in c.warnings] + [f"accepted: {a}" for a in verdict.accepted]:
-            console.print(f"  {line}", markup=False)
+        for w in c.warnings:
+            console.print(f"  warning: {w}", markup=False)
+        for f in verdict.findings:
+            label = _LABEL[f.status]
+            if f.status == "refused" and not f.acceptable:
+                label += " (a finding in an executable file cannot be accepted: fix the script)"
+            where = f"{f.where} {f.family}/{f.rule} (id {f.id}, {f.place}): {label}"
+            console.print(f"  [{_COLOUR[f.severity]}]{f.severity}[/] {escape(where)}")
+            console.print(f"    {f.excerpt}", markup=False)
         if c.scripts:
             console.print(f"  ships scripts: {', '.join(c.scripts)}", markup=False)
         for reason in verdict.reasons:
-            console.print(f"  - {reason}", markup=False)
+            if not reason.startswith(THREAT_REASON):
+                console.print(f"  - {reason}", markup=False)
     for spec in plan.unused_accepts:
-        console.print(f"[yellow]--accept {spec} matched no finding: nothing was accepted for it[/]")
+        console.print(f"[yellow]--accept {escape(spec)} matched no finding: nothing was accepted for it[/]")

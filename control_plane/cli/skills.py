@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..sandbox_manager import choose_backend
@@ -17,6 +19,7 @@ from ..skills.curation import duplicates
 from ..skills.curation import unmerge as unmerge_skill
 from ..skills.library import SkillError, SkillLibrary
 from ..skills.model import Verdict
+from .listing_json import AsJson, print_json
 
 app = typer.Typer(help="The skill library: list, inspect, verify, version, curate.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -39,25 +42,30 @@ def library() -> Iterator[SkillLibrary]:
 
 
 @app.command("list")
-def list_(archived: Annotated[bool, typer.Option(help="Include archived skills")] = False) -> None:
-    """Every skill with its version, verdict, state and usage."""
+def list_(
+    archived: Annotated[bool, typer.Option(help="Include archived skills")] = False, as_json: AsJson = False
+) -> None:
+    """Every skill with its version, verdict, state and how its runs went."""
     with library() as skills:
         listed = skills.list_skills(archived=archived)
-        installed = any(s.provenance for s in listed)  # the "from" column only when one came from outside
-        table = Table()
-        table.add_column("name", no_wrap=True)  # a name never wraps: it is what users copy
-        for column in ("version", "status", "state", "runs", "success (ok/failed)", "description"):
-            table.add_column(column)
-        if installed:
-            table.add_column("from")
+        if as_json:
+            print_json(
+                {**asdict(s), "runs": s.runs, "success_rate": s.successes / s.runs if s.runs else None}
+                for s in listed
+            )
+            return
+        table = Table(box=None, pad_edge=False)
+        for column in ("name", "ver", "status", "state", "runs ok"):  # short: never wrapped nor cut
+            table.add_column(column, no_wrap=True, justify="right" if column == "ver" else "left")
+        table.add_column("description", overflow="fold", min_width=20)
         for s in listed:
             state = s.state + (", pinned" if s.pinned else "")
             state += f", merged into {s.merged_into}" if s.merged_into else ""
-            success = f"{s.success_rate:.0%} ({s.successes}/{s.failures})"
-            origin = [(s.provenance or "here").removeprefix("installed from ")] if installed else []
-            table.add_row(
-                s.name, str(s.version), s.status, state, str(s.runs), success, s.description[:60], *origin
-            )
+            runs = f"{s.successes}/{s.runs}" if s.runs else "never run"
+            about = escape(_first_sentence(s.description))
+            if s.provenance:
+                about += f"\n[dim]{escape(s.provenance.replace('installed from ', 'from ', 1))}[/]"
+            table.add_row(s.name, str(s.version), s.status, state, runs, about)
         console.print(table)
 
 
@@ -191,6 +199,12 @@ def unmerge(name: Name) -> None:
     with library() as skills:
         for change in unmerge_skill(skills, name):
             console.print(change, markup=False)
+
+
+def _first_sentence(text: str) -> str:
+    """A description's first sentence: what the skill does (the rest tells the model when to use it)."""
+    head, dot, _ = text.partition(". ")
+    return head + dot.strip()
 
 
 def _print_verdict(verdict: Verdict) -> None:

@@ -20,6 +20,7 @@ from ..checkpoints import Checkpoints, NoSuchCheckpoint
 from ..sandbox_manager import SandboxManager, choose_backend, snapshot_store
 from ..settings import Settings, load_settings
 from .agent import sessions_app
+from .listing_json import AsJson, print_json
 
 app = typer.Typer(help="Saved sandbox states: list, show, label, delete, prune.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -84,14 +85,13 @@ def snapshot_table(snapshots: list[Snapshot]) -> Table:
 @app.command("list")
 def list_command(
     owner: Annotated[str | None, typer.Option(help="Only this owner's (a session id)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """This profile's snapshots, oldest first, with the disk they use."""
     _, store = _store()
     snapshots = store.list(owner=owner)
     if as_json:
-        for snapshot in snapshots:
-            print(json.dumps(snapshot.summary()))
+        print_json(snapshot.summary() for snapshot in snapshots)
         return
     console.print(snapshot_table(snapshots))
     damaged = store.damaged()

@@ -7,6 +7,10 @@ conventions" passes, "echo '...' >> ~/.bashrc" does not.
 SCRIPT_FAMILIES (reverse shells, downloads piped into a shell, destructive commands) are for text that
 will be executed, like a skill's scripts: a memory note saying "install with curl ... | sh" is ordinary
 prose, so they are opt-in and not part of the default scan.
+
+Each finding carries its rule's severity (threat_rules.py: most are HIGH, a few MEDIUM, and some rules
+judge their match: a download piped into `python3 -c '...'` is no finding, a key in an auth header is
+LOW). A shape of a secret that is a placeholder (placeholders.py) is no finding.
 """
 
 from __future__ import annotations
@@ -15,32 +19,12 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
+from .placeholders import is_placeholder
 from .redaction import SECRET_SHAPES, Redactor
+from .threat_rules import FAMILIES, JUDGE, RULES, SCRIPT_FAMILIES, SEVERITY, Family, Severity
 
-Family = Literal[
-    "injection",
-    "role-hijack",
-    "exfiltration",
-    "persistence",
-    "secret",
-    "invisible-unicode",
-    "reverse-shell",
-    "download-exec",
-    "destructive",
-]
-FAMILIES: tuple[Family, ...] = (
-    "injection",
-    "role-hijack",
-    "exfiltration",
-    "persistence",
-    "secret",
-    "invisible-unicode",
-)
-"""The default scan: what a planted instruction in prose looks like."""
-SCRIPT_FAMILIES: tuple[Family, ...] = ("reverse-shell", "download-exec", "destructive")
-"""Opt-in: commands that are harmful when run, even where a note may mention them."""
+__all__ = ["FAMILIES", "SCRIPT_FAMILIES", "Family", "Finding", "Severity", "scan"]
 
 
 @dataclass(frozen=True)
@@ -51,302 +35,12 @@ class Finding:
     """The matched text with a little context; secrets are cut short, invisible characters spelled out."""
     line: int = 0
     """The line (from 1) of the match in the scanned text; 0 when not known."""
+    severity: Severity = Severity.HIGH
+    """The rule's severity where text is an instruction (a caller may judge its place: skills/findings.py)."""
 
     def __str__(self) -> str:
         return f"{self.family}/{self.rule}: {self.excerpt!r}"
 
-
-_SECRET_FILE = (
-    r"(?:\.env(?![\w.-])|\.ssh/|id_(?:rsa|dsa|ecdsa|ed25519)\b|\.aws/credentials|\.netrc|\.pgpass"
-    r"|\.git-credentials|\.docker/config\.json|\.kube/config|\.npmrc|\.pypirc|/etc/shadow)"
-)
-_WRITE_TO = r"(?:>>?\s*|\btee\s+(?:-a\s+)?|\bsed\s+-i\S*\s+(?:'[^']*'|\"[^\"]*\"|\S+)\s+)"
-_SHELL_RC = (
-    r"(?:\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zprofile|\.zshenv|\.zlogin"
-    r"|/etc/profile|/etc/bash\.bashrc|/etc/environment|config\.fish)\b"
-)
-_SECRET_VAR = r"\$\{?[A-Za-z_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z_]*\}?"
-_NETWORK_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|socat|Invoke-WebRequest|iwr)\b"
-_SHELL = r"(?:/usr/bin/|/bin/)?(?:ba|z|da|k)?sh\b"
-_INTERPRETER = rf"(?:sudo\s+(?:-\S+\s+)*)?(?:{_SHELL}|python[\d.]*\b|perl\b|ruby\b|node\b|iex\b)"
-_SYSTEM_DIR = r"(?:bin|boot|dev|etc|home|lib|lib64|opt|root|sbin|srv|usr|var)"
-# rm's target that takes a system down: /, /*, ~, $HOME, a top-level system directory
-_RM_TARGET = rf"[\"']?(?:/\*?|~/?\*?|\$\{{?HOME\}}?/?\*?|/{_SYSTEM_DIR}/?\*?)[\"']?(?=\s|$|[;&|)])"
-
-# (family, rule, needles, pattern). The pattern is matched against the NFKC-normalised text, so full-width
-# letters do not hide; it is tried only when one of the needles (lower case, single spaces) occurs, which
-# makes the scan of an ordinary note a few substring checks (a tenth of the time of the patterns alone).
-_RULES: list[tuple[Family, str, tuple[str, ...], re.Pattern[str]]] = [
-    (
-        "injection",
-        "ignore-instructions",
-        ("ignore", "disregard", "forget", "override", "bypass"),
-        re.compile(
-            r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:(?:all|any|every|the|your|my|of|these)\s+)*"
-            r"(?:previous|prior|above|earlier|preceding|former|system|original|safety|existing)\s+"
-            r"(?:instructions?|prompts?|rules|directions|directives|guidelines|messages?|context)\b",
-            re.I,
-        ),
-    ),
-    (
-        "injection",
-        "new-identity",
-        ("you are now", "from now on", "act as"),
-        re.compile(
-            r"\byou\s+are\s+now\s+(?:an?\s+|the\s+|my\s+|no\s+longer\b|in\s+\w+\s+mode\b|free\b|unrestricted\b"
-            r"|jailbroken\b|DAN\b)|\bfrom\s+now\s+on,?\s+you\s+(?:are|will|must|shall)\b"
-            r"|\bact\s+as\s+(?:an?\s+)?(?:unrestricted|unfiltered|jailbroken|evil)\b",
-            re.I,
-        ),
-    ),
-    (
-        "injection",
-        "instruction-header",
-        ("system prompt", "instructions", "developer message"),
-        re.compile(
-            r"\b(?:system\s+prompt|new\s+instructions|updated\s+instructions|override\s+instructions"
-            r"|developer\s+message)\s*:",
-            re.I,
-        ),
-    ),
-    (
-        "injection",
-        "reveal-prompt",
-        ("system prompt", "instructions"),
-        re.compile(
-            r"\b(?:reveal|print|show|repeat|output|leak|dump)\s+(?:your|the)\s+(?:full\s+|hidden\s+)?"
-            r"(?:system\s+prompt|initial\s+instructions|hidden\s+instructions)\b",
-            re.I,
-        ),
-    ),
-    (
-        "injection",
-        "conceal-from-user",
-        ("the user",),
-        re.compile(
-            r"\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention\s+(?:this\s+|it\s+)?to|reveal\s+(?:this\s+)?to)"
-            r"\s+the\s+user\b|\bwithout\s+(?:telling|informing|asking)\s+the\s+user\b",
-            re.I,
-        ),
-    ),
-    (
-        "injection",
-        "jailbreak-mode",
-        (" mode",),
-        re.compile(r"\b(?:developer|DAN|jailbreak|god)\s+mode\s+(?:enabled|activated|on)\b", re.I),
-    ),
-    (
-        "role-hijack",
-        "chat-template-token",
-        ("<", "[inst", "[/inst"),
-        re.compile(
-            r"<\|[a-z_]{2,30}\|>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>"
-            r"|</?(?:system|assistant|developer|tool_response)(?:\s[^>]*)?>",
-            re.I,
-        ),
-    ),
-    (
-        "role-hijack",
-        "fake-assistant-turn",
-        ("assistant", "human"),
-        re.compile(r"(?im)^[ \t>#*]*(?:assistant|human)\s*:"),
-    ),
-    (
-        "role-hijack",
-        "fake-system-turn",
-        ("system", "developer"),
-        # "System: Debian 12" is a note; "system: you must ..." speaks to the model.
-        re.compile(
-            r"(?im)^[ \t>#*]*(?:system|developer)\s*:\s*(?:you|your|ignore|disregard|from\s+now\s+on|always|"
-            r"never|do\s+not|don't|new\s+(?:instructions|rules)|override|the\s+(?:assistant|model|agent))\b"
-        ),
-    ),
-    (
-        "exfiltration",
-        "network-send-secret",
-        ("$", "`"),
-        re.compile(
-            rf"{_NETWORK_TOOL}[^\n]*(?:{_SECRET_VAR}|\$\(\s*(?:env|printenv|cat)\b|`\s*(?:env|printenv|cat)\b)"
-        ),
-    ),
-    (
-        "exfiltration",
-        "network-upload-file",
-        ("@", "-t ", "--upload-file", "--post-file"),
-        re.compile(
-            r"\b(?:curl|wget)\b[^\n]*(?:\s(?:-d|--data(?:-binary|-raw|-urlencode)?)\s*[\"']?@"
-            r"|\s-F\s*[\"']?[\w-]+=@|\s--form\s+[\"']?[\w-]+=@|\s(?:-T|--upload-file)\s|\s--post-file[=\s])"
-        ),
-    ),
-    (
-        "exfiltration",
-        "pipe-to-network",
-        ("|",),
-        re.compile(
-            r"\b(?:env|printenv|set|cat|tar|zip|base64)\b[^\n|]*\|\s*(?:base64\s*(?:-\w+\s*)*\|\s*)?"
-            r"(?:curl|wget|nc|ncat|netcat|socat)\b"
-        ),
-    ),
-    (
-        "exfiltration",
-        "read-secret-file",
-        (
-            ".env",
-            ".ssh",
-            "id_",
-            ".aws",
-            ".netrc",
-            ".pgpass",
-            ".git-credentials",
-            ".docker",
-            ".kube",
-            ".npmrc",
-            ".pypirc",
-            "shadow",
-        ),
-        re.compile(rf"\b(?:cat|base64|xxd|scp)\s+[^\n;|&]*?{_SECRET_FILE}"),
-    ),
-    (
-        "exfiltration",
-        "send-secrets",
-        ("send", "post", "upload", "forward", "exfiltrate", "leak", "email", "transmit"),
-        re.compile(
-            r"\b(?:send|post|upload|forward|exfiltrate|leak|email|transmit)\s+(?:(?:the|all|your|any|its)\s+)*"
-            r"(?:contents?\s+of\s+(?:the\s+)?)?(?:api[\s_-]?keys?|secrets?|credentials?|(?:access|auth|api|bearer)\s+"
-            r"tokens?|passwords?|private\s+keys?|ssh\s+keys?|env(?:ironment)?\s+variables|\.env|conversation\s+history"
-            r"|chat\s+history"
-            r"|system\s+prompt)\b",
-            re.I,
-        ),
-    ),
-    (
-        "persistence",
-        "ssh-authorized-keys",
-        ("authorized_keys", "ssh-copy-id"),
-        re.compile(
-            r"(?:>>?\s*|\btee\s+(?:-a\s+)?)\S*authorized_keys|\bssh-copy-id\b"
-            r"|\b(?:add|append|put|write|insert)\b[^\n]{0,60}\bauthorized_keys\b",
-            re.I,
-        ),
-    ),
-    (
-        "persistence",
-        "shell-rc-write",
-        (".bash", ".profile", ".zsh", ".zlogin", "/etc/profile", "/etc/environment", "config.fish"),
-        re.compile(rf"{_WRITE_TO}\S*{_SHELL_RC}"),
-    ),
-    (
-        "persistence",
-        "cron",
-        ("cron", "@reboot"),
-        re.compile(
-            r"\|\s*crontab\b|\bcrontab\s+(?:-u\s+\S+\s+)?(?:-e\b|-(?:\s|$)|[~/.][\w./~-]*)|/etc/cron\.|/var/spool/cron"
-            r"|@reboot\b"
-        ),
-    ),
-    (
-        "persistence",
-        "systemd-unit",
-        ("systemctl", "systemd"),
-        re.compile(
-            r"\bsystemctl\s+(?:--user\s+)?enable\b|(?:>>?\s*|\btee\s+|\b(?:cp|mv|ln\s+-s)\s+\S+\s+)"
-            r"\S*(?:/systemd/system/|/systemd/user/|\.config/systemd/)"
-        ),
-    ),
-    (
-        "persistence",
-        "autostart",
-        ("rc.local", "ld.so.preload", "autostart", "ld_preload"),
-        re.compile(r"/etc/rc\.local\b|/etc/ld\.so\.preload\b|\.config/autostart/|\bLD_PRELOAD="),
-    ),
-    (
-        "reverse-shell",
-        "dev-tcp",
-        ("/dev/tcp/", "/dev/udp/"),
-        re.compile(r"/dev/(?:tcp|udp)/[\w.$-]+/\$?\w+"),
-    ),
-    (
-        "reverse-shell",
-        "netcat-exec",
-        ("nc ", "ncat", "netcat"),
-        re.compile(r"\b(?:nc|ncat|netcat)\b[^\n]*\s(?:-e|-c|--exec|--sh-exec|--lua-exec)[\s=]"),
-    ),
-    (
-        "reverse-shell",
-        "socat-exec",
-        ("socat",),
-        re.compile(r"\bsocat\b[^\n]*\b(?:exec|system):", re.I),
-    ),
-    (
-        "reverse-shell",
-        "fifo-relay",
-        ("mkfifo", "mknod"),
-        re.compile(r"\b(?:mkfifo|mknod)\b[^\n]*\b(?:nc|ncat|netcat|telnet|openssl\s+s_client)\b"),
-    ),
-    (
-        "reverse-shell",
-        "socket-shell",
-        ("dup2", "pty.spawn"),
-        # the classic python one-liner: the socket's descriptors become the shell's stdio
-        re.compile(r"\bdup2\(\s*\w+\.fileno\(\)|\bpty\.spawn\(\s*[\"'](?:/bin/)?(?:ba|z)?sh[\"']"),
-    ),
-    (
-        "download-exec",
-        "pipe-to-shell",
-        ("|",),
-        re.compile(
-            rf"\b(?:curl|wget|fetch|iwr|Invoke-WebRequest|Invoke-RestMethod|irm)\b[^\n|]*\|\s*{_INTERPRETER}",
-            re.I,
-        ),
-    ),
-    (
-        "download-exec",
-        "shell-of-download",
-        ("curl", "wget"),
-        re.compile(
-            r"(?:\b(?:ba|z|da)?sh|\bsource|\beval|\bpython[\d.]*|(?:^|[;&|]\s*)\.)\s+(?:-c\s+)?[\"']?"
-            r"(?:<\(|\$\(|`)\s*(?:curl|wget)\b",
-            re.M,
-        ),
-    ),
-    (
-        "destructive",
-        "rm-root",
-        ("rm ",),
-        re.compile(
-            rf"\brm\s+(?=[^\n;&|]*(?:(?<![\w-])-[a-zA-Z]*[rR]|--recursive|--no-preserve-root))"
-            rf"(?:-{{1,2}}[\w-]+\s+)*(?:--no-preserve-root|{_RM_TARGET})"
-        ),
-    ),
-    (
-        "destructive",
-        "format-disk",
-        ("mkfs", "mke2fs", "mkswap", "wipefs"),
-        re.compile(r"\b(?:mkfs(?:\.\w+)?|mke2fs|mkswap|wipefs)\b[^\n]*?/dev/"),
-    ),
-    (
-        "destructive",
-        "write-to-device",
-        ("/dev/",),
-        re.compile(
-            r"\bdd\b[^\n]*\bof=/dev/(?!null\b|zero\b|stdout\b|stderr\b|fd/|shm/)"
-            r"|>\s*/dev/(?:sd[a-z]|nvme\d|hd[a-z]|vd[a-z]|xvd[a-z]|mmcblk\d|disk\d|mapper/)"
-            r"|\bshred\b[^\n]*\s/dev/(?:sd|nvme|hd|vd|xvd|mmcblk|disk)"
-        ),
-    ),
-    (
-        "destructive",
-        "fork-bomb",
-        (":()", "(){", "() {"),
-        re.compile(r"(\w+|:)\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1"),
-    ),
-    (
-        "destructive",
-        "chmod-root",
-        ("chmod", "chown"),
-        re.compile(rf"\bch(?:mod|own)\s+(?:-\S+\s+)*-\w*R\w*\s+(?:-\S+\s+)*\S+\s+{_RM_TARGET}"),
-    ),
-]
 
 # Characters that render as nothing or reorder what is shown: text the user cannot see, the model reads.
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u180e\u00ad"
@@ -384,21 +78,34 @@ def scan(text: str, families: Iterable[Family] | None = None) -> list[Finding]:
         found += _invisible(text)
     normal = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
     folded = " ".join(normal.lower().split())
-    for family, rule, needles, pattern in _RULES:
+    for family, rule, needles, pattern in RULES:
         if family not in chosen or not any(needle in folded for needle in needles):
             continue
-        if match := pattern.search(normal):
+        fixed = SEVERITY.get(rule, Severity.HIGH)
+        judge = JUDGE.get(rule)
+        judged = (
+            (m, severity)
+            for m in pattern.finditer(normal)
+            if (severity := fixed if judge is None else judge(m)) is not None
+        )
+        if found_match := next(judged, None):
+            match, severity = found_match
             excerpt = _redact(_excerpt(normal, match.start(), match.end()))
-            found.append(Finding(family, rule, excerpt, normal.count("\n", 0, match.start()) + 1))
+            line = normal.count("\n", 0, match.start()) + 1
+            found.append(Finding(family, rule, excerpt, line, severity))
     if "secret" in chosen:
         for kind, pattern in SECRET_SHAPES.items():
             hints = _SECRET_NEEDLES.get(kind)
             if hints is not None and not any(hint in folded for hint in hints):
                 continue
-            if match := pattern.search(normal):
-                secret = match.group()
+            real = (
+                m for m in pattern.finditer(normal) if not is_placeholder(kind, normal, m.start(), m.end())
+            )
+            if secret_match := next(real, None):
+                secret = secret_match.group()
                 shown = secret[:6] + f"... ({len(secret)} characters)"
-                found.append(Finding("secret", kind, shown, normal.count("\n", 0, match.start()) + 1))
+                line = normal.count("\n", 0, secret_match.start()) + 1
+                found.append(Finding("secret", kind, shown, line))
     return found
 
 
@@ -416,7 +123,9 @@ def _invisible(text: str) -> list[Finding]:
                 for c in text[start : match.end() + _EXCERPT]
             )
             line = text.count("\n", 0, match.start()) + 1
-            found[rule] = Finding("invisible-unicode", rule, _redact(shown), line)
+            found[rule] = Finding(
+                "invisible-unicode", rule, _redact(shown), line, SEVERITY.get(rule, Severity.HIGH)
+            )
     return list(found.values())
 
 

@@ -128,8 +128,9 @@ def verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
 
 
 def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verdict) -> None:
-    static = static_checks(candidate, policy.accept)
+    static = static_checks(candidate, policy.accept, policy.tolerate)
     verdict.checks, verdict.reasons, verdict.accepted = static.checks, static.reasons, static.accepted
+    verdict.findings = static.findings
     skill = static.skill
     if verdict.reasons or skill is None:
         return

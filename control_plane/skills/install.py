@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..safety.threats import Severity
 from .format import SKILL_FILE
 from .gate import declared_checks
 from .lenient import SkillParseError, read_lenient, render
@@ -74,6 +75,8 @@ class Plan:
     candidates: list[Candidate]
     unused_accepts: list[str] = field(default_factory=list)
     """--accept values that matched no finding (said, so nothing is believed accepted that was not)."""
+    accept: tuple[str, ...] = ()
+    allow_unverified: bool = False
 
     @property
     def needs_confirmation_for_scripts(self) -> bool:
@@ -128,7 +131,15 @@ class Installer:
             policy = self._policy(accept, allow_unverified)
             staged = [self._stage(d, fetched.root, manifest, "install") for d in directories]
             candidates = self._gate(staged, policy)
-        return Plan(str(source), fetched.commit, tap, candidates, _unused(accept, candidates))
+        return Plan(
+            str(source),
+            fetched.commit,
+            tap,
+            candidates,
+            _unused(accept, candidates),
+            accept,
+            allow_unverified,
+        )
 
     def plan_update(
         self, name: str, *, force: bool = False, accept: tuple[str, ...] = (), allow_unverified: bool = False
@@ -150,7 +161,24 @@ class Installer:
                 raise InstallError(f"{name}: {entry.source} no longer holds it at {entry.path}")
             policy = self._policy(accept, allow_unverified)
             [candidate] = self._gate([self._stage(directory, fetched.root, None, "update", entry)], policy)
-        return Plan(entry.source, fetched.commit, entry.tap, [candidate], _unused(accept, [candidate]))
+        return Plan(
+            entry.source,
+            fetched.commit,
+            entry.tap,
+            [candidate],
+            _unused(accept, [candidate]),
+            accept,
+            allow_unverified,
+        )
+
+    def accept(self, plan: Plan, findings: tuple[str, ...]) -> Plan:
+        """Gate again, with `findings` (ids or FILE:LINE) accepted too, the plan's candidates that were
+        refused and are still in quarantine: what an operator decides after reviewing each finding."""
+        plan.accept = tuple(dict.fromkeys((*plan.accept, *findings)))
+        refused = [c for c in plan.candidates if c.staged and c.verdict.status == "fail"]
+        self._gate(refused, self._policy(plan.accept, plan.allow_unverified))
+        plan.unused_accepts = _unused(plan.accept, plan.candidates)
+        return plan
 
     def commit(self, plan: Plan) -> list[Candidate]:
         """Merge every candidate that passed (recorded in the lock file, written once at the end);
@@ -189,7 +217,8 @@ class Installer:
             commit=plan.commit,
             tap=plan.tap,
             accepted=list(candidate.verdict.accepted),
-            warnings=candidate.warnings,
+            warnings=candidate.warnings
+            + [f"threat: {f}" for f in candidate.verdict.findings if f.status == "warning"],
             origin=candidate.origin,
         )
 
@@ -287,6 +316,7 @@ class Installer:
             unverified_instructions=True,
             allow_unverified=allow_unverified or self.library.settings.allow_unverified,
             accept=frozenset(accept),
+            tolerate=Severity.LOW,  # the operator sees them; an agent's own proposal is refused on any
         )
 
     def _entry(self, name: str) -> LockEntry:
@@ -398,8 +428,8 @@ class Installer:
 
 
 def _unused(accept: tuple[str, ...], candidates: list[Candidate]) -> list[str]:
-    accepted = [line for c in candidates for line in c.verdict.accepted]
-    return [a for a in accept if not any(f"(at {a}," in line or f"id {a})" in line for line in accepted)]
+    accepted = [f for c in candidates for f in c.verdict.findings if f.status == "accepted"]
+    return [a for a in accept if not any(f.named_by(frozenset({a})) for f in accepted)]
 
 
 def _manifest(root: Path) -> dict[str, Any] | None:

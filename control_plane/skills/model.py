@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..safety.threats import Severity
+from .findings import SkillFinding
+
 
 @dataclass
 class Check:
@@ -22,6 +25,7 @@ class Verdict:
     image: str | None = None  # the pinned image (with its id) the checks ran in
     network: str = "none"
     accepted: list[str] = field(default_factory=list)  # threat findings the operator accepted
+    findings: list[SkillFinding] = field(default_factory=list)  # every threat finding, with its status
 
 
 @dataclass
@@ -32,7 +36,8 @@ class GatePolicy:
     timeout: float = 120.0  # seconds for the skill's checks
     image: str = "hermetic-sandbox:slim"  # pinned: the gate resolves it to an image id and records it
     unverified_instructions: bool = False  # a skill with no executable file may merge unverified (installs)
-    accept: frozenset[str] = frozenset()  # threat findings (FILE:LINE or id) the operator accepted
+    accept: frozenset[str] = frozenset()  # threat findings (FILE:LINE, id or "all") the operator accepted
+    tolerate: Severity | None = None  # findings up to this severity merge as warnings (None: all refuse)
 
 
 class SkillError(ValueError):

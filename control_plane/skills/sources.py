@@ -21,7 +21,6 @@ import stat
 import subprocess
 import tarfile
 import urllib.parse
-import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from .format import SKILL_FILE
+from .reach import opener, pinned_git
 
 Kind = Literal["dir", "archive", "git"]
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".zip")
@@ -44,10 +44,15 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
+    """What a fetch may bring in, and where it may connect."""
+
     max_bytes: int = 50 * 1024 * 1024
     """Bytes a download, an archive's contents or a copied tree may hold."""
     max_files: int = 5_000
     """Entries an archive or tree may hold."""
+    public_only: bool = False
+    """Connect to public addresses only (reach.py): what the HTTP API's fetches do unless
+    skill_install.allow_private_urls."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ def _read_archive(location: str, limits: Limits) -> bytes:
     if urllib.parse.urlsplit(location).scheme not in ("http", "https"):
         raise SourceError(f"{location}: only http and https URLs are fetched")
     try:
-        with urllib.request.urlopen(location, timeout=HTTP_TIMEOUT) as response:  # noqa: S310 (scheme checked)
+        with opener(limits.public_only).open(location, timeout=HTTP_TIMEOUT) as response:
             data = response.read(limits.max_bytes + 1)
     except OSError as exc:
         raise SourceError(f"{location}: could not be downloaded: {exc}") from None
@@ -293,10 +298,11 @@ _GIT_CONFIG = (
 )
 
 
-def git(*args: str, cwd: Path | None = None) -> str:
-    """Run git with hooks, prompts and unlisted transports off; raises SourceError with git's message."""
+def git(*args: str, cwd: Path | None = None, config: tuple[str, ...] = ()) -> str:
+    """Run git with hooks, prompts and unlisted transports off (and `config` on top); raises SourceError
+    with git's message."""
     command = ["git"]
-    for setting in _GIT_CONFIG:
+    for setting in (*_GIT_CONFIG, *config):
         command += ["-c", setting]
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -321,7 +327,11 @@ def git(*args: str, cwd: Path | None = None) -> str:
 
 def _clone(source: Source, target: Path, limits: Limits) -> str:
     """Clone (no checkout), refuse a history over the byte limit, check out the ref; the commit."""
-    git("clone", "--quiet", "--no-checkout", "--", source.location, str(target))
+    try:
+        location, pins = pinned_git(source.location) if limits.public_only else (source.location, [])
+    except OSError as exc:  # the name does not resolve (PrivateAddress, a ValueError, says itself)
+        raise SourceError(f"{source.location}: {exc}") from None
+    git("clone", "--quiet", "--no-checkout", "--", location, str(target), config=tuple(pins))
     history = sum(
         p.stat().st_size for p in (target / ".git").rglob("*") if p.is_file() and not p.is_symlink()
     )

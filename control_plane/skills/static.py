@@ -6,12 +6,13 @@ Each check returns a `Check` and the reasons it failed (one readable line per fa
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..safety.threats import FAMILIES, SCRIPT_FAMILIES, Finding, scan
+from ..safety.threats import FAMILIES, SCRIPT_FAMILIES, Severity, scan
+from .findings import Place, SkillFinding, Status, judge, place_of
 from .format import Skill, SkillFormatError, parse_skill
 from .model import Check
 
@@ -26,6 +27,8 @@ class FileLimits:
 LIMITS = FileLimits()
 THREAT_FAMILIES = FAMILIES + SCRIPT_FAMILIES
 """A skill's text is both read by the model (prose families) and run (script families)."""
+THREAT_REASON = "threats: "
+"""How a verdict's reason for a refused threat finding begins (the finding itself is in verdict.findings)."""
 SCRIPT_SUFFIXES = (".sh", ".bash", ".py", ".js", ".mjs", ".ts", ".rb", ".pl", ".ps1", ".php", ".lua")
 
 
@@ -87,12 +90,6 @@ def check_files(candidate: Path) -> tuple[Check, list[str], dict[str, str]]:
     return Check("files", True, f"{len(texts)} text files"), [], texts
 
 
-def finding_id(rel: str, finding: Finding) -> str:
-    """A short stable id for one finding, an alternative to FILE:LINE when accepting it."""
-    digest = hashlib.sha1(f"{rel}:{finding.line}:{finding.family}/{finding.rule}".encode()).hexdigest()
-    return f"t-{digest[:8]}"
-
-
 def executable_files(candidate: Path, texts: dict[str, str]) -> set[str]:
     """The files of a skill that are meant to run: under scripts/ or tests/, executable, a shebang, or
     a script's suffix. A skill with none is instruction-only."""
@@ -107,43 +104,62 @@ def executable_files(candidate: Path, texts: dict[str, str]) -> set[str]:
 
 
 def check_threats(
-    texts: dict[str, str], accept: frozenset[str] = frozenset(), executables: frozenset[str] = frozenset()
-) -> tuple[Check, list[str], list[str]]:
-    """The threat scan of every text file, prose and script families alike. A finding the operator
-    accepted (`FILE:LINE` or its id, in `accept`) passes, unless its file is executable; the lines
-    accepted are blanked and the file scanned again, so a second match of the same rule still shows.
-    Returns the check, the reasons and the accepted findings (one line each)."""
-    found: list[str] = []
-    accepted: list[str] = []
-    for rel, text in texts.items():
-        lines = text.split("\n")
-        while True:
-            refused: list[str] = []
-            passed: dict[int, list[str]] = {}
-            blocked: set[int] = set()
-            for finding in scan("\n".join(lines), THREAT_FAMILIES):
-                where, fid = f"{rel}:{finding.line}", finding_id(rel, finding)
-                line = f"{rel}: {finding} (at {where}, id {fid})"
-                asked = where in accept or fid in accept
-                if asked and rel not in executables and finding.line:
-                    passed.setdefault(finding.line, []).append(line)
-                    continue
-                refused.append(
-                    line + ("; a finding in an executable file cannot be accepted" if asked else "")
-                )
-                blocked.add(finding.line)
-            # lines whose every finding was accepted are blanked and the file scanned again
-            taken = [number for number in passed if number not in blocked]
-            accepted += [line for number in taken for line in passed[number]]
-            if not taken:
-                found += refused
-                break
-            for number in taken:
-                lines[number - 1] = ""
-    summary = "".join(f"\naccepted by the operator: {line}" for line in accepted)
-    if found:
-        return Check("threats", False, "\n".join(found) + summary), [f"threats: {f}" for f in found], accepted
-    return Check("threats", True, f"{len(texts)} files scanned{summary}"), [], accepted
+    texts: dict[str, str],
+    accept: frozenset[str] = frozenset(),
+    executables: frozenset[str] = frozenset(),
+    tolerate: Severity | None = None,
+) -> tuple[Check, list[str], list[SkillFinding]]:
+    """The threat scan of every text file, prose and script families alike, each finding judged for its
+    file's place (findings.py). A finding passes as a warning when its severity is at most `tolerate`,
+    or when the operator accepted it (`FILE:LINE`, its id or "all" in `accept`) and it is not in an
+    executable file. The lines whose findings all passed are blanked and the file scanned again, so a
+    second match of the same rule still shows. Returns the check, the reasons and every finding."""
+    findings = [
+        finding
+        for rel, text in texts.items()
+        for finding in _file_findings(rel, text, place_of(rel, executables), accept, tolerate)
+    ]
+    refused = [f for f in findings if f.status == "refused"]
+    reasons = [
+        f"{THREAT_REASON}{f}"
+        + ("; a finding in an executable file cannot be accepted" if f.named_by(accept) else "")
+        for f in refused
+    ]
+    summary = "".join(
+        f"\n{'accepted by the operator' if f.status == 'accepted' else 'warning'}: {f}"
+        for f in findings
+        if f.status != "refused"
+    )
+    if reasons:
+        return (
+            Check("threats", False, "\n".join(r.removeprefix(THREAT_REASON) for r in reasons) + summary),
+            reasons,
+            findings,
+        )
+    return Check("threats", True, f"{len(texts)} files scanned{summary}"), [], findings
+
+
+def _file_findings(
+    rel: str, text: str, place: Place, accept: frozenset[str], tolerate: Severity | None
+) -> list[SkillFinding]:
+    lines = text.split("\n")
+    passed: list[SkillFinding] = []
+    while True:
+        found = [judge(rel, f, place) for f in scan("\n".join(lines), THREAT_FAMILIES)]
+        found = [dataclasses.replace(f, status=_status(f, accept, tolerate)) for f in found]
+        blocked = {f.line for f in found if f.status == "refused"}
+        taken = {f.line for f in found if f.line and f.line not in blocked}
+        if not taken:
+            return passed + found
+        passed += [f for f in found if f.line in taken]
+        for number in taken:
+            lines[number - 1] = ""
+
+
+def _status(finding: SkillFinding, accept: frozenset[str], tolerate: Severity | None) -> Status:
+    if tolerate is not None and finding.severity.rank <= tolerate.rank:
+        return "warning"
+    return "accepted" if finding.acceptable and finding.named_by(accept) else "refused"
 
 
 @dataclass
@@ -153,15 +169,22 @@ class StaticResult:
     skill: Skill | None
     """The skill, when its format is valid."""
     executables: set[str]
-    accepted: list[str]
-    """Threat findings passed because the operator accepted them."""
+    findings: list[SkillFinding]
+    """Every threat finding, refused or passed (accepted by the operator, or a warning)."""
+
+    @property
+    def accepted(self) -> list[str]:
+        """Threat findings passed because the operator accepted them, one line each."""
+        return [str(f) for f in self.findings if f.status == "accepted"]
 
 
-def static_checks(candidate: Path, accept: frozenset[str] = frozenset()) -> StaticResult:
+def static_checks(
+    candidate: Path, accept: frozenset[str] = frozenset(), tolerate: Severity | None = None
+) -> StaticResult:
     """Every static check (all run: the model sees every fault at once)."""
     format_check, reasons, skill = check_format(candidate)
     files_check, file_reasons, texts = check_files(candidate)
     executables = executable_files(candidate, texts)
-    threats_check, threat_reasons, accepted = check_threats(texts, accept, frozenset(executables))
+    threats_check, threat_reasons, findings = check_threats(texts, accept, frozenset(executables), tolerate)
     checks = [format_check, files_check, threats_check]
-    return StaticResult(checks, reasons + file_reasons + threat_reasons, skill, executables, accepted)
+    return StaticResult(checks, reasons + file_reasons + threat_reasons, skill, executables, findings)

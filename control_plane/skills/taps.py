@@ -12,11 +12,11 @@ import os
 import re
 import tempfile
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from .lenient import SkillParseError, read_lenient
+from .reach import opener
 from .sources import HTTP_TIMEOUT, Limits, SourceError, fetch, find_skills, parse_source
 
 TAPS_FILE = "taps.json"
@@ -123,7 +123,7 @@ def _is_http_index(url: str) -> bool:
 
 def _http_index(tap: str, url: str, limits: Limits) -> list[TapSkill]:
     try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:  # noqa: S310 (http(s) only)
+        with opener(limits.public_only).open(url, timeout=HTTP_TIMEOUT) as response:
             data = json.loads(response.read(limits.max_bytes))
     except (OSError, ValueError) as exc:
         raise TapError(f"tap {tap}: the index {url} could not be read: {exc}") from None
