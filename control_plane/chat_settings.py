@@ -78,6 +78,11 @@ class DiscordSettings(ChatAccess):
     """The bot token (`${DISCORD_BOT_TOKEN}`)."""
     api_base: str = "https://discord.com/api/v10"
     """The REST base; the gateway WebSocket URL comes from its GET /gateway/bot (a test stand-in)."""
+    backfill_hours: float = Field(24.0, ge=0)
+    """On each new gateway session, messages sent while the gateway was away are fetched from each
+    known channel's history and answered, back to at most this many hours ago (0: none)."""
+    backfill_limit: int = Field(20, ge=0, le=100)
+    """At most this many such messages per channel, the newest (0: none)."""
 
     @field_validator("token", mode="before")
     @classmethod

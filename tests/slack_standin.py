@@ -3,8 +3,11 @@ https://api.slack.com/methods), for slack_sdk to talk to through `base_url`. It 
 
 Implemented: auth.test; apps.connections.open (app token as the bearer, answers the WebSocket URL);
 the Socket Mode WebSocket (a `hello` first, then `events_api` / `interactive` envelopes; the client's
-`{"envelope_id"}` acknowledgements are recorded); chat.postMessage and chat.update (text, blocks,
-thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"ok": false, "error"}`.
+`{"envelope_id"}` acknowledgements are recorded). Slack retries an envelope that is not acknowledged
+(`retry_attempt` counting up, `retry_reason`), to whichever connection the app has open, and holds it
+while none is: here an envelope sent while no socket is open waits for the next one, and each new
+connection is sent every envelope still unacknowledged as a retry; chat.postMessage and chat.update
+(text, blocks, thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"ok": false, "error"}`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ class SlackStandin(StandinServer):
         self.messages: dict[str, dict[str, Any]] = {}
         """ts -> {"channel", "text", "thread_ts", "blocks", "edits"}"""
         self.acks: list[str] = []
+        self.pending: dict[str, dict[str, Any]] = {}
+        """envelope id -> an envelope sent (or waiting to be) and not acknowledged yet"""
+        self._lost_acks = 0
         self.on_ack: Callable[[str], None] = lambda envelope_id: None
         self._limited_updates = 0
         self._ts = itertools.count(1)
@@ -56,13 +62,24 @@ class SlackStandin(StandinServer):
     def send_envelope(
         self, kind: str, payload: dict[str, Any], envelope_id: str | None = None
     ) -> dict[str, Any]:
+        """Send an envelope to the open connection, or hold it until one opens."""
         envelope = {
             "envelope_id": envelope_id or uuid.uuid4().hex, "type": kind, "payload": payload,
             "accepts_response_payload": False, "retry_attempt": 0 if envelope_id is None else 1,
         }  # fmt: skip
-        self.wait_for(lambda: self._sockets)
-        self._run(self._broadcast(envelope))
+        with self._changed:
+            self.pending[envelope["envelope_id"]] = envelope
+        self._run(self._offer(envelope))
         return envelope
+
+    def lose_acks(self, count: int) -> None:
+        """The next `count` acknowledgements never reach Slack (the app died as it sent them)."""
+        with self._changed:
+            self._lost_acks = count
+
+    def connected(self) -> bool:
+        with self._changed:
+            return bool(self._sockets)
 
     def limit_updates(self, count: int) -> None:
         with self._changed:
@@ -92,8 +109,17 @@ class SlackStandin(StandinServer):
             await socket.close()
         await super()._stop()
 
-    async def _broadcast(self, envelope: dict[str, Any]) -> None:
-        await self._sockets[-1].send_str(json.dumps(envelope))
+    async def _offer(self, envelope: dict[str, Any]) -> None:
+        """Send it unless no socket is open or a new connection's retries already sent it (both run on
+        this loop, so checking and marking it sent cannot interleave)."""
+        if self._sockets and not envelope.get("sent"):
+            envelope["sent"] = True
+            await self._send(self._sockets[-1], envelope)
+
+    async def _send(self, socket: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+        with self._changed:
+            wire = {k: v for k, v in envelope.items() if k != "sent"}
+        await socket.send_str(json.dumps(wire))
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(autoping=True)
@@ -103,15 +129,26 @@ class SlackStandin(StandinServer):
         )
         with self._changed:
             self._sockets.append(socket)
+            retries = list(self.pending.values())
+            for envelope in retries:
+                if envelope.get("sent"):
+                    envelope["retry_attempt"] += 1
+                    envelope["retry_reason"] = "timeout"
+                envelope["sent"] = True
             self._changed.notify_all()
+        for envelope in retries:
+            await self._send(socket, envelope)
         try:
             async for frame in socket:
                 if frame.type == WSMsgType.TEXT:
                     envelope_id = json.loads(frame.data).get("envelope_id")
-                    if envelope_id:
+                    with self._changed:
+                        lost, self._lost_acks = self._lost_acks > 0, max(0, self._lost_acks - 1)
+                    if envelope_id and not lost:
                         self.on_ack(envelope_id)
                         with self._changed:
                             self.acks.append(envelope_id)
+                            self.pending.pop(envelope_id, None)
                             self._changed.notify_all()
         finally:
             with self._changed:

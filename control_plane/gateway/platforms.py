@@ -32,7 +32,7 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
     if config.discord is not None:
         from .discord import DiscordAdapter
 
-        adapters.append(DiscordAdapter(config.discord))
+        adapters.append(DiscordAdapter(config.discord, store))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
