@@ -7,7 +7,8 @@ the Socket Mode WebSocket (a `hello` first, then `events_api` / `interactive` en
 (`retry_attempt` counting up, `retry_reason`), to whichever connection the app has open, and holds it
 while none is: here an envelope sent while no socket is open waits for the next one, and each new
 connection is sent every envelope still unacknowledged as a retry; chat.postMessage and chat.update
-(text, blocks, thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"ok": false, "error"}`.
+(text, blocks, thread_ts), with 429 + Retry-After when told to limit. Errors use the API's
+`{"ok": false, "error"}`.
 """
 
 from __future__ import annotations
