@@ -134,6 +134,54 @@ def test_a_recorded_session_round_trips_into_every_format(tmp_path: Path, fake_l
     assert SECRET not in md.stdout
 
 
+def test_the_providers_reasoning_is_stored_and_exported_as_think_blocks_and_the_reasoning_field(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = export_settings(tmp_path, fake_llm.url)
+    fake_llm.load(
+        [
+            {
+                "reasoning": f"I should count them; the key {SECRET} is not mine to print.",
+                "tool_calls": [{"name": "terminal", "arguments": {"command": "seq 3 | wc -l"}}],
+            },
+            {"reasoning": "wc printed 3.", "text": "There are 3 lines."},
+        ]
+    )
+    agent = Agent(settings)
+    conversation = agent.new_conversation(title="reasoning")
+    end = asyncio.run(conversation.run("how many lines does seq 3 print?", lambda e: None))
+    conversation.close()
+    agent.close()
+    assert end.reason == "done"
+    assert all("reasoning_content" not in m for r in fake_llm.requests for m in r["messages"]), (
+        "the reasoning is kept for the record, never sent back to the provider"
+    )
+    out = {fmt: tmp_path / f"{fmt}.jsonl" for fmt in ("openai", "sharegpt", "chatml")}
+    for fmt, path in out.items():
+        done = hermetic("sessions", "export", "--format", fmt, "--out", str(path), root=tmp_path)
+        assert done.returncode == 0 and SECRET not in path.read_text(), done.stderr
+
+    messages = load_jsonl(out["openai"], tmp_path / "hf")[0]["messages"]
+    assert messages[2]["reasoning_content"].startswith("I should count them; the key [REDACTED")
+    assert (
+        messages[4]["reasoning_content"] == "wc printed 3." and messages[4]["content"] == "There are 3 lines."
+    )
+    assert all("reasoning_content" not in m for m in messages if m["role"] != "assistant")
+    sharegpt = load_jsonl(out["sharegpt"], tmp_path / "hf")[0]["conversations"]
+    assert (
+        sharegpt[2]["value"].startswith("<think>\nI should count them")
+        and "<tool_call>" in sharegpt[2]["value"]
+    )
+    assert sharegpt[4]["value"] == "<think>\nwc printed 3.\n</think>\nThere are 3 lines."
+    chatml = load_jsonl(out["chatml"], tmp_path / "hf")[0]
+    assert (
+        "<|im_start|>assistant\n<think>\nwc printed 3.\n</think>\nThere are 3 lines.<|im_end|>"
+        in chatml["text"]
+    )
+    md = hermetic("sessions", "export", "--format", "md", root=tmp_path)
+    assert "> wc printed 3." in md.stdout and SECRET not in md.stdout
+
+
 def bad_sessions(store: Store) -> dict[str, str]:
     """One session per filter, each failing only that filter; returns reason -> session id."""
 
