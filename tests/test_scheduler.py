@@ -644,3 +644,34 @@ def test_a_pending_retry_is_kept_in_the_database_and_run_by_the_next_process(
     assert "fine now" in (settings.home / "deliveries" / "r.md").read_text()
     after = second.jobs.get(settings.profile, job.id)
     assert after is not None and after.retry_at is None and after.next_run_at == due + 3600
+
+
+def test_a_run_interrupted_by_a_clean_stop_is_retried_at_once_by_the_next_start(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = cron_settings(tmp_path, fake_llm.url)
+    first = Scheduler(settings)
+    now = time.time()
+    job = first.jobs.add(settings.profile, JobSpec(schedule="every 1h", prompt="p"), tz="UTC", now=now - 3630)
+    fake_llm.load([{"text": "slow " * 200, "pace": 0.05}, {"text": "done on the retry"}])
+    [claim] = first.tick(now)
+
+    async def stop_mid_run() -> None:
+        running = asyncio.ensure_future(first.runner.run(claim))
+        while not fake_llm.requests:
+            await asyncio.sleep(0.02)
+        running.cancel()  # what Scheduler.stop does to its runs
+        await asyncio.gather(running, return_exceptions=True)
+        await first.stop()
+
+    asyncio.run(stop_mid_run())
+    pending = first.jobs.get(settings.profile, job.id)
+    assert pending is not None and pending.retry_for == claim.scheduled_for and pending.retry_attempt == 1
+    second = Scheduler(settings)
+    [retry] = second.tick(time.time())
+    assert (retry.scheduled_for, retry.attempt) == (claim.scheduled_for, 1)
+    asyncio.run(second.runner.run(retry))
+    asyncio.run(second.stop())
+    runs = second.jobs.history(settings.profile, job.id)[::-1]
+    assert [(r.attempt, r.status) for r in runs] == [(0, "failed"), (1, "ok")]
+    assert runs[0].error == "the scheduler stopped"
