@@ -33,21 +33,23 @@ def export_settings(root: Path, model_url: str) -> Settings:
     return load_settings(root=root, model=model, backend="local", learning={"enabled": False})
 
 
-def record_session(settings: Settings, fake_llm: Any) -> str:
-    """A real run: a terminal call whose output carries a secret, then a final answer with reasoning."""
-    fake_llm.load(
-        [
-            {
-                "text": "Counting.",
-                "tool_calls": [
-                    {"name": "terminal", "arguments": {"command": f"echo {SECRET}; seq 3 | wc -l"}}
-                ],
-            },
-            {"text": "<think>wc printed 3</think>There are 3 lines."},
-        ]
-    )
+COUNTING = [
+    {
+        "text": "Counting.",
+        "tool_calls": [{"name": "terminal", "arguments": {"command": f"echo {SECRET}; seq 3 | wc -l"}}],
+    },
+    {"text": "<think>wc printed 3</think>There are 3 lines."},
+]
+"""A terminal call whose output carries a secret, then a final answer with reasoning in its text."""
+
+
+def record_session(
+    settings: Settings, fake_llm: Any, script: list[dict[str, Any]] = COUNTING, title: str = "count lines"
+) -> str:
+    """A real run of `script` (the scripted model's turns) in a new session; its id."""
+    fake_llm.load(script)
     agent = Agent(settings)
-    conversation = agent.new_conversation(title="count lines")
+    conversation = agent.new_conversation(title=title)
     end = asyncio.run(conversation.run("how many lines does seq 3 print?", lambda e: None))
     conversation.close()
     agent.close()
@@ -138,21 +140,14 @@ def test_the_providers_reasoning_is_stored_and_exported_as_think_blocks_and_the_
     tmp_path: Path, fake_llm: Any
 ) -> None:
     settings = export_settings(tmp_path, fake_llm.url)
-    fake_llm.load(
-        [
-            {
-                "reasoning": f"I should count them; the key {SECRET} is not mine to print.",
-                "tool_calls": [{"name": "terminal", "arguments": {"command": "seq 3 | wc -l"}}],
-            },
-            {"reasoning": "wc printed 3.", "text": "There are 3 lines."},
-        ]
-    )
-    agent = Agent(settings)
-    conversation = agent.new_conversation(title="reasoning")
-    end = asyncio.run(conversation.run("how many lines does seq 3 print?", lambda e: None))
-    conversation.close()
-    agent.close()
-    assert end.reason == "done"
+    script = [
+        {
+            "reasoning": f"I should count them; the key {SECRET} is not mine to print.",
+            "tool_calls": [{"name": "terminal", "arguments": {"command": "seq 3 | wc -l"}}],
+        },
+        {"reasoning": "wc printed 3.", "text": "There are 3 lines."},
+    ]
+    record_session(settings, fake_llm, script, title="reasoning")
     assert all("reasoning_content" not in m for r in fake_llm.requests for m in r["messages"]), (
         "the reasoning is kept for the record, never sent back to the provider"
     )
