@@ -5,8 +5,7 @@ from GET /gateway/bot (set as discord.py's default gateway), so a local stand-in
 The Discord gateway has no acknowledgement: an event is delivered once per session, and a RESUME
 replays what a dropped connection missed. The gateway stores each message before answering it, so
 a replayed one is recognised by its id. What a new session cannot replay (sent while the gateway was
-down, or before a failed RESUME) is fetched on each READY from the history of every channel the store
-knows, after the last message stored there, bounded by `backfill_hours` and `backfill_limit`.
+down, or before a failed RESUME) is read on each READY from the channels' history (backfill.py).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import asyncio
 import contextlib
 import datetime
 import hashlib
-import logging
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -27,11 +25,11 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from ..chat_settings import DiscordSettings
+from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .records import GatewayStore
 
 T = TypeVar("T")
-log = logging.getLogger("hermetic.gateway.discord")
 
 
 class DiscordAdapter(Adapter):
@@ -76,7 +74,7 @@ class DiscordAdapter(Adapter):
                 await deliver(_inbound(message))
 
         async def on_connect() -> None:  # a new session (READY), not a RESUME
-            await self._backfill(deliver)
+            await catch_up(self.store, self.platform, self.settings, self._read_history, deliver)
 
         self.client.event(on_message)
         self.client.event(on_connect)
@@ -89,27 +87,16 @@ class DiscordAdapter(Adapter):
     def _from_a_user(self, message: discord.Message) -> bool:
         return not message.author.bot and not (self.client.user and message.author.id == self.client.user.id)
 
-    async def _backfill(self, deliver: Deliver) -> None:
-        """Deliver what each known channel received after the last message stored from it, oldest
-        first: at most `backfill_limit` per channel (the newest), none older than `backfill_hours`."""
-        hours, limit = self.settings.backfill_hours, self.settings.backfill_limit
-        if not hours or not limit:
-            return
-        since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=hours)
-        oldest = discord.utils.time_snowflake(since, high=True)
-        for record in await asyncio.to_thread(self.store.latest_per_chat, self.platform):
-            seen = Inbound.model_validate(record.payload)
-            channel = self.client.get_partial_messageable(int(seen.thread or seen.chat))
-            after = discord.Object(max(int(seen.message_id), oldest))
-            try:  # newest first from the `before` end: the newest `limit` after `after`
-                missed = [m async for m in channel.history(limit=limit, after=after, oldest_first=False)]
-            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-                log.warning("discord: cannot read the history of channel %s: %s", channel.id, exc)
-                continue
-            place = {"chat": seen.chat, "thread": seen.thread, "direct": seen.direct}
-            for message in reversed(missed):
-                if self._from_a_user(message):  # the channel's kind as first seen (history has no DM type)
-                    await deliver(_inbound(message).model_copy(update=place))
+    async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
+        """The newest `limit` users' messages of the channel after `seen` and `since`, oldest first."""
+        channel = self.client.get_partial_messageable(int(seen.thread or seen.chat))
+        oldest = discord.utils.time_snowflake(datetime.datetime.fromtimestamp(since, datetime.UTC), high=True)
+        after = discord.Object(max(int(seen.message_id), oldest))
+
+        async def newest_first() -> list[discord.Message]:  # from the `before` end: the newest `limit`
+            return [m async for m in channel.history(limit=limit, after=after, oldest_first=False)]
+
+        return [_inbound(m) for m in reversed(await _call(newest_first())) if self._from_a_user(m)]
 
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
