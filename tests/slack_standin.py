@@ -7,13 +7,14 @@ the Socket Mode WebSocket (a `hello` first, then `events_api` / `interactive` en
 (`retry_attempt` counting up, `retry_reason`), to whichever connection the app has open, and holds it
 while none is: here an envelope sent while no socket is open waits for the next one, and each new
 connection is sent every envelope still unacknowledged as a retry; chat.postMessage and chat.update
-(text, blocks, thread_ts), with 429 + Retry-After when told to limit. Errors use the API's
-`{"ok": false, "error"}`.
+(text, blocks, thread_ts), with 429 + Retry-After when told to limit; conversations.history (newest
+first) and conversations.replies (the parent, then its replies oldest first), each after `oldest`
+(exclusive) and up to `limit`, of every message the channel had (users' and the bot's). Errors use the
+API's `{"ok": false, "error"}`.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 import uuid
@@ -38,7 +39,9 @@ class SlackStandin(StandinServer):
         self._lost_acks = 0
         self.on_ack: Callable[[str], None] = lambda envelope_id: None
         self._limited_updates = 0
-        self._ts = itertools.count(1)
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        """channel -> its messages as conversations.history gives them, oldest first"""
+        self._last_ts = 0.0
         self._sockets: list[web.WebSocketResponse] = []
         super().__init__("slack-standin")
 
@@ -49,15 +52,26 @@ class SlackStandin(StandinServer):
     # -- the test's side -------------------------------------------------------------------
 
     def user_says(
-        self, channel: str, text: str, *, user: str = "U1", thread_ts: str | None = None
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U1",
+        thread_ts: str | None = None,
+        live: bool = True,
+        at: float | None = None,
     ) -> dict[str, Any]:
-        """A message event arrives over the socket; returns the envelope."""
+        """A user's message, in the channel's history and (`live`) sent as an events_api envelope, which
+        is returned; `live=False`: past Slack's retries (the event itself, then)."""
         event = {
-            "type": "message", "channel": channel, "user": user, "text": text, "ts": f"{time.time():.6f}",
+            "type": "message", "channel": channel, "user": user, "text": text, "ts": self._new_ts(at),
             "channel_type": "im" if channel.startswith("D") else "channel",
         }  # fmt: skip
         if thread_ts:
             event["thread_ts"] = thread_ts
+        self._record(channel, event)
+        if not live:
+            return event
         return self.send_envelope("events_api", {"type": "event_callback", "event": event})
 
     def send_envelope(
@@ -96,13 +110,47 @@ class SlackStandin(StandinServer):
 
     # -- the server ------------------------------------------------------------------------
 
+    def _new_ts(self, at: float | None = None) -> str:
+        """A message's ts: its time in seconds with six decimals, unique (now: above every ts so far)."""
+        with self._changed:
+            if at is not None:
+                return f"{at:.6f}"
+            self._last_ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+            return f"{self._last_ts:.6f}"
+
+    def _record(self, channel: str, message: dict[str, Any]) -> None:
+        entry = {k: v for k, v in message.items() if k not in ("channel", "channel_type")}
+        with self._changed:
+            self.history.setdefault(channel, []).append(entry)
+            self.history[channel].sort(key=lambda m: float(m["ts"]))
+            self._changed.notify_all()
+
+    def _read(self, method: str, params: dict[str, Any]) -> web.Response:
+        try:
+            oldest, limit = float(params.get("oldest", 0)), int(params.get("limit", 100))
+        except ValueError:
+            return web.json_response({"ok": False, "error": "invalid_arguments"})
+        with self._changed:
+            found = [dict(m) for m in self.history.get(str(params.get("channel")), [])]
+        if method == "conversations.replies":
+            parent = [m for m in found if m["ts"] == params.get("ts")]
+            if not parent:
+                return web.json_response({"ok": False, "error": "thread_not_found"})
+            replies = [m for m in found if m.get("thread_ts") == params["ts"] and m["ts"] != params["ts"]]
+            messages = parent + [m for m in replies if float(m["ts"]) > oldest][: max(limit - 1, 0)]
+        else:
+            parents = [m for m in found if m.get("thread_ts", m["ts"]) == m["ts"]]  # no replies here
+            messages = [m for m in parents if float(m["ts"]) > oldest][::-1][:limit]
+        page = {"ok": True, "messages": messages, "has_more": False, "response_metadata": {"next_cursor": ""}}
+        return web.json_response(page)
+
     def _progress(self) -> object:
         return [name for name, _ in self.calls]
 
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/link", self._link)
-        app.router.add_post("/api/{method}", self._api)
+        app.router.add_route("*", "/api/{method}", self._api)  # slack_sdk GETs a few read methods
         return app
 
     async def _stop(self) -> None:
@@ -158,8 +206,10 @@ class SlackStandin(StandinServer):
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
-        if request.content_type == "application/json":
-            params: dict[str, Any] = await request.json()
+        if request.method == "GET":
+            params: dict[str, Any] = dict(request.query)
+        elif request.content_type == "application/json":
+            params = await request.json()
         else:
             params = dict(await request.post())
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -173,8 +223,21 @@ class SlackStandin(StandinServer):
             return web.json_response({"ok": True, "user_id": "UBOT", "team_id": "T1", "bot_id": "B1"})
         if method == "apps.connections.open":
             return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"})
+        if method in ("conversations.history", "conversations.replies"):
+            return self._read(method, params)
         if method == "chat.postMessage":
-            ts = f"1700000000.{next(self._ts):06d}"
+            ts = self._new_ts()
+            bot = {
+                "type": "message",
+                "user": "UBOT",
+                "bot_id": "B1",
+                "text": params.get("text", ""),
+                "ts": ts,
+            }
+            self._record(
+                params["channel"],
+                bot | ({"thread_ts": params["thread_ts"]} if params.get("thread_ts") else {}),
+            )
             with self._changed:
                 self.messages[ts] = {
                     "channel": params["channel"],

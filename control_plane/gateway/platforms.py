@@ -28,7 +28,7 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
     if config.slack is not None:
         from .slack import SlackAdapter
 
-        adapters.append(SlackAdapter(config.slack))
+        adapters.append(SlackAdapter(config.slack, store))
     if config.discord is not None:
         from .discord import DiscordAdapter
 
