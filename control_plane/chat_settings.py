@@ -59,7 +59,17 @@ class TelegramSettings(ChatAccess):
         return _from_env(value)
 
 
-class SlackSettings(ChatAccess):
+class Backfilled(ChatAccess):
+    """A platform whose missed messages are read back from its history (gateway/backfill.py)."""
+
+    backfill_hours: float = Field(24.0, ge=0)
+    """On each new connection, messages sent while the gateway was away are read from the history of
+    each chat it has stored a message from and answered, back to at most this many hours (0: none)."""
+    backfill_limit: int = Field(20, ge=0, le=100)
+    """At most this many such messages per chat (and thread), the newest (0: none)."""
+
+
+class SlackSettings(Backfilled):
     bot_token: SecretStr
     """The bot's token for the Web API, xoxb-... (`${SLACK_BOT_TOKEN}`)."""
     app_token: SecretStr
@@ -73,7 +83,7 @@ class SlackSettings(ChatAccess):
         return _from_env(value)
 
 
-class DiscordSettings(ChatAccess):
+class DiscordSettings(Backfilled):
     token: SecretStr
     """The bot token (`${DISCORD_BOT_TOKEN}`)."""
     api_base: str = "https://discord.com/api/v10"

@@ -21,17 +21,23 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
 import docker
 import requests
 from docker.errors import DockerException, ImageNotFound, NotFound
+from rich.console import Console
 
 import sandboxes
 
+from .progress import DebootstrapProgress, LogReport, Report, Step, ignore, progress_bar
+
 log = logging.getLogger(__name__)
+IMPORT_CHUNK = 1 << 20
+"""Bytes of the rootfs tarball per write to dockerd (each one reported)."""
 
 RECIPE_VERSION = "1"  # bump whenever the rootfs steps below change
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
@@ -83,9 +89,14 @@ class ImageBuildError(RuntimeError):
 
 
 def ensure_image(
-    variant: str = "slim", *, force: bool = False, client: docker.DockerClient | None = None
+    variant: str = "slim",
+    *,
+    force: bool = False,
+    client: docker.DockerClient | None = None,
+    report: Report = ignore,
 ) -> str:
-    """Return the tag of the sandbox image for `variant`, building only the missing stages.
+    """Return the tag of the sandbox image for `variant`, building only the missing stages, telling
+    `report` how far the build is (images/progress.py).
 
     Raises ImageBuildError (dockerd unreachable, a build step failed) or ValueError (variant).
     """
@@ -98,8 +109,10 @@ def ensure_image(
     if force or not _exists(client, tag):
         with _lock(variant):
             if force or not _exists(client, base_tag):
-                _build_base(client, variant, base_tag, base_hash)
+                _build_base(client, variant, base_tag, base_hash, report)
+            report(Step("add the runtime", 0, 1))
             tag = _build_final(client, variant, base_tag, base_hash, force=force)
+            report(Step("add the runtime", 1, 1))
     image = client.images.get(tag)
     if f"{SANDBOX_REPO}:{variant}" not in image.tags:
         image.tag(SANDBOX_REPO, variant)
@@ -166,33 +179,51 @@ def _lock(variant: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _run(*cmd: str, env: dict[str, str] = _TOOL_ENV, extra_log: Path | None = None) -> None:
-    """Run a build step; on failure raise ImageBuildError with the tail of its output."""
+def _run(
+    *cmd: str,
+    env: dict[str, str] = _TOOL_ENV,
+    extra_log: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> None:
+    """Run a build step, each line of its output (stdout and stderr) to `on_line` as it comes; on
+    failure raise ImageBuildError with the tail of its output."""
     log.info("run: %s", " ".join(cmd))
-    res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
-    if res.returncode != 0:
-        detail = res.stdout + res.stderr
+    tail: deque[str] = deque(maxlen=40)
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line)
+    if process.returncode != 0:
+        detail = "\n".join(tail)
         if extra_log is not None and extra_log.exists():
             detail += f"\n--- tail of {extra_log.name} ---\n{extra_log.read_text(errors='replace')}"
         detail = "\n".join(detail.splitlines()[-40:])
-        raise ImageBuildError(f"{' '.join(cmd[:3])} ... failed (exit {res.returncode}):\n{detail}")
+        raise ImageBuildError(f"{' '.join(cmd[:3])} ... failed (exit {process.returncode}):\n{detail}")
 
 
-def _build_rootfs(variant: str, rootfs: Path) -> None:
+def _build_rootfs(variant: str, rootfs: Path, report: Report) -> None:
     """debootstrap, security updates, extra packages, user and dirs, Playwright, cleanup."""
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         raise ImageBuildError("a base image build needs root and debootstrap (apt-get install)")
     include = f"--include={','.join(SLIM_PACKAGES)}"
     _run("debootstrap", "--variant=minbase", include, SUITE, str(rootfs), MIRROR,
-         extra_log=rootfs / "debootstrap" / "debootstrap.log")  # fmt: skip
+         extra_log=rootfs / "debootstrap" / "debootstrap.log",
+         on_line=DebootstrapProgress(report).feed)  # fmt: skip
     chroot = ("chroot", str(rootfs))
     for name, text in _CONFIG_FILES.items():
         (rootfs / name).write_text(text)
-    _run(*chroot, "apt-get", "update", "-q")
-    _run(*chroot, "apt-get", "dist-upgrade", "-y", "-q")
     extras = [pkg for pkg in PACKAGES[variant] if pkg not in SLIM_PACKAGES]
-    if extras:
-        _run(*chroot, "apt-get", "install", "-y", "-q", *extras)
+    apt = [("update", "-q"), ("dist-upgrade", "-y", "-q")] + (
+        [("install", "-y", "-q", *extras)] if extras else []
+    )
+    for done, args in enumerate(apt):
+        report(Step("upgrade and add packages", done, len(apt), detail=f"apt-get {args[0]}"))
+        _run(*chroot, "apt-get", *args)
+    report(Step("upgrade and add packages", len(apt), len(apt)))
     _run(*chroot, "groupadd", "--gid", str(GID), USER)
     _run(*chroot, *f"useradd -u {UID} -g {GID} -d {HOME} -m -s /bin/bash {USER}".split())
     for path in (rootfs / WORKDIR.lstrip("/"), rootfs / "opt/hermetic/site"):
@@ -215,30 +246,54 @@ def _build_rootfs(variant: str, rootfs: Path) -> None:
         (rootfs / name).write_text("")
 
 
-def _build_base(client: docker.DockerClient, variant: str, tag: str, base_hash: str) -> None:
+def _build_base(client: docker.DockerClient, variant: str, tag: str, base_hash: str, report: Report) -> None:
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="hermetic-image-", dir=TMP_ROOT))
     try:
         rootfs = workdir / "rootfs"
-        _build_rootfs(variant, rootfs)
+        _build_rootfs(variant, rootfs, report)
         tarball = workdir / "rootfs.tar"
+        report(Step("pack the root filesystem", 0, 1))
         # posix format keeps sub-second mtimes (else fontconfig's cache looks stale)
         tar = ("tar", "--format=posix", "--numeric-owner", "-C", str(rootfs), "-c")
         _run(*tar, "-f", str(tarball), ".")
+        report(Step("pack the root filesystem", 1, 1))
         log.info("docker import %s (%d MiB)", tag, tarball.stat().st_size // 2**20)
-        repo, _, version = tag.partition(":")
         labels = {"org.hermetic.variant": variant, "org.hermetic.base-hash": base_hash}
-        try:
-            result = client.api.import_image(
-                src=str(tarball), repository=repo, tag=version, changes=_changes(labels)
-            )
-        except DockerException as exc:
-            raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
-        if not _exists(client, tag):
-            raise ImageBuildError(f"docker import of {tag} produced no image: {result}")
+        import_tarball(client, tarball, tag, _changes(labels), report)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     log.info("built %s in %.1f s", tag, time.monotonic() - started)
+
+
+def import_tarball(
+    client: docker.DockerClient, tarball: Path, tag: str, changes: list[str], report: Report = ignore
+) -> None:
+    """`docker import` of a root filesystem tarball as `tag`, streamed from here so each MiB sent is
+    reported. Raises ImageBuildError."""
+    size = tarball.stat().st_size
+
+    def chunks() -> Iterator[bytes]:
+        sent = 0
+        report(Step("docker import", 0, size, "bytes"))
+        with tarball.open("rb") as source:
+            while chunk := source.read(IMPORT_CHUNK):
+                yield chunk
+                sent += len(chunk)
+                report(Step("docker import", sent, size, "bytes"))
+
+    repo, _, version = tag.partition(":")
+    timeout, client.api.timeout = client.api.timeout, None  # dockerd answers once the layer is written
+    try:
+        result = client.api.import_image(
+            src=chunks(), repository=repo, tag=version, changes=changes, stream_src=True
+        )
+    except DockerException as exc:
+        raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
+    finally:
+        client.api.timeout = timeout
+    if not _exists(client, tag):
+        raise ImageBuildError(f"docker import of {tag} produced no image: {result}")
 
 
 def _runtime_tar() -> bytes:
@@ -326,11 +381,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=sorted(SANDBOX_VARIANTS), default="slim")
     parser.add_argument("--force", action="store_true", help="rebuild both stages even if cached")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # setup.sh reads the tag from stdout; the progress goes to stderr: a bar at a terminal (which the
+    # step-by-step log would break up: warnings only), else lines in the log
+    at_terminal = sys.stderr.isatty()
+    level = logging.WARNING if at_terminal else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    shown = progress_bar(Console(stderr=True)) if at_terminal else contextlib.nullcontext(LogReport())
     try:
-        print(ensure_image(args.variant, force=args.force))
+        with shown as report:
+            tag = ensure_image(args.variant, force=args.force, report=report)
     except ImageBuildError as exc:
         parser.exit(1, f"error: {exc}\n")
+    print(tag)
     return 0
 
 

@@ -33,6 +33,7 @@ from docker.errors import DockerException
 
 from . import build
 from .build import ImageBuildError
+from .progress import ignore
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def _build_base(client: docker.DockerClient, tag: str) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="hermetic-image-", dir=build.TMP_ROOT))
     try:
         rootfs = workdir / "rootfs"
-        build._build_rootfs("service", rootfs)
+        build._build_rootfs("service", rootfs, ignore)
         pip = (sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check")
         build._run(*pip, "--only-binary=:all:", "--no-warn-script-location", "--target",
                    str(rootfs / LIB.lstrip("/")), *dependencies(), env=dict(os.environ))  # fmt: skip
@@ -170,11 +171,7 @@ def _build_base(client: docker.DockerClient, tag: str) -> None:
         build._run(
             "tar", "--format=posix", "--numeric-owner", "-C", str(rootfs), "-c", "-f", str(tarball), "."
         )
-        repo, _, version = tag.partition(":")
-        try:
-            client.api.import_image(src=str(tarball), repository=repo, tag=version, changes=[])
-        except DockerException as exc:
-            raise ImageBuildError(f"docker import of {tag} failed: {exc}") from exc
+        build.import_tarball(client, tarball, tag, [])
     finally:
         subprocess.run(["rm", "-rf", str(workdir)], check=False)
 

@@ -4,7 +4,10 @@ was sent.
 
 Implemented: GET /users/@me, GET /oauth2/applications/@me, GET /gateway/bot; POST
 /channels/{id}/messages (JSON, or multipart with
-payload_json and files[n]), PATCH /channels/{id}/messages/{id}, POST /channels/{id}/typing; the gateway
+payload_json and files[n]), PATCH /channels/{id}/messages/{id}, POST /channels/{id}/typing, GET
+/channels/{id}/messages (the channel's history: `limit` 1-100, default 50, and one of `before`, `after`,
+`around`; newest first, as the reference's "Get Channel Messages" answers); message ids are snowflakes
+(milliseconds since the Discord epoch, shifted left 22 bits) so a time bound works on them; the gateway
 (v10, JSON, zlib-stream as discord.py asks): HELLO, IDENTIFY -> READY, HEARTBEAT -> HEARTBEAT_ACK,
 RESUME -> RESUMED, and MESSAGE_CREATE dispatches with sequence numbers. A 429 with retry_after (JSON
 body and Retry-After header, as the reference gives) when told to limit edits.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
+import time
 import zlib
 from typing import Any
 
@@ -22,6 +26,7 @@ from aiohttp import WSMsgType, web
 from standin_server import StandinServer
 
 TOKEN = "discord-test-token"
+DISCORD_EPOCH_MS = 1_420_070_400_000
 BOT = {
     "id": "900",
     "username": "hermetic",
@@ -37,7 +42,9 @@ class DiscordStandin(StandinServer):
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.messages: dict[str, dict[str, Any]] = {}
         """message id -> {"channel", "content", "edits", "file"}"""
-        self._ids = itertools.count(10_000)
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        """channel id -> every message in it (users' and the bot's), as the API gives them, oldest first"""
+        self._last_id = 0
         self._seq = itertools.count(2)
         self._limited_edits = 0
         self._sockets: list[tuple[web.WebSocketResponse, Any]] = []
@@ -50,20 +57,25 @@ class DiscordStandin(StandinServer):
     # -- the test's side -------------------------------------------------------------------
 
     def user_says(
-        self, channel: str, text: str, *, user: str = "501", guild: str | None = None
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "501",
+        guild: str | None = None,
+        live: bool = True,
+        at: datetime.datetime | None = None,
     ) -> dict[str, Any]:
-        message = {
-            "id": str(next(self._ids)), "channel_id": channel, "content": text, "type": 0, "flags": 0,
-            "author": {"id": user, "username": f"user{user}", "discriminator": "0", "avatar": None,
-                       "global_name": None},
-            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(), "edited_timestamp": None,
-            "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
-            "embeds": [], "pinned": False,
-        }  # fmt: skip
+        """A user's message, in the channel's history and (`live`: once a gateway connection is ready)
+        dispatched as MESSAGE_CREATE; `live=False` is a message sent while no bot was connected."""
+        author = {"id": user, "username": f"user{user}", "discriminator": "0", "avatar": None,
+                  "global_name": None}  # fmt: skip
+        message = self._record(channel, text, author, at)
         if guild is not None:
             message["guild_id"] = guild
-        self.wait_for(lambda: self._sockets)
-        self._run(self._dispatch("MESSAGE_CREATE", message))
+        if live:
+            self.wait_for(lambda: self._sockets)
+            self._run(self._dispatch("MESSAGE_CREATE", message))
         return message
 
     def drop_connections(self) -> None:
@@ -83,6 +95,55 @@ class DiscordStandin(StandinServer):
             return [m["content"] for _, m in sorted(self.messages.items()) if m["channel"] == channel]
 
     # -- the server ------------------------------------------------------------------------
+
+    def _snowflake(self, at: datetime.datetime | None) -> str:
+        """A new id: its time part from `at` (now by default), still above every id given so far when
+        `at` is now (ids of back-dated messages only need to be unique)."""
+        when = int((at.timestamp() if at else time.time()) * 1000) - DISCORD_EPOCH_MS
+        with self._changed:
+            found = when << 22
+            if at is None:
+                found = self._last_id = max(found, self._last_id + 1)
+            else:
+                found |= next(_BACKDATED) % 4096
+            return str(found)
+
+    def _record(
+        self, channel: str, text: str, author: dict[str, Any], at: datetime.datetime | None = None
+    ) -> dict[str, Any]:
+        message = {
+            "id": self._snowflake(at), "channel_id": channel, "content": text, "type": 0, "flags": 0,
+            "author": author, "timestamp": (at or datetime.datetime.now(datetime.UTC)).isoformat(),
+            "edited_timestamp": None, "tts": False, "mention_everyone": False, "mentions": [],
+            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
+        }  # fmt: skip
+        with self._changed:
+            found = self.history.setdefault(channel, [])
+            found.append(message)
+            found.sort(key=lambda m: int(m["id"]))
+            self._changed.notify_all()
+        return message
+
+    def _read_history(self, channel: str, query: Any) -> web.Response:
+        try:
+            limit = int(query.get("limit", "50"))
+            bounds = {k: int(query[k]) for k in ("before", "after", "around") if k in query}
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        if not 1 <= limit <= 100 or len(bounds) > 1:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        with self._changed:
+            found = list(self.history.get(channel, []))
+        ids = [int(m["id"]) for m in found]
+        if "after" in bounds:  # the `limit` messages just after it
+            found = [m for m, i in zip(found, ids, strict=True) if i > bounds["after"]][:limit]
+        elif "around" in bounds:
+            at = next((n for n, i in enumerate(ids) if i >= bounds["around"]), len(found))
+            found = found[max(0, at - limit // 2) : at + (limit + 1) // 2]
+        else:  # the `limit` newest before `before` (or newest of all)
+            found = [m for m, i in zip(found, ids, strict=True) if i < bounds.get("before", 1 << 64)]
+            found = found[-limit:]
+        return _json(found[::-1])
 
     def _progress(self) -> object:
         return [(verb, path) for verb, path, _ in self.calls]
@@ -186,7 +247,9 @@ class DiscordStandin(StandinServer):
         if parts[0] == "channels" and parts[-1] == "typing":
             return web.Response(status=204)
         if parts[0] == "channels" and parts[-1] == "messages" and request.method == "POST":
-            return self._message(parts[1], str(next(self._ids)), body, file)
+            return self._message(parts[1], None, body, file)
+        if parts[0] == "channels" and parts[-1] == "messages" and request.method == "GET":
+            return self._read_history(parts[1], request.query)
         if parts[0] == "channels" and len(parts) == 4 and request.method == "PATCH":
             with self._changed:
                 if self._limited_edits:
@@ -199,38 +262,30 @@ class DiscordStandin(StandinServer):
                 found["content"] = body.get("content", found["content"])
                 found["edits"] += 1
                 self._changed.notify_all()
-            return self._message(parts[1], parts[3], {"content": found["content"]}, None, store=False)
+            return self._message(parts[1], parts[3], {"content": found["content"]}, None)
         return _json({"message": "404: Not Found", "code": 0}, status=404)
 
     def _message(
-        self, channel: str, message_id: str, body: dict[str, Any], file: bytes | None, store: bool = True
+        self, channel: str, message_id: str | None, body: dict[str, Any], file: bytes | None
     ) -> web.Response:
+        """A new message of the bot's (`message_id` None), or the one edited."""
         content = body.get("content") or ""
         if len(content) > 2000:
             return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
-        if store:
+        if message_id is None:
+            sent = self._record(channel, content, BOT)
             with self._changed:
-                self.messages[message_id] = {"channel": channel, "content": content, "edits": 0, "file": file}
+                self.messages[sent["id"]] = {"channel": channel, "content": content, "edits": 0, "file": file}
                 self._changed.notify_all()
-        return _json(
-            {
-                "id": message_id,
-                "channel_id": channel,
-                "content": content,
-                "author": BOT,
-                "type": 0,
-                "flags": 0,
-                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
-                "edited_timestamp": None,
-                "tts": False,
-                "mention_everyone": False,
-                "mentions": [],
-                "mention_roles": [],
-                "attachments": [],
-                "embeds": [],
-                "pinned": False,
-            }  # fmt: skip
-        )
+            return _json(sent)
+        with self._changed:
+            edited = next(m for m in self.history[channel] if m["id"] == message_id)
+            edited["content"] = content
+            edited["edited_timestamp"] = datetime.datetime.now(datetime.UTC).isoformat()
+            return _json(dict(edited))
+
+
+_BACKDATED = itertools.count(1)
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

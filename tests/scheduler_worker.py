@@ -1,7 +1,7 @@
 """A control-plane process for the scheduler's exactly-once test: runs the profile's scheduler on the given
 database until its standard input closes, then prints what it claimed as one JSON line.
 
-python tests/scheduler_worker.py ROOT DATABASE_URL MODEL_URL
+python tests/scheduler_worker.py ROOT DATABASE_URL MODEL_URL [LEASE_SECONDS]
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ class CountingJobs(JobStore):
         return found
 
 
-async def main(root: str, url: str, model_url: str) -> None:
+async def main(root: str, url: str, model_url: str, lease: str = "60") -> None:
     settings = load_settings(
         root=root,
         database_url=url,
         model={"name": "openai/scripted", "api_base": model_url, "api_key": "k-123456", "retries": 0},
         backend="local",
         learning={"enabled": False},
-        scheduler={"poll_seconds": 0.2},
+        scheduler={"poll_seconds": 0.2, "lease_seconds": float(lease)},
     )
     scheduler = Scheduler(settings)
     scheduler.jobs = scheduler.runner.jobs = CountingJobs(scheduler.store)
@@ -50,4 +50,4 @@ async def main(root: str, url: str, model_url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))

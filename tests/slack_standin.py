@@ -3,13 +3,18 @@ https://api.slack.com/methods), for slack_sdk to talk to through `base_url`. It 
 
 Implemented: auth.test; apps.connections.open (app token as the bearer, answers the WebSocket URL);
 the Socket Mode WebSocket (a `hello` first, then `events_api` / `interactive` envelopes; the client's
-`{"envelope_id"}` acknowledgements are recorded); chat.postMessage and chat.update (text, blocks,
-thread_ts), with 429 + Retry-After when told to limit. Errors use the API's `{"ok": false, "error"}`.
+`{"envelope_id"}` acknowledgements are recorded). Slack retries an envelope that is not acknowledged
+(`retry_attempt` counting up, `retry_reason`), to whichever connection the app has open, and holds it
+while none is: here an envelope sent while no socket is open waits for the next one, and each new
+connection is sent every envelope still unacknowledged as a retry; chat.postMessage and chat.update
+(text, blocks, thread_ts), with 429 + Retry-After when told to limit; conversations.history (newest
+first) and conversations.replies (the parent, then its replies oldest first), each after `oldest`
+(exclusive) and up to `limit`, of every message the channel had (users' and the bot's). Errors use the
+API's `{"ok": false, "error"}`.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 import uuid
@@ -29,9 +34,14 @@ class SlackStandin(StandinServer):
         self.messages: dict[str, dict[str, Any]] = {}
         """ts -> {"channel", "text", "thread_ts", "blocks", "edits"}"""
         self.acks: list[str] = []
+        self.pending: dict[str, dict[str, Any]] = {}
+        """envelope id -> an envelope sent (or waiting to be) and not acknowledged yet"""
+        self._lost_acks = 0
         self.on_ack: Callable[[str], None] = lambda envelope_id: None
         self._limited_updates = 0
-        self._ts = itertools.count(1)
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        """channel -> its messages as conversations.history gives them, oldest first"""
+        self._last_ts = 0.0
         self._sockets: list[web.WebSocketResponse] = []
         super().__init__("slack-standin")
 
@@ -42,27 +52,49 @@ class SlackStandin(StandinServer):
     # -- the test's side -------------------------------------------------------------------
 
     def user_says(
-        self, channel: str, text: str, *, user: str = "U1", thread_ts: str | None = None
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U1",
+        thread_ts: str | None = None,
+        live: bool = True,
+        at: float | None = None,
     ) -> dict[str, Any]:
-        """A message event arrives over the socket; returns the envelope."""
+        """A user's message, in the channel's history and (`live`) sent as an events_api envelope, which
+        is returned; `live=False`: past Slack's retries (the event itself, then)."""
         event = {
-            "type": "message", "channel": channel, "user": user, "text": text, "ts": f"{time.time():.6f}",
+            "type": "message", "channel": channel, "user": user, "text": text, "ts": self._new_ts(at),
             "channel_type": "im" if channel.startswith("D") else "channel",
         }  # fmt: skip
         if thread_ts:
             event["thread_ts"] = thread_ts
+        self._record(channel, event)
+        if not live:
+            return event
         return self.send_envelope("events_api", {"type": "event_callback", "event": event})
 
     def send_envelope(
         self, kind: str, payload: dict[str, Any], envelope_id: str | None = None
     ) -> dict[str, Any]:
+        """Send an envelope to the open connection, or hold it until one opens."""
         envelope = {
             "envelope_id": envelope_id or uuid.uuid4().hex, "type": kind, "payload": payload,
             "accepts_response_payload": False, "retry_attempt": 0 if envelope_id is None else 1,
         }  # fmt: skip
-        self.wait_for(lambda: self._sockets)
-        self._run(self._broadcast(envelope))
+        with self._changed:
+            self.pending[envelope["envelope_id"]] = envelope
+        self._run(self._offer(envelope))
         return envelope
+
+    def lose_acks(self, count: int) -> None:
+        """The next `count` acknowledgements never reach Slack (the app died as it sent them)."""
+        with self._changed:
+            self._lost_acks = count
+
+    def connected(self) -> bool:
+        with self._changed:
+            return bool(self._sockets)
 
     def limit_updates(self, count: int) -> None:
         with self._changed:
@@ -78,13 +110,47 @@ class SlackStandin(StandinServer):
 
     # -- the server ------------------------------------------------------------------------
 
+    def _new_ts(self, at: float | None = None) -> str:
+        """A message's ts: its time in seconds with six decimals, unique (now: above every ts so far)."""
+        with self._changed:
+            if at is not None:
+                return f"{at:.6f}"
+            self._last_ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+            return f"{self._last_ts:.6f}"
+
+    def _record(self, channel: str, message: dict[str, Any]) -> None:
+        entry = {k: v for k, v in message.items() if k not in ("channel", "channel_type")}
+        with self._changed:
+            self.history.setdefault(channel, []).append(entry)
+            self.history[channel].sort(key=lambda m: float(m["ts"]))
+            self._changed.notify_all()
+
+    def _read(self, method: str, params: dict[str, Any]) -> web.Response:
+        try:
+            oldest, limit = float(params.get("oldest", 0)), int(params.get("limit", 100))
+        except ValueError:
+            return web.json_response({"ok": False, "error": "invalid_arguments"})
+        with self._changed:
+            found = [dict(m) for m in self.history.get(str(params.get("channel")), [])]
+        if method == "conversations.replies":
+            parent = [m for m in found if m["ts"] == params.get("ts")]
+            if not parent:
+                return web.json_response({"ok": False, "error": "thread_not_found"})
+            replies = [m for m in found if m.get("thread_ts") == params["ts"] and m["ts"] != params["ts"]]
+            messages = parent + [m for m in replies if float(m["ts"]) > oldest][: max(limit - 1, 0)]
+        else:
+            parents = [m for m in found if m.get("thread_ts", m["ts"]) == m["ts"]]  # no replies here
+            messages = [m for m in parents if float(m["ts"]) > oldest][::-1][:limit]
+        page = {"ok": True, "messages": messages, "has_more": False, "response_metadata": {"next_cursor": ""}}
+        return web.json_response(page)
+
     def _progress(self) -> object:
         return [name for name, _ in self.calls]
 
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/link", self._link)
-        app.router.add_post("/api/{method}", self._api)
+        app.router.add_route("*", "/api/{method}", self._api)  # slack_sdk GETs a few read methods
         return app
 
     async def _stop(self) -> None:
@@ -92,8 +158,17 @@ class SlackStandin(StandinServer):
             await socket.close()
         await super()._stop()
 
-    async def _broadcast(self, envelope: dict[str, Any]) -> None:
-        await self._sockets[-1].send_str(json.dumps(envelope))
+    async def _offer(self, envelope: dict[str, Any]) -> None:
+        """Send it unless no socket is open or a new connection's retries already sent it (both run on
+        this loop, so checking and marking it sent cannot interleave)."""
+        if self._sockets and not envelope.get("sent"):
+            envelope["sent"] = True
+            await self._send(self._sockets[-1], envelope)
+
+    async def _send(self, socket: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+        with self._changed:
+            wire = {k: v for k, v in envelope.items() if k != "sent"}
+        await socket.send_str(json.dumps(wire))
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(autoping=True)
@@ -103,15 +178,26 @@ class SlackStandin(StandinServer):
         )
         with self._changed:
             self._sockets.append(socket)
+            retries = list(self.pending.values())
+            for envelope in retries:
+                if envelope.get("sent"):
+                    envelope["retry_attempt"] += 1
+                    envelope["retry_reason"] = "timeout"
+                envelope["sent"] = True
             self._changed.notify_all()
+        for envelope in retries:
+            await self._send(socket, envelope)
         try:
             async for frame in socket:
                 if frame.type == WSMsgType.TEXT:
                     envelope_id = json.loads(frame.data).get("envelope_id")
-                    if envelope_id:
+                    with self._changed:
+                        lost, self._lost_acks = self._lost_acks > 0, max(0, self._lost_acks - 1)
+                    if envelope_id and not lost:
                         self.on_ack(envelope_id)
                         with self._changed:
                             self.acks.append(envelope_id)
+                            self.pending.pop(envelope_id, None)
                             self._changed.notify_all()
         finally:
             with self._changed:
@@ -120,8 +206,10 @@ class SlackStandin(StandinServer):
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
-        if request.content_type == "application/json":
-            params: dict[str, Any] = await request.json()
+        if request.method == "GET":
+            params: dict[str, Any] = dict(request.query)
+        elif request.content_type == "application/json":
+            params = await request.json()
         else:
             params = dict(await request.post())
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -135,8 +223,21 @@ class SlackStandin(StandinServer):
             return web.json_response({"ok": True, "user_id": "UBOT", "team_id": "T1", "bot_id": "B1"})
         if method == "apps.connections.open":
             return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"})
+        if method in ("conversations.history", "conversations.replies"):
+            return self._read(method, params)
         if method == "chat.postMessage":
-            ts = f"1700000000.{next(self._ts):06d}"
+            ts = self._new_ts()
+            bot = {
+                "type": "message",
+                "user": "UBOT",
+                "bot_id": "B1",
+                "text": params.get("text", ""),
+                "ts": ts,
+            }
+            self._record(
+                params["channel"],
+                bot | ({"thread_ts": params["thread_ts"]} if params.get("thread_ts") else {}),
+            )
             with self._changed:
                 self.messages[ts] = {
                     "channel": params["channel"],

@@ -116,6 +116,48 @@ def test_a_batch_of_three_runs_in_parallel_in_three_sandboxes(
             assert client.containers.list(all=True, filters={"label": f"org.hermetic.session={child}"}) == []
 
 
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_a_child_forked_from_the_parents_sandbox_sees_its_files_and_shell_but_writes_only_its_own(
+    tmp_path: Path, fake_llm: Any, backend: str
+) -> None:
+    child_command = (
+        'pwd; echo "mark=$MARK"; cat ../plan.md; echo child > ../plan.md; echo mine > ../child.txt'
+    )
+    fake_llm.load(
+        [
+            turn("PARENT", name="write_file", path="plan.md", content="the parent's plan\n"),
+            turn("PARENT", name="terminal", command="mkdir -p sub && cd sub && export MARK=from-parent"),
+            turn("PARENT", name="delegate", tasks=[{"goal": "child-A: read the plan, write your own"}]),
+            turn("child-A", name="terminal", command=child_command),
+            turn("child-A", "read it and wrote mine"),
+            turn("PARENT", "the child is done"),
+        ]
+    )
+    agent = Agent(settings_for(tmp_path, fake_llm.url, backend=backend))
+    parent = agent.new_conversation()
+    end, events = run(parent, "PARENT: write a plan, then hand it on")
+    assert end.reason == "done"
+    [start] = [e for e in events if isinstance(e, ChildStart)]
+    assert start.sandbox == "fork"
+    assert (
+        "a copy of the delegating agent's workspace"
+        in requests_of(fake_llm, "child-A")[0]["messages"][-1]["content"]
+    )
+    seen = agent.store.history(start.child_id)[-2]["content"]
+    assert "the parent's plan" in seen, "the fork has the parent's files"
+    assert "/sub" in seen and "mark=from-parent" in seen, "and its shell: cwd and exported variables"
+    assert (
+        agent.store.tool_calls(start.child_id)[0].sandbox_id
+        != agent.store.tool_calls(parent.id)[0].sandbox_id
+    )
+    workspace = agent.sandboxes.get(parent.id)
+    assert workspace.call("fs.read", {"path": "plan.md"})["content"].endswith("\tthe parent's plan")
+    assert "child.txt" not in json.dumps(workspace.call("fs.list", {"path": ".", "depth": 3})), (
+        "the child's writes stay in its own sandbox"
+    )
+    agent.close()
+
+
 def _write_go(agent: Agent, session_id: str) -> None:
     agent.sandboxes.get(session_id).call("fs.write", {"path": "go", "content": "go!\n"})
 

@@ -33,21 +33,23 @@ def export_settings(root: Path, model_url: str) -> Settings:
     return load_settings(root=root, model=model, backend="local", learning={"enabled": False})
 
 
-def record_session(settings: Settings, fake_llm: Any) -> str:
-    """A real run: a terminal call whose output carries a secret, then a final answer with reasoning."""
-    fake_llm.load(
-        [
-            {
-                "text": "Counting.",
-                "tool_calls": [
-                    {"name": "terminal", "arguments": {"command": f"echo {SECRET}; seq 3 | wc -l"}}
-                ],
-            },
-            {"text": "<think>wc printed 3</think>There are 3 lines."},
-        ]
-    )
+COUNTING = [
+    {
+        "text": "Counting.",
+        "tool_calls": [{"name": "terminal", "arguments": {"command": f"echo {SECRET}; seq 3 | wc -l"}}],
+    },
+    {"text": "<think>wc printed 3</think>There are 3 lines."},
+]
+"""A terminal call whose output carries a secret, then a final answer with reasoning in its text."""
+
+
+def record_session(
+    settings: Settings, fake_llm: Any, script: list[dict[str, Any]] = COUNTING, title: str = "count lines"
+) -> str:
+    """A real run of `script` (the scripted model's turns) in a new session; its id."""
+    fake_llm.load(script)
     agent = Agent(settings)
-    conversation = agent.new_conversation(title="count lines")
+    conversation = agent.new_conversation(title=title)
     end = asyncio.run(conversation.run("how many lines does seq 3 print?", lambda e: None))
     conversation.close()
     agent.close()
@@ -132,6 +134,47 @@ def test_a_recorded_session_round_trips_into_every_format(tmp_path: Path, fake_l
     md = hermetic("sessions", "export", "--format", "md", root=tmp_path)
     assert md.returncode == 0 and "# count lines" in md.stdout and "**call terminal**" in md.stdout
     assert SECRET not in md.stdout
+
+
+def test_the_providers_reasoning_is_stored_and_exported_as_think_blocks_and_the_reasoning_field(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = export_settings(tmp_path, fake_llm.url)
+    script = [
+        {
+            "reasoning": f"I should count them; the key {SECRET} is not mine to print.",
+            "tool_calls": [{"name": "terminal", "arguments": {"command": "seq 3 | wc -l"}}],
+        },
+        {"reasoning": "wc printed 3.", "text": "There are 3 lines."},
+    ]
+    record_session(settings, fake_llm, script, title="reasoning")
+    assert all("reasoning_content" not in m for r in fake_llm.requests for m in r["messages"]), (
+        "the reasoning is kept for the record, never sent back to the provider"
+    )
+    out = {fmt: tmp_path / f"{fmt}.jsonl" for fmt in ("openai", "sharegpt", "chatml")}
+    for fmt, path in out.items():
+        done = hermetic("sessions", "export", "--format", fmt, "--out", str(path), root=tmp_path)
+        assert done.returncode == 0 and SECRET not in path.read_text(), done.stderr
+
+    messages = load_jsonl(out["openai"], tmp_path / "hf")[0]["messages"]
+    assert messages[2]["reasoning_content"].startswith("I should count them; the key [REDACTED")
+    assert (
+        messages[4]["reasoning_content"] == "wc printed 3." and messages[4]["content"] == "There are 3 lines."
+    )
+    assert all("reasoning_content" not in m for m in messages if m["role"] != "assistant")
+    sharegpt = load_jsonl(out["sharegpt"], tmp_path / "hf")[0]["conversations"]
+    assert (
+        sharegpt[2]["value"].startswith("<think>\nI should count them")
+        and "<tool_call>" in sharegpt[2]["value"]
+    )
+    assert sharegpt[4]["value"] == "<think>\nwc printed 3.\n</think>\nThere are 3 lines."
+    chatml = load_jsonl(out["chatml"], tmp_path / "hf")[0]
+    assert (
+        "<|im_start|>assistant\n<think>\nwc printed 3.\n</think>\nThere are 3 lines.<|im_end|>"
+        in chatml["text"]
+    )
+    md = hermetic("sessions", "export", "--format", "md", root=tmp_path)
+    assert "> wc printed 3." in md.stdout and SECRET not in md.stdout
 
 
 def bad_sessions(store: Store) -> dict[str, str]:

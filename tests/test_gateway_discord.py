@@ -102,3 +102,31 @@ def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: once"
         (sent,) = [m for m in discord_api.messages.values() if m["file"] is not None]
         assert sent["file"] == b"# notes\n"
+
+
+def test_messages_sent_while_the_gateway_was_down_are_backfilled_within_the_age_and_count_bounds(
+    tmp_path: Path, fake_llm: Any, discord_api: DiscordStandin
+) -> None:
+    import datetime
+
+    fake_llm.load([{"text": "hello back"}, {"text": "caught up"}, {"text": "and that too"}])
+    settings = _settings(tmp_path, fake_llm.url, discord_api, backfill_hours=1, backfill_limit=2)
+    now = datetime.datetime.now(datetime.UTC)
+    with Running(settings) as gateway:
+        discord_api.user_says("777", "hello", at=now - datetime.timedelta(hours=3))
+        wait_answered(gateway, 1)
+    # while no gateway runs: one message older than backfill_hours, three newer (the limit keeps two)
+    discord_api.user_says("777", "too old to answer", live=False, at=now - datetime.timedelta(hours=2))
+    for text in ("one", "two", "three"):
+        discord_api.user_says("777", text, live=False)
+    discord_api.user_says("778", "in a channel never seen", live=False)
+    before = len(discord_api.calls)  # the first run may have read 777 too, had "hello" beaten its READY
+    with Running(settings) as gateway:
+        wait_answered(gateway, 3)
+        reads = [
+            path for verb, path, _ in discord_api.calls[before:] if verb == "GET" and "/messages" in path
+        ]
+        assert reads == ["/channels/777/messages"], "only the channel the store knows is read, in one page"
+    seen = [m["content"] for r in fake_llm.requests for m in r["messages"] if m["role"] == "user"]
+    assert "two" in seen and "three" in seen, "the newest two were answered (one on its own or steered)"
+    assert not {"one", "too old to answer", "in a channel never seen", "hello back"} & set(seen)

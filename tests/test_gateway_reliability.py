@@ -252,6 +252,11 @@ def test_inbound_messages_and_pairing_codes_in_the_store(database_url: str) -> N
         store.mark(first, state="answered", reply_id="99")
         assert [r.chat for r in store.unanswered("telegram")] == ["43"]
         assert store.inbound(first).reply_id == "99"  # type: ignore[union-attr]
+        store.receive("telegram", "42", "8", {"text": "later", "thread": None})
+        store.receive("telegram", "42", "9", {"text": "in a thread", "thread": "5"})
+        store.receive("slack", "42", "10", {"text": "another platform"})
+        latest = {(r.chat, r.payload.get("thread")): r.message_id for r in store.latest_per_chat("telegram")}
+        assert latest == {("42", None): "8", ("42", "5"): "9", ("43", None): "7"}, "per chat and thread"
         now = time.time()
         store.add_pairing(PairingRecord(code="ABCD2345", platform="telegram", user="5", created_at=now,
                                         expires_at=now + 60))  # fmt: skip

@@ -19,11 +19,11 @@ def slack() -> Iterator[SlackStandin]:
     server.close()
 
 
-def _settings(tmp_path: Path, llm_url: str, slack: SlackStandin) -> Any:
+def _settings(tmp_path: Path, llm_url: str, slack: SlackStandin, **extra: Any) -> Any:
     config = {
         "bot_token": BOT_TOKEN, "app_token": APP_TOKEN, "base_url": slack.base_url,
         "allow_users": ["U1"], "edit_interval": 0.05,
-    }  # fmt: skip
+    } | extra  # fmt: skip
     return gateway_settings(tmp_path, llm_url, None, gateway={"slack": config})
 
 
@@ -115,3 +115,37 @@ def test_markdown_becomes_mrkdwn_in_a_section_block(
             "type": "mrkdwn",
             "text": "*Done*: see <https://example.invalid/docs|the docs>",
         }
+
+
+def test_messages_past_slacks_retries_are_read_back_from_the_history_and_threads_within_the_bounds(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    import time
+
+    fake_llm.load([{"text": f"reply {i}"} for i in range(8)])
+    settings = _settings(tmp_path, fake_llm.url, slack, backfill_hours=1, backfill_limit=2)
+    with Running(settings) as gateway:
+        hello = slack.user_says("D100", "hello", at=time.time() - 3 * 3600)["payload"]["event"]
+        wait_answered(gateway, 1)
+        slack.user_says("D100", "a question in a thread", thread_ts=hello["ts"])
+        wait_answered(gateway, 2)
+    # while no gateway ran, and past Slack's retries: one too old, three newer (the limit keeps two)
+    slack.user_says("D100", "too old to answer", live=False, at=time.time() - 2 * 3600)
+    for text in ("one", "two", "three"):
+        slack.user_says("D100", text, live=False)
+    slack.user_says("D100", "more in the thread", thread_ts=hello["ts"], live=False)
+    slack.user_says("D200", "in a chat never seen", live=False)
+    before = len(slack.calls)
+    with Running(settings) as gateway:
+        wait_answered(gateway, 5)
+        reads = [(name, params) for name, params in slack.calls[before:] if name.startswith("conversations.")]
+    assert sorted((name, params["channel"], params.get("ts")) for name, params in reads) == [
+        ("conversations.history", "D100", None),
+        ("conversations.replies", "D100", hello["ts"]),
+    ], "only the chats the store knows, each thread by its replies"
+    seen = [m["content"] for r in fake_llm.requests for m in r["messages"] if m["role"] == "user"]
+    assert {"two", "three", "more in the thread"} <= set(seen)
+    assert not {"one", "too old to answer", "in a chat never seen"} & set(seen)
+    assert not any(s.startswith("reply ") for s in seen), "the bot's own messages are not answered"
+    threaded = [m for m in slack.messages.values() if m["thread_ts"] == hello["ts"]]
+    assert len(threaded) == 2, "the thread's missed message was answered in the thread"

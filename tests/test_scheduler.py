@@ -134,6 +134,24 @@ def test_a_lease_left_by_a_dead_process_is_reaped_and_its_run_marked_abandoned(s
     assert [j.id for j in jobs.due("default", 1200.0)] == [job.id]  # free again
     with pytest.raises(JobError, match="already ran"):  # the unique occurrence is the second wall
         jobs.start_run(job.id, claim.scheduled_for, 0, "other:2:y")
+    freed = jobs.get("default", job.id)
+    assert freed is not None and freed.retry_for == claim.scheduled_for and freed.retry_attempt == 1
+    assert freed.retry_at == 1092.0 + 30.0, "retried after the job's backoff, as a failed attempt is"
+    retry = jobs.claim(freed, 1200.0, "other:2:y", lease=30)
+    assert retry is not None and (retry.scheduled_for, retry.attempt) == (claim.scheduled_for, 1)
+
+
+def test_an_abandoned_attempt_without_retries_left_is_not_run_again(store: Store) -> None:
+    jobs = JobStore(store)
+    spec = JobSpec(schedule="every 1m", prompt="p", max_retries=0)
+    job = jobs.add("default", spec, tz="UTC", now=1000.0)
+    claim = jobs.claim(jobs.due("default", 1061.0)[0], 1061.0, "dead:1:x", lease=30)
+    assert claim is not None
+    jobs.start_run(job.id, claim.scheduled_for, 0, "dead:1:x")
+    assert jobs.reap("default", 1092.0) == 1
+    freed = jobs.get("default", job.id)
+    assert freed is not None and freed.retry_at is None and freed.last_status == "abandoned"
+    assert jobs.due("default", 1100.0) == [], "its next occurrence is the next one on the schedule"
 
 
 def test_jobs_refuse_bad_schedules_targets_and_toolsets_and_save_nothing(store: Store) -> None:
@@ -287,31 +305,24 @@ def test_runs_missed_while_everything_was_down_follow_the_catch_up_policy(
     assert after is not None and after.next_run_at == 1240.0 and after.lease_owner is None
 
 
+def _worker(root: Path, url: str, model_url: str, lease: float = 60) -> subprocess.Popen[str]:
+    """tests/scheduler_worker.py: a scheduler process on `url`; ready once it printed its first line."""
+    worker = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "scheduler_worker.py"), str(root), url, model_url, str(lease)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert worker.stdout is not None and "ready" in worker.stdout.readline()
+    return worker
+
+
 def test_two_processes_on_one_postgresql_never_run_an_occurrence_twice(
     tmp_path: Path, fake_llm: Any, postgres: LocalPostgres
 ) -> None:
     name = postgres.create_database()
     url = postgres.url(name)
     fake_llm.load([{"text": "done"}] * 200)
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO / "tests" / "scheduler_worker.py"),
-                str(tmp_path / f"p{i}"),
-                url,
-                fake_llm.url,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-        for i in range(2)
-    ]
+    workers = [_worker(tmp_path / f"p{i}", url, fake_llm.url) for i in range(2)]
     try:
-        for worker in workers:
-            assert worker.stdout is not None and "ready" in worker.stdout.readline()
         with Store(url) as store:
             jobs = JobStore(store)
             made = [
@@ -341,6 +352,44 @@ def test_two_processes_on_one_postgresql_never_run_an_occurrence_twice(
     assert len(fake_llm.requests) == len(runs)  # one model call per run: nothing ran unrecorded
     assert sum(s["won"] for s in stats) == len(runs)
     assert {r.owner for r in runs} <= {s["owner"] for s in stats}
+
+
+def test_a_run_killed_by_kill_9_is_retried_by_the_next_process_and_delivered_once(
+    tmp_path: Path, fake_llm: Any, postgres: LocalPostgres, receiver: Receiver
+) -> None:
+    name = postgres.create_database()
+    url = postgres.url(name)
+    fake_llm.load(
+        [{"text": "a long answer cut off by the kill " * 20, "pace": 0.3}, {"text": "retried, done"}]
+    )
+    spec = JobSpec(schedule="every 1h", prompt="p", deliver=[f"webhook:{receiver.url}"], retry_backoff=0)
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        with Store(url) as store:
+            jobs = JobStore(store)
+            job = jobs.add("default", spec, tz="UTC", now=time.time() - 3600)  # due now
+            workers.append(_worker(tmp_path / "first", url, fake_llm.url, lease=2))
+            deadline = time.monotonic() + 60
+            while not fake_llm.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            workers[0].kill()  # SIGKILL mid-run: the lease stops being renewed, the run stays "running"
+            workers[0].wait(10)
+            workers.append(_worker(tmp_path / "second", url, fake_llm.url, lease=2))
+            assert receiver.wait_for(1), "the retry ran and delivered"
+            assert workers[1].stdin is not None
+            workers[1].stdin.close()
+            workers[1].wait(60)
+            runs = jobs.history("default", job.id)[::-1]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+        postgres.drop_database(name)
+    assert [(r.attempt, r.status) for r in runs] == [(0, "abandoned"), (1, "ok")]
+    assert runs[0].scheduled_for == runs[1].scheduled_for, "the same occurrence, the next attempt"
+    assert len(fake_llm.requests) == 2 and len(receiver.posts) == 1, "delivered once"
+    delivered = json.loads(receiver.posts[0][1])
+    assert delivered["text"] == "retried, done" and delivered["run_id"] == runs[1].id
 
 
 def test_each_run_gets_its_own_sandbox_seeded_from_the_workspace(tmp_path: Path, fake_llm: Any) -> None:
@@ -595,3 +644,34 @@ def test_a_pending_retry_is_kept_in_the_database_and_run_by_the_next_process(
     assert "fine now" in (settings.home / "deliveries" / "r.md").read_text()
     after = second.jobs.get(settings.profile, job.id)
     assert after is not None and after.retry_at is None and after.next_run_at == due + 3600
+
+
+def test_a_run_interrupted_by_a_clean_stop_is_retried_at_once_by_the_next_start(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    settings = cron_settings(tmp_path, fake_llm.url)
+    first = Scheduler(settings)
+    now = time.time()
+    job = first.jobs.add(settings.profile, JobSpec(schedule="every 1h", prompt="p"), tz="UTC", now=now - 3630)
+    fake_llm.load([{"text": "slow " * 200, "pace": 0.05}, {"text": "done on the retry"}])
+    [claim] = first.tick(now)
+
+    async def stop_mid_run() -> None:
+        running = asyncio.ensure_future(first.runner.run(claim))
+        while not fake_llm.requests:
+            await asyncio.sleep(0.02)
+        running.cancel()  # what Scheduler.stop does to its runs
+        await asyncio.gather(running, return_exceptions=True)
+        await first.stop()
+
+    asyncio.run(stop_mid_run())
+    pending = first.jobs.get(settings.profile, job.id)
+    assert pending is not None and pending.retry_for == claim.scheduled_for and pending.retry_attempt == 1
+    second = Scheduler(settings)
+    [retry] = second.tick(time.time())
+    assert (retry.scheduled_for, retry.attempt) == (claim.scheduled_for, 1)
+    asyncio.run(second.runner.run(retry))
+    asyncio.run(second.stop())
+    runs = second.jobs.history(settings.profile, job.id)[::-1]
+    assert [(r.attempt, r.status) for r in runs] == [(0, "failed"), (1, "ok")]
+    assert runs[0].error == "the scheduler stopped"

@@ -459,3 +459,24 @@ def test_records_outlive_their_database_session(store: Store) -> None:
     store.update_session(session.id, title="changed")
     assert isinstance(listed[0], SessionRecord) and listed[0].title == "t"  # a snapshot, not a live row
     assert listed[0].model_dump()["message_count"] == 1
+
+
+def test_a_schema_2_database_gains_the_reasoning_column_and_keeps_its_messages(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Store(url) as store:
+        session = store.create_session("default", title="before")
+        store.add_messages(session.id, [{"role": "user", "content": "kept"}])
+    db = sqlite3.connect(tmp_path / "old.db")  # as Hermetic of schema 2 left it
+    db.execute("ALTER TABLE messages DROP COLUMN reasoning")
+    db.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with Store(url) as store:
+        store.add_message(session.id, {"role": "assistant", "content": "ok"}, reasoning="thought")
+        assert [m["content"] for m in store.history(session.id)] == ["kept", "ok"]
+    db = sqlite3.connect(tmp_path / "old.db")
+    try:
+        assert db.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert db.execute("SELECT reasoning FROM messages ORDER BY id").fetchall() == [(None,), ("thought",)]
+    finally:
+        db.close()

@@ -296,6 +296,7 @@ class Conversation:
                 prompt_tokens=reply.usage.prompt_tokens,
                 completion_tokens=reply.usage.completion_tokens,
                 cost=reply.usage.cost,
+                reasoning=reply.reasoning,
             )
             emit(
                 AssistantMessage(

@@ -194,10 +194,12 @@ def _ask_ssh(settings: Settings) -> dict[str, str]:
 
 def _check_image() -> None:
     from images.build import ImageBuildError, ensure_image
+    from images.progress import progress_bar
 
-    with console.status("sandbox image: checking (the first build takes a few minutes)…"):
+    console.print("sandbox image: checking (the first build takes a few minutes)")
+    with progress_bar(console) as report:  # stages, packages, bytes imported; nothing when it exists
         try:
-            tag = ensure_image("slim")
+            tag = ensure_image("slim", report=report)
         except ImageBuildError as exc:
             err.print(f"[red]the sandbox image could not be built:[/] {escape(str(exc))}")
             raise typer.Exit(1) from None

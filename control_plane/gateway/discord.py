@@ -4,13 +4,15 @@ from GET /gateway/bot (set as discord.py's default gateway), so a local stand-in
 
 The Discord gateway has no acknowledgement: an event is delivered once per session, and a RESUME
 replays what a dropped connection missed. The gateway stores each message before answering it, so
-a replayed one is recognised by its id.
+a replayed one is recognised by its id. What a new session cannot replay (sent while the gateway was
+down, or before a failed RESUME) is read on each READY from the channels' history (backfill.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hashlib
 from collections.abc import Awaitable
 from pathlib import Path
@@ -23,7 +25,9 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from ..chat_settings import DiscordSettings
+from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .records import GatewayStore
 
 T = TypeVar("T")
 
@@ -34,8 +38,9 @@ class DiscordAdapter(Adapter):
     buttons = False
     """Approval choices are answered by replying with one (components need an interactions endpoint)."""
 
-    def __init__(self, settings: DiscordSettings) -> None:
+    def __init__(self, settings: DiscordSettings, store: GatewayStore) -> None:
         self.settings = settings
+        self.store = store
         self._token = settings.token.get_secret_value()
         self._name = "discord:" + hashlib.sha256(self._token.encode()).hexdigest()[:16]
         Route.BASE = settings.api_base.rstrip("/")  # discord.py's one setting for where the API is
@@ -65,16 +70,33 @@ class DiscordAdapter(Adapter):
 
     async def receive(self, deliver: Deliver) -> None:
         async def on_message(message: discord.Message) -> None:
-            if message.author.bot or (self.client.user and message.author.id == self.client.user.id):
-                return
-            await deliver(_inbound(message))
+            if self._from_a_user(message):
+                await deliver(_inbound(message))
+
+        async def on_connect() -> None:  # a new session (READY), not a RESUME
+            await catch_up(self.store, self.platform, self.settings, self._read_history, deliver)
 
         self.client.event(on_message)
+        self.client.event(on_connect)
         try:
             await self.client.connect(reconnect=True)  # returns when closed
         except (discord.GatewayNotFound, discord.ConnectionClosed, aiohttp.ClientError, OSError) as exc:
             raise ConnectionLost(f"Discord gateway: {exc}") from exc
         await asyncio.Event().wait()  # closed from elsewhere: wait to be cancelled
+
+    def _from_a_user(self, message: discord.Message) -> bool:
+        return not message.author.bot and not (self.client.user and message.author.id == self.client.user.id)
+
+    async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
+        """The newest `limit` users' messages of the channel after `seen` and `since`, oldest first."""
+        channel = self.client.get_partial_messageable(int(seen.thread or seen.chat))
+        oldest = discord.utils.time_snowflake(datetime.datetime.fromtimestamp(since, datetime.UTC), high=True)
+        after = discord.Object(max(int(seen.message_id), oldest))
+
+        async def newest_first() -> list[discord.Message]:  # from the `before` end: the newest `limit`
+            return [m async for m in channel.history(limit=limit, after=after, oldest_first=False)]
+
+        return [_inbound(m) for m in reversed(await _call(newest_first())) if self._from_a_user(m)]
 
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None

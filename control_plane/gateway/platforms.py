@@ -28,11 +28,11 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
     if config.slack is not None:
         from .slack import SlackAdapter
 
-        adapters.append(SlackAdapter(config.slack))
+        adapters.append(SlackAdapter(config.slack, store))
     if config.discord is not None:
         from .discord import DiscordAdapter
 
-        adapters.append(DiscordAdapter(config.discord))
+        adapters.append(DiscordAdapter(config.discord, store))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 

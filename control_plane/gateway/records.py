@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, UniqueConstraint, delete, insert, select, update
+from sqlalchemy import JSON, Column, Connection, UniqueConstraint, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel, col
 
@@ -149,6 +149,18 @@ class GatewayStore:
             .where(col(InboundRecord.platform) == platform, col(InboundRecord.state).in_(["new", "running"]))
             .order_by(col(InboundRecord.id))
         )
+        with self._engine.connect() as conn:
+            return [InboundRecord.model_validate(row._mapping) for row in conn.execute(query)]
+
+    def latest_per_chat(self, platform: str) -> list[InboundRecord]:
+        """The last message stored in each chat (each thread apart): where a backfill resumes."""
+        thread = col(InboundRecord.payload)["thread"].as_string()
+        latest = (
+            select(func.max(col(InboundRecord.id)))
+            .where(col(InboundRecord.platform) == platform)
+            .group_by(col(InboundRecord.chat), thread)
+        )
+        query = select(InboundRecord).where(col(InboundRecord.id).in_(latest)).order_by(col(InboundRecord.id))
         with self._engine.connect() as conn:
             return [InboundRecord.model_validate(row._mapping) for row in conn.execute(query)]
 

@@ -3,7 +3,9 @@
 Socket Mode rather than the Events API: a self-hosted agent often has no public HTTPS address, and
 Socket Mode needs none (the gateway dials out to Slack's WebSocket). Each envelope is acknowledged
 (`envelope_id` sent back) only after the gateway stored it; Slack redelivers what is not
-acknowledged, and the stored message id (the event's `ts`) recognises the redelivery.
+acknowledged, and the stored message id (the event's `ts`) recognises the redelivery. Slack retries
+for a few minutes only, so each new connection (its `hello`) also reads what was missed from the
+chats' history (conversations.history, conversations.replies for threads; backfill.py).
 
 slack_sdk rather than slack_bolt: Bolt acknowledges on its own schedule and adds routing we do not
 use; slack_sdk is the layer Bolt is built on, kept by Slack.
@@ -25,10 +27,14 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..chat_settings import SlackSettings
+from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .records import GatewayStore
 
 SECTION_LIMIT = 3000
 """Characters of text one section block may hold."""
+PAGE = 200
+"""Messages of a thread read back at once (Slack's advised most for one conversations.replies page)."""
 _MRKDWN = SlackMarkdownConverter()
 
 
@@ -36,8 +42,9 @@ class SlackAdapter(Adapter):
     platform = "slack"
     text_limit = SECTION_LIMIT
 
-    def __init__(self, settings: SlackSettings) -> None:
+    def __init__(self, settings: SlackSettings, store: GatewayStore) -> None:
         self.settings = settings
+        self.store = store
         app_token = settings.app_token.get_secret_value()
         self._name = "slack:" + hashlib.sha256(app_token.encode()).hexdigest()[:16]
         self.web = AsyncWebClient(token=settings.bot_token.get_secret_value(), base_url=settings.base_url)
@@ -67,7 +74,12 @@ class SlackAdapter(Adapter):
                 await deliver(message)  # stored: now Slack may forget it
             await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
 
+        async def on_message(client: SocketModeClient, message: dict[str, Any], raw: str | None) -> None:
+            if message.get("type") == "hello":  # a new connection: Slack's retries may not cover the gap
+                await catch_up(self.store, self.platform, self.settings, self._read_history, deliver)
+
         socket.socket_mode_request_listeners.append(on_request)  # type: ignore[arg-type]
+        socket.message_listeners.append(on_message)  # type: ignore[arg-type]
         try:
             await socket.connect()
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
@@ -91,19 +103,39 @@ class SlackAdapter(Adapter):
                 button=str(action.get("value", "")),
             )
         event = payload.get("event") or {}
-        if request.type != "events_api" or event.get("type") != "message":
+        if request.type != "events_api":
+            return None
+        return self._message(event, str(event.get("channel", "")))
+
+    def _message(self, event: dict[str, Any], chat: str) -> Inbound | None:
+        """A user's message event (or history entry) in `chat`; None for anything else."""
+        if event.get("type") != "message" or not event.get("ts"):
             return None
         if event.get("subtype") or event.get("bot_id") or event.get("user") == self._bot_user:
             return None  # edits, joins, and the bot's own messages
         return Inbound(
             platform=self.platform,
-            chat=str(event.get("channel", "")),
-            message_id=str(event.get("ts", request.envelope_id)),
+            chat=chat,
+            message_id=str(event["ts"]),
             user=str(event.get("user", "")),
             text=str(event.get("text", "")),
             direct=event.get("channel_type") == "im",
             thread=event.get("thread_ts"),
         )
+
+    async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
+        """The newest `limit` users' messages of the chat (or its thread) after `seen` and `since`,
+        oldest first."""
+        oldest = max(float(seen.message_id), since)
+        after = f"{oldest:.6f}"
+        if seen.thread:  # the parent, then the replies oldest first (the bot's too): one full page
+            call = self.web.conversations_replies(channel=seen.chat, ts=seen.thread, oldest=after, limit=PAGE)
+            entries = list((await _call(call)).get("messages") or [])
+        else:  # newest first
+            call = self.web.conversations_history(channel=seen.chat, oldest=after, limit=limit)
+            entries = list((await _call(call)).get("messages") or [])[::-1]
+        later = [e for e in entries if float(e.get("ts") or 0) > oldest]
+        return [m for e in later if (m := self._message(e, seen.chat)) is not None][-limit:]
 
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
@@ -148,7 +180,8 @@ async def _call(call: Any) -> Any:
             raise RateLimited(float(response.headers.get("Retry-After", "1"))) from exc
         if response.status_code >= 500:
             raise ConnectionLost(f"Slack answered {response.status_code}") from exc
-        raise AdapterError(f"Slack refused: {response.get('error', response.status_code)}") from exc
+        error = response.data.get("error") if isinstance(response.data, dict) else None  # a non-JSON body
+        raise AdapterError(f"Slack refused: {error or response.status_code}") from exc
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         raise ConnectionLost(f"Slack unreachable: {exc}") from exc
 

@@ -47,6 +47,9 @@ class Turn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str | None = None
+    reasoning: str | None = None
+    """The model's reasoning, sent as `reasoning_content` before the text (as DeepSeek, vLLM and other
+    OpenAI-compatible servers of reasoning models do)."""
     tool_calls: list[ScriptedToolCall] = []
     error: int | None = Field(None, ge=400, le=599)
     """Answer with this HTTP status instead of a reply."""
@@ -338,6 +341,8 @@ def _call_ids(turn: Turn) -> list[str]:
 
 def _completion(body: dict[str, Any], turn: Turn) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": turn.text, "refusal": None}
+    if turn.reasoning is not None:
+        message["reasoning_content"] = turn.reasoning
     if turn.tool_calls:
         message["tool_calls"] = [
             {
@@ -363,6 +368,8 @@ def _chunks(body: dict[str, Any], turn: Turn) -> Iterator[dict[str, Any]]:
         return head | {"choices": [choice]}
 
     yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for piece in re.findall(r"\s*\S+\s*|\s+", turn.reasoning or ""):
+        yield chunk({"content": None, "reasoning_content": piece})
     for piece in re.findall(r"\s*\S+\s*|\s+", turn.text or ""):  # word by word, as tokens arrive
         yield chunk({"content": piece})
     for index, (call_id, call) in enumerate(zip(_call_ids(turn), turn.tool_calls, strict=True)):

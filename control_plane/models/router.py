@@ -50,6 +50,9 @@ class ToolCall(BaseModel):
 
 class ModelReply(BaseModel):
     content: str
+    reasoning: str = ""
+    """What the provider sent as `reasoning_content` (a reasoning model's thinking), kept for the
+    session's record and trajectory exports; never sent back to the model."""
     tool_calls: list[ToolCall]
     model: str
     """The model of the chain that answered, as configured."""
@@ -184,11 +187,15 @@ class _Attempt:
                 ToolCall(id=call.id, name=call.function.name or "", arguments=call.function.arguments or "")
                 for call in choice.message.tool_calls or []
             ]
-            return self._reply(choice.message.content or "", calls, choice.finish_reason, response.usage)
+            thought = getattr(choice.message, "reasoning_content", None) or ""
+            return self._reply(
+                choice.message.content or "", calls, choice.finish_reason, response.usage, thought
+            )
         stream = await litellm.acompletion(
             **self.request, stream=True, stream_options={"include_usage": True}
         )
         text: list[str] = []
+        reasoning: list[str] = []
         calls_by_index: dict[int, dict[str, str]] = {}
         finish_reason = usage = None
         try:
@@ -198,6 +205,7 @@ class _Attempt:
                     continue
                 choice = chunk.choices[0]
                 finish_reason = choice.finish_reason or finish_reason
+                reasoning.append(getattr(choice.delta, "reasoning_content", None) or "")
                 if choice.delta.content:
                     text.append(choice.delta.content)
                     self.emitted_text = True
@@ -211,10 +219,10 @@ class _Attempt:
         finally:  # also on cancel: the HTTP connection goes back to the pool, or is closed
             await stream.aclose()
         calls = [ToolCall(**calls_by_index[index]) for index in sorted(calls_by_index)]
-        return self._reply("".join(text), calls, finish_reason, usage)
+        return self._reply("".join(text), calls, finish_reason, usage, "".join(reasoning))
 
     def _reply(
-        self, content: str, calls: list[ToolCall], finish_reason: str | None, usage: Any
+        self, content: str, calls: list[ToolCall], finish_reason: str | None, usage: Any, reasoning: str
     ) -> ModelReply:
         prompt = getattr(usage, "prompt_tokens", 0) or 0
         completion = getattr(usage, "completion_tokens", 0) or 0
@@ -227,6 +235,7 @@ class _Attempt:
         self.emit(record)
         return ModelReply(
             content=content,
+            reasoning=reasoning,
             tool_calls=calls,
             model=self.endpoint.name,
             finish_reason=finish_reason,

@@ -4,8 +4,8 @@ Claiming is one conditional UPDATE: it moves `next_run_at` past the occurrence a
 if `next_run_at` still holds that occurrence and no live lease exists. Of any number of processes on the
 same database, exactly one sees its UPDATE change a row; the others see none and move on. A unique
 (job, occurrence, attempt) on the runs table is the second wall. A process that dies mid-run stops
-renewing its lease; once the lease has expired, the next process to look marks that run abandoned and
-the job is free again.
+renewing its lease; once the lease has expired, the next process to look marks that run abandoned, the
+job is free again, and the abandoned occurrence is retried within the job's retry policy.
 """
 
 from __future__ import annotations
@@ -273,27 +273,43 @@ class JobStore:
             )
 
     def reap(self, profile: str, now: float) -> int:
-        """Runs whose process stopped renewing the lease are abandoned; their jobs are free again."""
+        """Runs whose process stopped renewing the lease (it was killed) are abandoned and their jobs free
+        again; an abandoned attempt with retries left is tried again, as a failed one is (attempt + 1,
+        after the job's backoff). Such a run had not finished, so had delivered nothing: the retry, a
+        new (job, occurrence, attempt) row, cannot deliver twice."""
         with self._write() as conn:
-            stale = select(JobRecord.id).where(
+            stale = select(JobRecord).where(
                 JobRecord.profile == profile,
                 col(JobRecord.lease_until).is_not(None),
                 col(JobRecord.lease_until) < now,
             )
-            ids = list(conn.execute(stale).scalars())
-            if not ids:
-                return 0
-            conn.execute(
-                update(RunRecord)
-                .where(col(RunRecord.job_id).in_(ids), col(RunRecord.status) == "running")
-                .values(status="abandoned", finished_at=now, error="the process running it stopped")
-            )
-            conn.execute(
-                update(JobRecord)
-                .where(col(JobRecord.id).in_(ids), col(JobRecord.lease_until) < now)
-                .values(lease_owner=None, lease_until=None, last_status="abandoned")
-            )
-            return len(ids)
+            jobs = [JobRecord.model_validate(row._mapping) for row in conn.execute(stale)]
+            for job in jobs:
+                running = select(RunRecord).where(RunRecord.job_id == job.id, RunRecord.status == "running")
+                killed = [RunRecord.model_validate(row._mapping) for row in conn.execute(running)]
+                conn.execute(
+                    update(RunRecord)
+                    .where(col(RunRecord.id).in_([run.id for run in killed]))
+                    .values(status="abandoned", finished_at=now, error="the process running it stopped")
+                )
+                values: dict[str, Any] = {
+                    "lease_owner": None,
+                    "lease_until": None,
+                    "last_status": "abandoned",
+                }
+                last = max(killed, key=lambda run: run.attempt, default=None)
+                if last is not None and last.attempt < job.max_retries:
+                    values.update(
+                        retry_at=now + job.retry_backoff * 2**last.attempt,
+                        retry_for=last.scheduled_for,
+                        retry_attempt=last.attempt + 1,
+                    )
+                conn.execute(
+                    update(JobRecord)
+                    .where(col(JobRecord.id) == job.id, col(JobRecord.lease_until) < now)
+                    .values(values)
+                )
+            return len(jobs)
 
     # -- runs ------------------------------------------------------------------------------
 

@@ -90,6 +90,10 @@ class Runner:
             else:
                 await self._deliver(job, claim.scheduled_for, attempt, tries=claim.attempt + 1)
             return attempt
+        except asyncio.CancelledError:  # stopped mid-run, as a killed run is reaped: tried again on start
+            if attempt is None and claim.attempt < job.max_retries:
+                retry = (time.time(), claim.scheduled_for, claim.attempt + 1)
+            raise
         finally:
             renewing.cancel()
             status = attempt.status if attempt else "failed"

@@ -17,8 +17,9 @@ from .records import StoreMeta
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-"""1: a trigger indexed each message as it was inserted. 2: SQLite indexes in bulk (indexing.py)."""
+SCHEMA_VERSION = 3
+"""1: a trigger indexed each message as it was inserted. 2: SQLite indexes in bulk (indexing.py).
+3: messages keep the model's reasoning (`reasoning`)."""
 WRITE = "hermetic_write"
 """Execution option on a connection whose transaction will write: SQLite begins it IMMEDIATE."""
 BUSY_TIMEOUT_MS = 30_000
@@ -133,8 +134,10 @@ def _create_schema(engine: Engine) -> None:
                 "upgrade Hermetic"
             )
         elif int(found) < SCHEMA_VERSION:
-            if sqlite:
+            if sqlite and int(found) < 2:
                 migrate_v1(conn)
+            if int(found) < 3:  # the same DDL on both: a nullable column, no default to fill in
+                conn.execute(text("ALTER TABLE messages ADD COLUMN reasoning TEXT"))
             conn.execute(
                 update(StoreMeta)
                 .where(col(StoreMeta.key) == "schema_version")

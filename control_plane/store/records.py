@@ -51,6 +51,9 @@ class MessageRecord(SQLModel, table=True):
     tool_call_id: str | None = None
     name: str | None = None
     created_at: float
+    reasoning: str | None = None
+    """An assistant message's reasoning as the provider sent it (`reasoning_content`); kept for the
+    record and exports, not part of `to_chat` (providers refuse it sent back)."""
     model: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None

@@ -137,10 +137,13 @@ class Store:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         cost: float | None = None,
+        reasoning: str | None = None,
     ) -> int:
-        """Store one chat-format message; returns its id. The session's totals and activity time follow."""
+        """Store one chat-format message (with the model's `reasoning`, if any); returns its id. The
+        session's totals and activity time follow."""
         row = _message_row(message, 0)
         row.update(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost)
+        row["reasoning"] = reasoning or None
         return self._insert_messages(session_id, [row])[0]
 
     def add_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> list[int]:

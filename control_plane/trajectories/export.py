@@ -18,8 +18,9 @@ def redacted(t: Trajectory, redact: Callable[[str], str]) -> Trajectory:
     messages: list[dict[str, Any]] = []
     for message in t.messages:
         copy = dict(message)
-        if copy.get("content"):
-            copy["content"] = redact(copy["content"])
+        for text in ("content", "reasoning_content"):
+            if copy.get(text):
+                copy[text] = redact(copy[text])
         if copy.get("tool_calls"):
             copy["tool_calls"] = [
                 {

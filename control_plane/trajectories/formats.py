@@ -1,7 +1,9 @@
 """A trajectory in each export format: ShareGPT and ChatML (tool calls as Hermes-style <tool_call> and
 <tool_response> blocks), OpenAI chat (tool calls as the API has them), and Markdown for reading.
 
-Reasoning the model wrote as <think>...</think> stays in the text as it was given.
+Reasoning the model wrote as <think>...</think> stays in the text as it was given; reasoning the provider
+sent apart (`reasoning_content`) becomes a <think> block before the reply in ShareGPT and ChatML, and stays
+the message's `reasoning_content` field in the OpenAI format.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ def _arguments(text: str) -> Any:
 
 
 def _assistant_text(message: dict[str, Any]) -> str:
-    """The reply's text followed by one <tool_call> block per call (Hermes function-calling format)."""
-    parts = [message["content"]] if message.get("content") else []
+    """The reasoning as a <think> block, the reply's text, then one <tool_call> block per call (Hermes
+    function-calling format)."""
+    parts = [f"<think>\n{message['reasoning_content']}\n</think>"] if message.get("reasoning_content") else []
+    parts += [message["content"]] if message.get("content") else []
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
         body = json.dumps(
@@ -105,6 +109,13 @@ def markdown(t: Trajectory) -> str:
                 "",
             ]
             continue
+        if message.get("reasoning_content"):
+            lines += [
+                f"**{role} (thinking)**",
+                "",
+                *(f"> {line}" for line in message["reasoning_content"].splitlines()),
+                "",
+            ]
         if message.get("content"):
             lines += [f"**{role}**", "", message["content"], ""]
         for call in message.get("tool_calls") or []:

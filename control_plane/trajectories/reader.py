@@ -26,7 +26,8 @@ _UNIT = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
 class Trajectory:
     session: SessionRecord
     messages: list[dict[str, Any]]
-    """The conversation in OpenAI chat format (system prompt first)."""
+    """The conversation in OpenAI chat format (system prompt first); an assistant message the model
+    reasoned for has its reasoning as `reasoning_content`, the field reasoning providers answer with."""
     failed_calls: int = 0
     """Tool calls the audit rows record as failed."""
     tool_calls: int = 0
@@ -66,7 +67,8 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
     with Session(store.engine, expire_on_commit=False) as db:
         sessions = list(db.exec(query.order_by(col(SessionRecord.created_at), col(SessionRecord.id))))
     m = MessageRecord
-    columns = [col(c) for c in (m.session_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name)]
+    fields = (m.session_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.name, m.reasoning)
+    columns = [col(c) for c in fields]
     for start in range(0, len(sessions), chunk):
         part = sessions[start : start + chunk]
         ids = [s.id for s in part]
@@ -78,8 +80,10 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
             rows = conn.execute(
                 sa_select(*columns).where(col(m.session_id).in_(ids)).order_by(col(m.session_id), col(m.id))
             )
-            for session_id, role, content, tool_calls, tool_call_id, name in rows:
+            for session_id, role, content, tool_calls, tool_call_id, name, reasoning in rows:
                 message: dict[str, Any] = {"role": role, "content": content}
+                if reasoning:
+                    message["reasoning_content"] = reasoning
                 if tool_calls is not None:
                     message["tool_calls"] = tool_calls
                 if tool_call_id is not None:
