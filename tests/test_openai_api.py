@@ -317,6 +317,10 @@ def test_errors_come_in_openais_envelope(served: Served, fake_llm: Any) -> None:
     )
     assert garbled.status_code == 400 and garbled.json()["error"]["type"] == "invalid_request_error"
     assert httpx.get(f"{served.url}/v1/embeddings", headers=served.headers()).json()["error"]["type"]
+    for method, path, allow in [("PUT", "chat/completions", "POST"), ("DELETE", "models", "GET")]:
+        refused = httpx.request(method, f"{served.url}/v1/{path}", headers=served.headers())
+        assert refused.status_code == 405 and refused.headers["allow"] == allow, refused.text
+        assert refused.json()["error"]["code"] == "method_not_allowed"
     allowed = httpx.get(f"{served.url}/v1/models", headers=served.headers(Origin="http://localhost:3000"))
     assert allowed.status_code == 200
 

@@ -17,6 +17,7 @@ from backends import SandboxError
 from ..agent.agent import Agent
 from ..agent.events import Event
 from ..agent.loop import Conversation
+from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId
 
@@ -81,6 +82,12 @@ def _too_many(message: str, retry_after: int) -> HTTPException:
     return HTTPException(
         status.HTTP_429_TOO_MANY_REQUESTS, message, headers={"Retry-After": str(retry_after)}
     )
+
+
+def sandbox_limited(exc: SandboxLimit) -> HTTPException:
+    """What any route answers when the sandbox it needs is over limits.max_sandboxes (the app's
+    exception handler, for every route at once): 429 with Retry-After."""
+    return _too_many(str(exc), RETRY_SANDBOX)
 
 
 class Profile:
