@@ -4,6 +4,7 @@ dependency that gives a route the caller's profile."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from ..agent.loop import Conversation
 from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId
+from .conversation_keys import ConversationKeys
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
@@ -99,6 +101,11 @@ class Profile:
         self.live: dict[str, LiveSession] = {}
         """Sessions held in memory, least recently used first."""
 
+    @functools.cached_property
+    def conversation_keys(self) -> ConversationKeys:
+        """The /v1 chats' sessions by conversation key (opened on first use)."""
+        return ConversationKeys(self.settings.home)
+
     def session(self, session_id: str) -> LiveSession:
         """The live session, resumed from the database if needed. 404 when not this profile's."""
         live = self.live.get(session_id)
@@ -147,6 +154,8 @@ class Profile:
         for live in self.live.values():
             if live.task is not None:
                 live.conversation.interrupt()
+        if "conversation_keys" in self.__dict__:
+            self.conversation_keys.close()
         self.agent.close()
 
 

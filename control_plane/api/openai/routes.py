@@ -27,7 +27,6 @@ from ..bounds import RETRY_AFTER
 from ..methods import allowed_methods
 from ..profiles import Auth, LiveSession, Profile
 from .conversations import (
-    ConversationKeys,
     Outcome,
     chat_session,
     new_input,
@@ -184,7 +183,7 @@ async def chat_completions(
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=64)] = None,
 ) -> StarletteResponse:
     """The agent answers the newest user message; `stream: true` for SSE (text/event-stream)."""
-    live, text = chat_session(profile, ConversationKeys(profile.settings.home), body.messages, session)
+    live, text = chat_session(profile, body.messages, session)
     after = start_turn(profile, live, text)
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
