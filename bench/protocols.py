@@ -121,10 +121,8 @@ def collect(n: int, backend: str, servers: Path) -> Results:
         results[f"mcp-server-time call, server in a {backend} sandbox — {added('added', hosted, sealed)}"] = (
             sealed
         )
-    direct, new, same = openai_first_byte(max(n // 5, 10))
-    results["first content byte, scripted model directly"] = direct
-    results[f"first content byte, /v1 stream, a new chat — {added('added', direct, new)}"] = new
-    results[f"first content byte, /v1 stream, its next turn — {added('added', direct, same)}"] = same
+    figures = openai_first_byte(max(n // 5, 10))
+    results.update({f"first content byte, {name}": samples for name, samples in figures.items()})
     return results
 
 
