@@ -64,7 +64,8 @@ def openai_first_byte(n: int, keys: int = 0) -> dict[str, list[float]]:
     """First content byte, in rounds of: the scripted model directly, a new chat through /v1, the next
     turn of a chat by its session header, the next turn of a chat by the history a front end sends
     (found by its conversation key). `keys`: conversation keys the profile already holds, as a server
-    that has seen that many chats does. Each /v1 figure also less its round's direct one ("added")."""
+    that has seen that many chats does. Each /v1 figure also less its round's direct one ("added"), and
+    a new chat less its round's next turn: what opening the session costs."""
     turns = [{"text": "hello from the scripted model"}] * (5 * n + 20)
     with FakeLLM(turns) as model, tempfile.TemporaryDirectory() as root:
         chat = {"model": "scripted", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -107,6 +108,7 @@ def openai_first_byte(n: int, keys: int = 0) -> dict[str, list[float]]:
                 figures["added, a new chat"].append(new - direct)
                 figures["added, its next turn by header"].append(by_header - direct)
                 figures["added, its next turn by history"].append(by_history - direct)
+                figures["a new chat less its round's next turn by history"].append(new - by_history)
         finally:
             server.should_exit = True
             thread.join(30)
@@ -121,6 +123,7 @@ FIGURES = (
     "added, a new chat",
     "added, its next turn by header",
     "added, its next turn by history",
+    "a new chat less its round's next turn by history",
 )
 
 
