@@ -1,5 +1,6 @@
-"""Issue 7's targets, checked on the figures of one run: each a ratio of two medians (or one median
-against a bound). Printed after the table; a missing figure leaves its target unchecked."""
+"""Issue 7's targets and issue 27's /v1 first byte, checked on the figures of one run: each a ratio of
+two medians (or one median against a bound). Printed after the table; a missing figure leaves its
+target unchecked."""
 
 from __future__ import annotations
 
@@ -69,6 +70,17 @@ TARGETS = [
         None,
         20,
         False,
+    ),
+    *(
+        Target(
+            f"/v1 adds at most 20 ms to the first streamed byte: {case} ({keys} keys held)",
+            f"first content byte, added, {case} ({keys} keys held)",
+            None,
+            20,
+            False,
+        )
+        for case in ("a new chat", "its next turn by history")
+        for keys in (0, 10_000)
     ),
 ]
 

@@ -144,12 +144,7 @@ class SandboxManager:
                 if session_id in self._sandboxes:
                     self._last_used[session_id] = time.monotonic()
                     return self._sandboxes[session_id]
-                limit = self.settings.limits.max_sandboxes
-                if len(self._sandboxes) >= limit:
-                    raise SandboxLimit(
-                        f"this profile already holds {limit} sandboxes (limits.max_sandboxes); "
-                        "close a session or raise the limit"
-                    )
+                self._admit()
             backend = self.backend
             sandbox, notice = self._from_pending(session_id)
             if sandbox is None and self._pool is not None:
@@ -170,6 +165,22 @@ class SandboxManager:
                 self._changed.notify_all()
             return sandbox
 
+    def _admit(self) -> None:
+        """Called under the lock before a sandbox is added for a session that holds none."""
+        limit = self.settings.limits.max_sandboxes
+        if len(self._sandboxes) >= limit:
+            raise SandboxLimit(
+                f"this profile already holds {limit} sandboxes (limits.max_sandboxes); "
+                "close a session or raise the limit"
+            )
+
+    def admit(self, session_id: str | None = None) -> None:
+        """Raise SandboxLimit when the session (None: one not yet created) holds no sandbox and another
+        would exceed the limit: the check before a sandbox is made by other means than get (a fork's)."""
+        with self._lock:
+            if session_id not in self._sandboxes:
+                self._admit()
+
     def fork(self, session_id: str, child_id: str) -> Sandbox | None:
         """Give `child_id` a copy of the session's sandbox when it has one and its backend can fork
         (`Sandbox.fork`); None when not, and the child gets a fresh sandbox on first use."""
@@ -178,6 +189,7 @@ class SandboxManager:
         if parent is None or fork is None:
             return None
         try:
+            self.admit(child_id)
             sandbox: Sandbox = fork()
         except SandboxError as exc:  # UnsupportedSpec on a backend without snapshots, or a failed copy
             log.info("session %s: no fork of %s (%s); a fresh sandbox instead", session_id, parent.id, exc)

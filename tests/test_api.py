@@ -176,3 +176,28 @@ def test_out_of_bounds_input_is_a_clear_422_and_errors_are_documented(
     assert get_session["404"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorBody"
     }
+
+
+def test_conformance_405_lists_every_method_missing_taps_and_skills_are_404_health_is_public(
+    api: tuple[str, dict[str, str]],
+) -> None:
+    url, tokens = api
+    with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
+        document = client.get("/openapi.json").json()
+        for path in ("/sessions", "/cron/jobs", "/skills/taps", "/snapshots/s-1"):
+            refused = client.request("PUT", path)
+            template = "/snapshots/{snapshot_id}" if path.startswith("/snapshots/") else path
+            documented = {method.upper() for method in document["paths"][template]}
+            assert refused.status_code == 405
+            assert documented <= set(refused.headers["allow"].split(", ")), (path, refused.headers)
+        for method, path in [
+            ("DELETE", "/skills/taps/nosuch"),
+            ("POST", "/skills/no-such-skill/uninstall"),
+            ("POST", "/skills/no-such-skill/unmerge"),
+            ("POST", "/skills/no-such-skill/update"),
+        ]:
+            missing = client.request(method, path, json={} if path.endswith("update") else None)
+            assert missing.status_code == 404, (path, missing.text)
+            assert "no-such-skill" in missing.json()["detail"] or "nosuch" in missing.json()["detail"]
+    assert document["paths"]["/health"]["get"]["security"] == []
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"

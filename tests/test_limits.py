@@ -163,3 +163,24 @@ def test_idle_sessions_past_max_live_sessions_are_let_go_and_resumed_on_use(
     run_turn(client, followed, "end the follower's turn")
     follower.join(30)
     assert stream and stream[0][-1]["event"] == "turn_end"
+
+
+def test_every_route_that_would_start_a_sandbox_over_max_sandboxes_is_429(serve: Serve) -> None:
+    """Exposing a port starts the session's sandbox and a fork copies one: over the limit both are 429
+    with Retry-After (the app's handler for SandboxLimit), and nothing is made; listing and closing
+    exposures of a session without a sandbox start none."""
+    client, profile = serve(limits={"max_sandboxes": 1}, sandbox={"idle_seconds": None})
+    holder, other = new_session(client), new_session(client)
+    profile.agent.sandboxes.get(holder)
+    sessions = len(client.get("/sessions").json())
+    for refused in (
+        client.post(f"/sessions/{other}/exposures", json={"port": 8000}),
+        client.post(f"/sessions/{holder}/fork"),
+    ):
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["retry-after"].isdigit()
+        assert "limits.max_sandboxes" in refused.json()["detail"]
+    assert client.get(f"/sessions/{other}/exposures").json() == []
+    assert client.delete(f"/sessions/{other}/exposures/8000").status_code == 404
+    assert profile.agent.sandboxes.held() == {holder}
+    assert len(client.get("/sessions").json()) == sessions, "the refused fork left no session behind"

@@ -820,7 +820,7 @@ def test_api_install_is_a_dry_run_until_confirmed(tmp_path: Path) -> None:
         assert client.get("/skills/taps").json() == {"team": tap}
         assert client.delete("/skills/taps/team").json() == {"removed": "team"}
         assert client.post("/skills/install", json={"source": "https://127.0.0.1:1/x.zip"}).status_code == 400
-        assert client.post("/skills/nope/update", json={}).status_code == 400
+        assert client.post("/skills/nope/update", json={}).status_code == 404  # no such skill (issue 27)
         assert client.post("/skills/greet/uninstall").json() == {"state": "archived"}
 
 

@@ -38,10 +38,12 @@ class Agent(AgentBase):
 
     def fork_session(self, session_id: str) -> Conversation:
         """A new session with a copy of this one's history and of its sandbox: a fork of the running
-        one, else its latest checkpoint (control_plane/checkpoints.py). Raises KeyError."""
+        one, else its latest checkpoint (control_plane/checkpoints.py). Raises KeyError, SandboxLimit."""
         record = self.store.get_session(session_id, self.settings.profile)
         if record is None:
             raise KeyError(session_id)
+        if self.sandboxes.peek(session_id) is not None:  # its copy is one more: refused before the record
+            self.sandboxes.admit()
         history = _repair(self.store.history(session_id))
         fork = self.store.create_session(
             self.settings.profile,

@@ -18,6 +18,7 @@ changes; the sessions database keeps every message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -70,6 +71,13 @@ class Compression:
     """What happened, for the user."""
 
 
+@functools.lru_cache(maxsize=64)
+def _schema_tokens(model: str, schemas: str) -> int:
+    """Tokens of the tool schemas (JSON) and the reply primer. The same tools every step and in every
+    new session of a profile: counted once per process, not on each new chat's first step."""
+    return int(_litellm().token_counter(model=model, messages=[], tools=json.loads(schemas)))
+
+
 class Compressor:
     """Compresses one conversation's history; it caches token counts per message, so keep one per
     conversation (messages must not be changed in place once counted, which the agent loop never does)."""
@@ -79,7 +87,6 @@ class Compressor:
         self.router = router
         self._counts: dict[int, tuple[Message, int]] = {}
         self._counted_for = ""
-        self._tool_counts: dict[str, int] = {}
         self._windows: dict[str, int] = {}
 
     def context_window(self, model: str) -> int:
@@ -104,11 +111,8 @@ class Compressor:
         new messages (a 301-message, 134k-token history: ~100 ms from scratch, ~1 ms per new step; see
         `python -m bench.compression`)."""
         if model != self._counted_for:  # counts are per tokenizer
-            self._counts, self._tool_counts, self._counted_for = {}, {}, model
-        schemas = json.dumps(tools, sort_keys=True)  # the same tools every step: counted once
-        if schemas not in self._tool_counts:  # schemas and the reply primer
-            self._tool_counts[schemas] = int(_litellm().token_counter(model=model, messages=[], tools=tools))
-        total = self._tool_counts[schemas]
+            self._counts, self._counted_for = {}, model
+        total = _schema_tokens(model, json.dumps(tools, sort_keys=True))
         total += sum(self._tokens(message, model) for message in messages)
         current = {id(message) for message in messages}
         self._counts = {key: value for key, value in self._counts.items() if key in current}

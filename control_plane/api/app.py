@@ -8,25 +8,29 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path as FilePath
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, HTTPException, Path, Query, status
+from fastapi import FastAPI, Header, HTTPException, Path, Query, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..agent.events import Question
 from ..agent.status import Status
 from ..models.router import warm_up
+from ..sandbox_manager import SandboxLimit
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
+from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
-from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth, sandbox_limited
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
@@ -94,6 +98,16 @@ def create_app(
     app.state.hub = hub
     app.state.tokens = tokens
 
+    @app.exception_handler(SandboxLimit)  # from any route that needs a sandbox, however deep
+    async def too_many_sandboxes(request: Request, exc: SandboxLimit) -> Response:
+        return await http_exception_handler(request, sandbox_limited(exc))
+
+    @app.exception_handler(status.HTTP_405_METHOD_NOT_ALLOWED)
+    async def method_not_allowed(request: Request, exc: StarletteHTTPException) -> Response:
+        allow = allowed_methods(app.router.routes, request.scope)
+        headers = {**(exc.headers or {}), **({"Allow": ", ".join(allow)} if allow else {})}
+        return await http_exception_handler(request, StarletteHTTPException(405, exc.detail, headers))
+
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
     app.include_router(network_router)
@@ -101,7 +115,7 @@ def create_app(
     app.include_router(cron_router)
     app.include_router(snapshots_router)
 
-    @app.get("/health")
+    @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:
         """Liveness for anyone; with a valid token, also the caller's profile status (model, backend,
         memory use, skill count)."""
@@ -215,4 +229,26 @@ def create_app(
             if until_turn_end and event.type == "turn_end":
                 return
 
+    app.openapi = _public_marked(app.openapi)  # type: ignore[method-assign]
     return app
+
+
+PUBLIC = "x-hermetic-public"
+"""Marks an operation that needs no token (a token only adds to its answer): its `security` becomes []."""
+
+
+def _public_marked(openapi: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """FastAPI's document, with `security: []` on the operations marked PUBLIC (FastAPI lists an optional
+    bearer scheme as a requirement, and appends a list given in `openapi_extra` instead of replacing it)."""
+    marked: list[dict[str, Any]] = []
+
+    def document() -> dict[str, Any]:
+        if not marked:
+            marked.append(openapi())
+            for operations in marked[0]["paths"].values():
+                for operation in operations.values():
+                    if operation.pop(PUBLIC, False):
+                        operation["security"] = []
+        return marked[0]
+
+    return document

@@ -51,7 +51,8 @@ class ErrorBody(BaseModel):
 DESCRIPTIONS = {
     400: "The request was refused (the message says why)",
     401: "No valid bearer token",
-    404: "No such session or skill in the token's profile",
+    404: "No such session, skill or tap in the token's profile",
+    409: "The request conflicts with what is there now (the message says what)",
     429: "A limit of the profile is reached; retry after Retry-After seconds",
 }
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 
-from backends import Sandbox
-from backends.network import ExposeError, exposures, net_dir
+from backends.network import ExposeError, Ingress, exposures, net_dir
 
 from .bounds import AUTHENTICATED, errors
 from .profiles import Auth, Live
@@ -30,20 +29,24 @@ class ExposureOut(BaseModel):
     url: str
 
 
-def _sandbox(profile: Auth, live: Live) -> Sandbox:
-    sandbox = profile.agent.sandboxes.get(live.conversation.id)
-    if sandbox.ingress is None:
+def _ingress(profile: Auth, live: Live, *, create: bool) -> Ingress | None:
+    """The ingress of the session's sandbox; None when it has no sandbox and `create` is false (listing
+    or closing starts none). Starting one over limits.max_sandboxes is a 429 (the app's handler)."""
+    sandboxes = profile.agent.sandboxes
+    sandbox = sandboxes.get(live.conversation.id) if create else sandboxes.peek(live.conversation.id)
+    if sandbox is not None and sandbox.ingress is None:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, f"the {sandbox.backend} backend cannot expose ports")
-    return sandbox
+    return sandbox.ingress if sandbox is not None else None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=errors(409, 429))
 def expose(profile: Auth, live: Live, body: ExposeRequest) -> ExposureOut:
-    """Make a port inside the session's sandbox reachable on the server's host (network.expose_bind)."""
-    sandbox = _sandbox(profile, live)
-    assert sandbox.ingress is not None
+    """Make a port inside the session's sandbox reachable on the server's host (network.expose_bind);
+    starts the session's sandbox if it has none."""
+    ingress = _ingress(profile, live, create=True)
+    assert ingress is not None
     try:
-        got = sandbox.ingress.expose(body.port, profile.settings.network.expose_bind, body.host_port)
+        got = ingress.expose(body.port, profile.settings.network.expose_bind, body.host_port)
     except ExposeError as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     return ExposureOut(port=got.port, host=got.host, host_port=got.host_port, url=got.url)
@@ -51,17 +54,16 @@ def expose(profile: Auth, live: Live, body: ExposeRequest) -> ExposureOut:
 
 @router.get("")
 def list_exposures(profile: Auth, live: Live) -> list[ExposureOut]:
-    sandbox = _sandbox(profile, live)
+    ingress = _ingress(profile, live, create=False)
     return [
         ExposureOut(port=e.port, host=e.host, host_port=e.host_port, url=e.url)
-        for e in exposures(net_dir(sandbox.id))
+        for e in (exposures(net_dir(ingress.sandbox_id)) if ingress is not None else [])
     ]
 
 
 @router.delete("/{port}")
 def close_exposure(profile: Auth, live: Live, port: int) -> dict[str, bool]:
-    sandbox = _sandbox(profile, live)
-    assert sandbox.ingress is not None
-    if not sandbox.ingress.unexpose(port):
+    ingress = _ingress(profile, live, create=False)
+    if ingress is None or not ingress.unexpose(port):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"port {port} is not exposed")
     return {"closed": True}

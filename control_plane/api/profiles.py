@@ -4,6 +4,7 @@ dependency that gives a route the caller's profile."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -17,8 +18,10 @@ from backends import SandboxError
 from ..agent.agent import Agent
 from ..agent.events import Event
 from ..agent.loop import Conversation
+from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId
+from .conversation_keys import ConversationKeys
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
@@ -83,6 +86,12 @@ def _too_many(message: str, retry_after: int) -> HTTPException:
     )
 
 
+def sandbox_limited(exc: SandboxLimit) -> HTTPException:
+    """What any route answers when the sandbox it needs is over limits.max_sandboxes (the app's
+    exception handler, for every route at once): 429 with Retry-After."""
+    return _too_many(str(exc), RETRY_SANDBOX)
+
+
 class Profile:
     """One profile's agent and its sessions open in this server."""
 
@@ -91,6 +100,11 @@ class Profile:
         self.agent = Agent(settings)
         self.live: dict[str, LiveSession] = {}
         """Sessions held in memory, least recently used first."""
+
+    @functools.cached_property
+    def conversation_keys(self) -> ConversationKeys:
+        """The /v1 chats' sessions by conversation key (opened on first use)."""
+        return ConversationKeys(self.settings.home)
 
     def session(self, session_id: str) -> LiveSession:
         """The live session, resumed from the database if needed. 404 when not this profile's."""
@@ -140,6 +154,8 @@ class Profile:
         for live in self.live.values():
             if live.task is not None:
                 live.conversation.interrupt()
+        if "conversation_keys" in self.__dict__:
+            self.conversation_keys.close()
         self.agent.close()
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, StringConstraints
 from ..skills.install import Installer, Plan
 from ..skills.library import SkillError, UnknownSkill
 from ..skills.sources import REMOTE_SCHEMES, Limits, SourceError, is_remote
-from ..skills.taps import TAP_NAME, TapError
+from ..skills.taps import TAP_NAME, TapError, UnknownTap
 from .bounds import AUTHENTICATED, FindingRef, SearchText, SkillName, SourceText, errors
 from .profiles import Auth
 
@@ -53,13 +53,13 @@ class TapRequest(BaseModel):
 
 
 def _run(profile: Auth, action: Any) -> Any:
-    """Call `action(installer)`; refusals become 404 (unknown skill) or 400 with the reason."""
+    """Call `action(installer)`; refusals become 404 (unknown skill or tap) or 400 with the reason."""
     settings = profile.settings.skill_install
     limits = Limits(settings.max_bytes, settings.max_files, public_only=not settings.allow_private_urls)
     installer = Installer(profile.agent.skills, limits)
     try:
         return action(installer)
-    except UnknownSkill as exc:
+    except (UnknownSkill, UnknownTap) as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     except (SkillError, SourceError, TapError, ValueError, OSError) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
@@ -141,7 +141,7 @@ def tap_add(profile: Auth, body: TapRequest) -> dict[str, Any]:
     return _run(profile, action)  # type: ignore[no-any-return]
 
 
-@router.delete("/taps/{name}")
+@router.delete("/taps/{name}", responses=errors(404))
 def tap_remove(profile: Auth, name: Annotated[TapName, Path()]) -> dict[str, str]:
     _run(profile, lambda inst: inst.taps.remove(name))
     return {"removed": name}

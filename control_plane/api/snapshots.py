@@ -12,9 +12,9 @@ from backends import Backend, SandboxError
 from backends.snapshots import NoSuchSnapshot, SnapshotError
 
 from ..checkpoints import NoSuchCheckpoint
-from ..sandbox_manager import choose_backend
+from ..sandbox_manager import SandboxLimit, choose_backend
 from ..store import SessionRecord
-from .bounds import AUTHENTICATED
+from .bounds import AUTHENTICATED, errors
 from .profiles import Auth, LiveSession
 
 router = APIRouter(tags=["snapshots"], responses=AUTHENTICATED)
@@ -38,6 +38,8 @@ def _errors(action: Any) -> Any:
         return action()
     except (NoSuchSnapshot, NoSuchCheckpoint, KeyError) as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc).strip("'")) from exc
+    except SandboxLimit:  # 429, as on every route (the app's handler)
+        raise
     except (SnapshotError, SandboxError) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
 
@@ -127,9 +129,10 @@ def rollback(profile: Auth, session_id: str, body: RollbackTo) -> dict[str, Any]
     return {"checkpoint": checkpoint.summary(), "applied": "now" if running else "when the session next runs"}
 
 
-@router.post("/sessions/{session_id}/fork", status_code=201, responses=NOT_FOUND)
+@router.post("/sessions/{session_id}/fork", status_code=201, responses={**NOT_FOUND, **errors(429)})
 def fork_session(profile: Auth, session_id: str) -> SessionRecord:
-    """A new session with a copy of this one's history and of its sandbox."""
+    """A new session with a copy of this one's history and of its sandbox (429 when that copy would be
+    over limits.max_sandboxes)."""
     _own_session(profile, session_id)
     conversation = _errors(lambda: profile.agent.fork_session(session_id))
     profile.live[conversation.id] = LiveSession(conversation)

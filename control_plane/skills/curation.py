@@ -138,6 +138,7 @@ def unmerge(library: SkillLibrary, into: str) -> list[str]:
         "SELECT * FROM merges WHERE into_name = ? AND undone IS NULL ORDER BY id DESC LIMIT 1", (into,)
     )
     if not rows:
+        library.info(into)  # UnknownSkill when there is no such skill at all
         raise SkillError(f"nothing was merged into {into!r} (or the merge was already undone)")
     merge_row = rows[0]
     changes = []

@@ -322,6 +322,7 @@ class Installer:
     def _entry(self, name: str) -> LockEntry:
         entry = self.lock.get(name)
         if entry is None:
+            self.library.info(name)  # UnknownSkill when there is no such skill at all
             raise InstallError(f"{name!r} was not installed from outside (it is not in the lock file)")
         return entry
 

@@ -27,6 +27,10 @@ class TapError(ValueError):
     """An unknown tap, a bad tap name, or a listing that cannot be read."""
 
 
+class UnknownTap(TapError):
+    """No tap by that name."""
+
+
 @dataclass(frozen=True)
 class TapSkill:
     tap: str
@@ -64,14 +68,14 @@ class Taps:
     def remove(self, name: str) -> None:
         taps = self.all()
         if name not in taps:
-            raise TapError(f"there is no tap named {name!r}; `hermetic skills tap list` shows them")
+            raise UnknownTap(f"there is no tap named {name!r}; `hermetic skills tap list` shows them")
         del taps[name]
         self._write(taps)
 
     def listing(self, name: str) -> list[TapSkill]:
         taps = self.all()
         if name not in taps:
-            raise TapError(f"there is no tap named {name!r}; `hermetic skills tap list` shows them")
+            raise UnknownTap(f"there is no tap named {name!r}; `hermetic skills tap list` shows them")
         return self._listing(name, taps[name])
 
     def resolve(self, tap: str, skill: str) -> str:

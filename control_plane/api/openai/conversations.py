@@ -3,7 +3,7 @@
 A chat front end sends the whole history every time. Its conversation keeps one session (and so one
 sandbox) by the session header it echoes, or else by a key derived from its system prompt and first
 user message; only the messages after the last assistant reply are new. The keys are kept in the
-profile home, so a conversation survives a server restart.
+profile home (api/conversation_keys.py), so a conversation survives a server restart.
 """
 
 from __future__ import annotations
@@ -11,52 +11,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import tempfile
-import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from fastapi import HTTPException, Request, status
 
 from ...agent.events import Error, Event
 from ..profiles import LiveSession, Profile
 from .wire import ChatMessage, content_text
-
-KEPT_KEYS = 10_000
-"""Conversation keys remembered per profile (the oldest are forgotten first)."""
-_LOCK = threading.Lock()
-
-
-class ConversationKeys:
-    """Derived conversation key -> session id, in PROFILE_HOME/openai-conversations.json."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = home / "openai-conversations.json"
-
-    def _load(self) -> dict[str, str]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
-
-    def get(self, key: str) -> str | None:
-        with _LOCK:
-            return self._load().get(key)
-
-    def put(self, key: str, session_id: str) -> None:
-        with _LOCK:
-            data = self._load()
-            data.pop(key, None)
-            data[key] = session_id
-            for old in list(data)[: max(0, len(data) - KEPT_KEYS)]:
-                del data[old]
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".openai-conversations-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, self.path)
 
 
 def conversation_key(profile: str, messages: list[ChatMessage]) -> str:
@@ -100,7 +62,7 @@ def open_session(profile: Profile, session_id: str | None, title: str) -> tuple[
 
 
 def chat_session(
-    profile: Profile, keys: ConversationKeys, messages: list[ChatMessage], header: str | None
+    profile: Profile, messages: list[ChatMessage], header: str | None
 ) -> tuple[LiveSession, str]:
     """The session of a chat request and the text of its turn."""
     text, earlier = new_input(messages)
@@ -108,13 +70,13 @@ def chat_session(
     session_id = header
     if session_id is None:
         key = conversation_key(profile.settings.profile, messages)
-        known = keys.get(key)
+        known = profile.conversation_keys.get(key)
         if known is not None and profile.agent.store.get_session(known, profile.settings.profile):
             session_id = known
     first = next((content_text(m.content) for m in messages if m.role == "user"), text)
     live, new = open_session(profile, session_id, first)
     if key is not None and new:
-        keys.put(key, live.conversation.id)
+        profile.conversation_keys.put(key, live.conversation.id)
     if new:  # a new session for a history it did not see: it hears it once, as context
         text = transcript(earlier) + text
     return live, text

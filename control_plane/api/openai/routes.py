@@ -24,9 +24,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response as StarletteResponse
 
 from ..bounds import RETRY_AFTER
+from ..methods import allowed_methods
 from ..profiles import Auth, LiveSession, Profile
 from .conversations import (
-    ConversationKeys,
     Outcome,
     chat_session,
     new_input,
@@ -68,6 +68,7 @@ _ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     409: "conflict_error",
     429: "rate_limit_error",
     502: "server_error",
@@ -182,7 +183,7 @@ async def chat_completions(
     session: Annotated[str | None, Header(alias=SESSION_HEADER, max_length=64)] = None,
 ) -> StarletteResponse:
     """The agent answers the newest user message; `stream: true` for SSE (text/event-stream)."""
-    live, text = chat_session(profile, ConversationKeys(profile.settings.home), body.messages, session)
+    live, text = chat_session(profile, body.messages, session)
     after = start_turn(profile, live, text)
     headers = {SESSION_HEADER: live.conversation.id}
     if body.stream:
@@ -343,7 +344,17 @@ def _session_of(response_id: str) -> str:
 
 
 @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
-def unknown(path: str) -> None:
+def unknown(request: Request, path: str) -> StarletteResponse:
+    """A /v1 path this server does not serve (404), or one it serves with other methods (405, `Allow`
+    listing them): this route matches every /v1 path, so Starlette's own 405 never comes."""
+    allow = allowed_methods(request.app.router.routes, request.scope)
+    if allow:
+        return error_response(
+            405,
+            f"{request.method} is not allowed on /v1/{path} (allowed: {', '.join(allow)})",
+            "method_not_allowed",
+            headers={"Allow": ", ".join(allow)},
+        )
     raise HTTPException(
         status.HTTP_404_NOT_FOUND, f"/v1/{path} is not served here (models, chat/completions, responses)"
     )
