@@ -116,6 +116,27 @@ class LearningSettings(BaseModel):
     """Review after a turn that took at least this many tool calls."""
 
 
+class EmbeddingSettings(BaseModel):
+    """The model that turns messages into vectors for semantic recall (docs/recall-and-providers.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "wordllama"
+    """"wordllama" (embedded, offline, CPU), "off" (keyword recall only), or a litellm embedding model
+    ("openai/text-embedding-3-small"). Changing it re-embeds every message in the background."""
+    api_base: str | None = None
+    """Server URL for a litellm model served locally (an OpenAI-compatible /v1/embeddings)."""
+    api_key: SecretStr | None = None
+    """Key for a litellm model; default: the provider's usual variable."""
+    batch: int = Field(64, ge=1, le=2048)
+    """Messages embedded and written per transaction by the background indexer."""
+    timeout: float = Field(30.0, gt=0)
+    """Seconds one embedding call may take (litellm models)."""
+    min_similarity: float = Field(0.3, ge=-1, le=1)
+    """Semantic hits less similar (cosine) than this are left out: every message has a nearest neighbour,
+    and one about something else is noise. 0.3 suits wordllama; tune it for another model."""
+
+
 class MemorySettings(BaseModel):
     """The curated memory files in the profile home: MEMORY.md (the agent's notes) and USER.md (the user)."""
 
@@ -127,6 +148,8 @@ class MemorySettings(BaseModel):
     """Most characters USER.md may hold."""
     warn_at: float = Field(0.8, gt=0, le=1)
     """Above this share of a limit, a write also tells the user the file is nearly full."""
+    embeddings: EmbeddingSettings = EmbeddingSettings()
+    """HERMETIC_MEMORY__EMBEDDINGS__MODEL=wordllama|off|<litellm model>, ...__API_BASE=http://..."""
 
 
 class CompressionSettings(BaseModel):

@@ -23,21 +23,36 @@ TRIGRAM = 3
 
 
 class Filters:
-    """The WHERE clauses every search shares: profile, and optionally not one session, only one role; and
-    whether to keep only each session's best hit."""
+    """The WHERE clauses every search shares, keyword and semantic halves alike: profile, and optionally not
+    one session, only one role, only sessions from one source, only messages written in [since, until];
+    and whether to keep only each session's best hit."""
 
     def __init__(
-        self, profile: str, exclude_session: str | None, role: str | None, limit: int, per_session: bool
+        self,
+        profile: str,
+        exclude_session: str | None,
+        role: str | None,
+        limit: int,
+        per_session: bool,
+        *,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> None:
         self.per_session = per_session
+        self.profile, self.role, self.since, self.until = profile, role, since, until
         self.params: dict[str, Any] = {"profile": profile, "limit": limit}
         self.sql = "s.profile = :profile AND m.role <> 'system'"
-        if exclude_session is not None:
-            self.sql += " AND m.session_id <> :exclude_session"
-            self.params["exclude_session"] = exclude_session
-        if role is not None:
-            self.sql += " AND m.role = :role"
-            self.params["role"] = role
+        for value, clause, name in (
+            (exclude_session, "m.session_id <> :exclude_session", "exclude_session"),
+            (role, "m.role = :role", "role"),
+            (source, "s.source = :source", "source"),
+            (since, "m.created_at >= :since", "since"),
+            (until, "m.created_at <= :until", "until"),
+        ):
+            if value is not None:
+                self.sql += f" AND {clause}"
+                self.params[name] = value
 
 
 def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
