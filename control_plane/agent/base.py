@@ -17,6 +17,7 @@ from ..keys import read_env_file
 from ..memory.persona import load_persona, persona_block, soul_path
 from ..memory.store import FILES, Memory, MemoryFileError
 from ..models.router import Router
+from ..recall.stores import open_store
 from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
 from ..settings import Settings
@@ -47,7 +48,7 @@ class AgentBase:
         registry: Registry = TOOLS,
     ) -> None:
         self.settings = settings
-        self.store = store or Store(str(settings.database_url))
+        self.store = store or open_store(settings)
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
         self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)

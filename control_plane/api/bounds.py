@@ -52,6 +52,7 @@ DESCRIPTIONS = {
     400: "The request was refused (the message says why)",
     401: "No valid bearer token",
     404: "No such session or skill in the token's profile",
+    409: "Semantic search is off in this profile, or the query could not be embedded",
     429: "A limit of the profile is reached; retry after Retry-After seconds",
 }
 

@@ -73,8 +73,9 @@ class LiteLLMEmbedder:
         self._settings = settings
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        import litellm
+        from ..models.router import _litellm
 
+        litellm = _litellm()  # offline price list, quiet
         if not texts:
             return np.zeros((0, 0), np.float32)
         key = self._settings.api_key

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, text
+import sqlite_vec
+from sqlalchemy import Connection, Engine, text
 
 from .search import Filters
 
@@ -34,6 +35,22 @@ class Pending:
     role: str
     created_at: float
     content: str
+
+
+def vector_storage(engine: Engine) -> str:
+    """Where this database keeps vectors and how it searches them, for `hermetic doctor`."""
+    if engine.dialect.name == "sqlite":
+        return f"sqlite-vec {sqlite_vec.__version__} in the database file"
+    with engine.connect() as conn:
+        pgvector = conn.scalar(
+            text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+        )
+    if pgvector:
+        return (
+            f"PostgreSQL has pgvector {pgvector}, which Hermetic does not use yet: exact search in the "
+            "control plane over vectors in a bytea column"
+        )
+    return "PostgreSQL without pgvector: exact search in the control plane over vectors in a bytea column"
 
 
 def table_name(model: str) -> str:
