@@ -132,9 +132,10 @@ class EmbeddingSettings(BaseModel):
     """Messages embedded and written per transaction by the background indexer."""
     timeout: float = Field(30.0, gt=0)
     """Seconds one embedding call may take (litellm models)."""
-    min_similarity: float = Field(0.3, ge=-1, le=1)
+    min_similarity: float = Field(0.1, ge=-1, le=1)
     """Semantic hits less similar (cosine) than this are left out: every message has a nearest neighbour,
-    and one about something else is noise. 0.3 suits wordllama; tune it for another model."""
+    and one about something else is noise. 0.1 suits wordllama (whose paraphrases score 0.13-0.45 and
+    unrelated texts about 0); tune it for another model."""
 
 
 class MemorySettings(BaseModel):

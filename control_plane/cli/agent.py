@@ -193,11 +193,11 @@ def _when(timestamp: float | None) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else ""
 
 
-def _store(*, semantic: bool = False) -> tuple[Settings, Any]:
+def _store(*, semantic: bool = False, background: bool = True) -> tuple[Settings, Any]:
     from ..recall.stores import open_store
 
     settings = load_settings()
-    return settings, open_store(settings, semantic=semantic)
+    return settings, open_store(settings, semantic=semantic, background=background)
 
 
 @sessions_app.command("list")
@@ -247,7 +247,7 @@ def sessions_reindex() -> None:
     change this re-embeds everything. Safe to stop at any point: a second run resumes."""
     from .reindex import reindex
 
-    settings, store = _store(semantic=True)
+    settings, store = _store(semantic=True, background=False)
     if store.indexer is None:
         err.print("semantic recall is off (memory.embeddings.model: off): nothing to embed")
         raise typer.Exit(2)

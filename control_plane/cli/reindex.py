@@ -11,7 +11,6 @@ from ..store.indexer import VectorIndexer
 
 def reindex(indexer: VectorIndexer, console: Console) -> int:
     """Embed batches until none is left; returns the messages embedded. Raises what the model raised."""
-    indexer.stop()  # the store's background thread: this process indexes in the foreground instead
     start = indexer.progress()
     embedded = 0
     if not console.is_terminal:

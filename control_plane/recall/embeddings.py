@@ -86,6 +86,7 @@ class LiteLLMEmbedder:
                 api_base=self._settings.api_base,
                 api_key=key.get_secret_value() if key else None,
                 timeout=self._settings.timeout,
+                max_retries=0,  # the indexer retries a failed batch itself, later
             )
             rows = sorted(answer.data, key=lambda item: item["index"])
             vectors = np.array([row["embedding"] for row in rows], dtype=np.float32)

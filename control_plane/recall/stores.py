@@ -7,7 +7,7 @@ from ..store import Store
 from .embeddings import embedder_for
 
 
-def open_store(settings: Settings, *, semantic: bool = True) -> Store:
+def open_store(settings: Settings, *, semantic: bool = True, background: bool = True) -> Store:
     """The profile's store; with `semantic` (and a model configured) messages are embedded in the
     background and searches may be semantic or hybrid."""
     config = settings.memory.embeddings
@@ -17,4 +17,5 @@ def open_store(settings: Settings, *, semantic: bool = True) -> Store:
         embedder=embedder,
         embed_batch=config.batch,
         min_similarity=config.min_similarity,
+        background=background,
     )

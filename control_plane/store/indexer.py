@@ -74,8 +74,6 @@ class VectorIndexer:
                 )
             ]
         if not rows:
-            if through is not None:
-                self._retire_others(model)
             return 0
         vectors = self.embedder.embed([row.content for row in rows])
         if vectors.ndim != 2 or len(vectors) != len(rows):
@@ -101,6 +99,8 @@ class VectorIndexer:
                 text("UPDATE vector_indexes SET embedded_through = :id WHERE model = :model"),
                 {"id": rows[-1].id, "model": model},
             )
+            if rows[-1].id >= self._last(conn):
+                self._retire_others(conn, model)
         with self._moved:
             self._moved.notify_all()
         return len(rows)
@@ -142,22 +142,22 @@ class VectorIndexer:
             for r in conn.execute(text(f"SELECT id FROM messages WHERE id IN ({placeholders})"), params)
         }
 
-    def _retire_others(self, model: str) -> None:
-        """Once this model's index has caught up, the vectors of models used before it go."""
-        with self._engine.connect() as conn:
-            others = list(
-                conn.execute(
-                    text("SELECT model, table_name FROM vector_indexes WHERE model <> :model"),
-                    {"model": model},
-                )
+    def _last(self, conn: Connection) -> int:
+        """The id of the latest indexable message."""
+        return int(conn.scalar(text(f"SELECT coalesce(max(m.id), 0) FROM messages m WHERE {INDEXABLE}")) or 0)
+
+    def _retire_others(self, conn: Connection, model: str) -> None:
+        """Once this model's index has caught up, the vectors of models used before it go, in the
+        transaction that caught up."""
+        others = list(
+            conn.execute(
+                text("SELECT model, table_name FROM vector_indexes WHERE model <> :model"), {"model": model}
             )
-        if not others:
-            return
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            for old_model, table in others:
-                drop_table(conn, self.dialect, table)
-                conn.execute(text("DELETE FROM vector_indexes WHERE model = :model"), {"model": old_model})
-                log.info("dropped the vectors of %s: %s has caught up", old_model, model)
+        )
+        for old_model, table in others:
+            drop_table(conn, self.dialect, table)
+            conn.execute(text("DELETE FROM vector_indexes WHERE model = :model"), {"model": old_model})
+            log.info("dropped the vectors of %s: %s has caught up", old_model, model)
 
     # the background thread
 

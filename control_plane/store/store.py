@@ -51,16 +51,18 @@ class Store:
         embedder: Embedder | None = None,
         embed_batch: int = 64,
         min_similarity: float = 0.0,
+        background: bool = True,
     ) -> None:
         """With an embedder, messages are embedded in the background (backfilling what is there) and
-        searches may be semantic or hybrid; semantic hits less similar than min_similarity are dropped."""
+        searches may be semantic or hybrid; semantic hits less similar than min_similarity are dropped.
+        Without `background`, the caller runs the indexer (`hermetic sessions reindex`)."""
         self._engine = open_engine(url)
         self.dialect: str = self._engine.dialect.name
         self.embedder = embedder
         self.min_similarity = min_similarity
         self.indexer = VectorIndexer(self._engine, embedder, embed_batch) if embedder else None
         self._copies: dict[str, VectorCopy] = {}
-        if self.indexer:
+        if self.indexer and background:
             self.indexer.start()
 
     @property
