@@ -138,6 +138,40 @@ class EmbeddingSettings(BaseModel):
     unrelated texts about 0); tune it for another model."""
 
 
+class SemanticProviderSettings(BaseModel):
+    """The `semantic` memory provider: the past messages nearest in meaning to the user's message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["semantic"] = "semantic"
+    limit: int = Field(3, ge=1, le=20)
+    """Snippets injected at most (each from a different past session)."""
+    timeout: float = Field(2.0, gt=0)
+    """Seconds the provider may take at a turn's start before the turn goes on without it."""
+    max_chars: int = Field(1500, ge=100)
+    """Characters of context it may inject (cut beyond)."""
+
+
+class HonchoProviderSettings(BaseModel):
+    """The `honcho` memory provider (honcho-ai SDK): Honcho models the user across sessions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["honcho"] = "honcho"
+    base_url: str | None = None
+    """The Honcho server; default: the SDK's (Honcho's hosted API)."""
+    api_key: SecretStr | None = None
+    """Default: HONCHO_API_KEY, as the SDK reads it."""
+    workspace: str = "hermetic"
+    user_peer: str = "user"
+    agent_peer: str = "hermetic"
+    timeout: float = Field(3.0, gt=0)
+    max_chars: int = Field(1500, ge=100)
+
+
+ProviderSettings = Annotated[SemanticProviderSettings | HonchoProviderSettings, Field(discriminator="type")]
+
+
 class MemorySettings(BaseModel):
     """The curated memory files in the profile home: MEMORY.md (the agent's notes) and USER.md (the user)."""
 
@@ -151,6 +185,15 @@ class MemorySettings(BaseModel):
     """Above this share of a limit, a write also tells the user the file is nearly full."""
     embeddings: EmbeddingSettings = EmbeddingSettings()
     """HERMETIC_MEMORY__EMBEDDINGS__MODEL=wordllama|off|<litellm model>, ...__API_BASE=http://..."""
+    providers: list[ProviderSettings] = []
+    """Memory providers consulted at each turn's start, after memory writes and at session end, in order:
+    "semantic" or {type: honcho, base_url: ...} (docs/recall-and-providers.md)."""
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _names_are_types(cls, value: Any) -> Any:
+        """A bare name ("semantic") is that provider with its defaults."""
+        return [{"type": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
 
 class CompressionSettings(BaseModel):
