@@ -65,8 +65,9 @@ class HonchoStandin:
             return 200, {"id": body["id"], "metadata": {}, "configuration": {}, "created_at": _now()}
         if m := _CREATE.match(path):
             workspace, kind = m.groups()
-            shape = {"id": body["id"], "workspace_id": workspace, "metadata": {}, "created_at": _now()}
-            return 200, shape | ({"is_active": True, "configuration": {}} if kind == "sessions" else {"configuration": {}})
+            shape = {"id": body["id"], "workspace_id": workspace, "metadata": {}, "configuration": {}}
+            shape["created_at"] = _now()
+            return 200, shape | ({"is_active": True} if kind == "sessions" else {})
         if m := _MESSAGES.match(path):
             workspace, session = m.groups()
             created = [
