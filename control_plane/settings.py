@@ -243,6 +243,10 @@ class SkillsSettings(BaseModel):
     """A skill unused this long is archived: out of the listing, kept on disk, restorable."""
     prompt_tokens: int = Field(1500, ge=100)
     """Budget of the skills listing in the system prompt; over it, the most relevant skills are listed."""
+    list_max: int = Field(30, ge=1)
+    """With more skills than this, none is listed in the system prompt: each user message comes with the
+    `list_relevant` skills most relevant to it (hybrid search), and skills_search finds the others."""
+    list_relevant: int = Field(8, ge=1, le=50)
     review_below: float = Field(0.5, ge=0, le=1)
     """A skill whose smoothed success rate falls below this (after min_runs runs) is reviewed for repair."""
     min_runs: int = Field(5, ge=1)

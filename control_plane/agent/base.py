@@ -77,12 +77,15 @@ class AgentBase:
             lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
         )
         self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
+        self.skills.embedder = self.store.embedder
 
     def turn_text(self, session_id: str, text: str) -> tuple[str, list[str]]:
-        """The user's message as the model is sent it (the memory providers' context first, when they give
-        some; the database keeps the message as written) and the providers' notices."""
+        """The user's message as the model is sent it (the memory providers' context and, in a large skill
+        library, the skills relevant to it first; the database keeps the message as written) and the
+        providers' notices. Built once per turn, so every model call of the turn sends the same text."""
         context, notices = self.providers.turn_start(TurnStart(self.settings.profile, session_id, text))
-        return (f"{context}\n\n{text}" if context else text), notices
+        skills = self.skills.relevant_listing(text) if "skills" in self.settings.toolsets else ""
+        return "\n\n".join(part for part in (context, skills, text) if part), notices
 
     def end_session(self, session_id: str) -> None:
         """Mark the session ended and tell the memory providers (its title, first and last exchanges, and
