@@ -72,11 +72,11 @@ def run(dialect: str, embedder: WordLlamaEmbedder, args: argparse.Namespace) -> 
             for mode in ("keyword", "hybrid"):
                 figures[f"recall@5 {mode}, paraphrased"] = recall_at_5(store, ids, questions, mode, False)
                 figures[f"recall@5 {mode}, direct"] = recall_at_5(store, ids, questions, mode, True)
-            corpus = Corpus()
-            while store.indexer is not None and store.indexer.progress().total < args.messages:
+            corpus, total = Corpus(), sum(len(chat) for chat in chats)
+            while total < args.messages:
                 store.add_messages(store.create_session(PROFILE).id, corpus.conversation(50))
+                total += 50
             embed_all(store)
-            total = store.indexer.progress().total if store.indexer else 0
             cycle = iter(questions * (args.samples // len(questions) + 2))
             times = sample(
                 lambda: store.search(PROFILE, next(cycle).paraphrased, limit=5, per_session=True),

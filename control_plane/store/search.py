@@ -66,11 +66,12 @@ def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[Se
 
 def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
     """Hits ranked by bm25 from the word index."""
-    # Rank and cut first, then build snippets for the few rows kept.
+    # Rank and cut first, then build snippets for the few rows kept. CROSS JOIN keeps the index first: newer
+    # SQLite planners (3.51) start from the profile's sessions and run the MATCH once per message instead.
     candidates = f"""
         SELECT messages_fts.rowid AS id, m.session_id, -bm25(messages_fts) AS score
-        FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-        JOIN sessions s ON s.id = m.session_id
+        FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
+        CROSS JOIN sessions s ON s.id = m.session_id
         WHERE messages_fts MATCH :match AND {where.sql}
     """
     sql = f"""
@@ -95,8 +96,8 @@ def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> lis
     like_sql, params = _likes("LIKE", words)
     sql = _latest(
         f"""
-        FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
-        JOIN sessions s ON s.id = m.session_id
+        FROM messages_trigram CROSS JOIN messages m ON m.id = messages_trigram.rowid
+        CROSS JOIN sessions s ON s.id = m.session_id
         WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
         """,
         where,
