@@ -120,9 +120,10 @@ def main() -> None:
     args = parser.parse_args()
     embedder = WordLlamaEmbedder()
     print(f"WordLlama embedding throughput: {embedding_throughput(embedder):,.0f} messages/s (batches of 64)")
-    relevant, everything = skills_tokens(embedder)
+    relevant, everything = skills_tokens(embedder, args.skills)
     print(
-        f"skills listing with 500 skills: {relevant:,} tokens (relevant only) vs {everything:,} (all listed)"
+        f"skills listing with {args.skills} skills: {relevant:,} tokens (relevant only) "
+        f"vs {everything:,} (all listed)"
     )
     for dialect in [d for d in args.dialects.split(",") if d]:
         figures = run(dialect, embedder, args)
