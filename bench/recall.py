@@ -20,6 +20,7 @@ from pathlib import Path
 from control_plane.recall.embeddings import WordLlamaEmbedder
 from control_plane.settings import SkillsSettings
 from control_plane.store import Store
+from control_plane.store.semantic import SearchMode
 
 from .recall_corpus import Question, build, check
 from .skills_listing import TASK, filled
@@ -48,7 +49,9 @@ def embed_all(store: Store) -> tuple[int, float]:
     return done, time.perf_counter() - start
 
 
-def recall_at_5(store: Store, ids: list[str], questions: list[Question], mode: str, direct: bool) -> float:
+def recall_at_5(
+    store: Store, ids: list[str], questions: list[Question], mode: SearchMode, direct: bool
+) -> float:
     found = 0
     for q in questions:
         hits = store.search(

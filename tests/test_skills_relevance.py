@@ -1,6 +1,7 @@
-"""Skills found by relevance: over `skills.list_max` skills the system prompt lists none and each user message
-comes with the few most relevant (hybrid: BM25 and WordLlama vectors), stable through the turn; the
-skills_search tool finds the rest; a small library is listed whole as before. 500 skills, the scripted model."""
+"""Skills found by relevance: over `skills.list_max` skills the system prompt lists none and each user
+message comes with the few most relevant (hybrid: BM25 and WordLlama vectors), stable through the turn;
+the skills_search tool finds the rest; a small library is listed whole as before. 500 skills, the scripted
+model."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ notice, and the turn goes on. What a provider is sent passes the redactor first.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -68,7 +69,7 @@ class Providers:
         safe = TurnStart(turn.profile, turn.session_id, self.redact(turn.text))
         parts, notices = [], []
         for provider in self.providers:
-            done = _bounded(provider, lambda p=provider: p.turn_start(safe))
+            done = _bounded(provider, functools.partial(provider.turn_start, safe))
             if done.problem:
                 notices.append(f"memory provider {provider.name} skipped this turn: {done.problem}")
                 continue
@@ -109,7 +110,7 @@ class Providers:
 
     def _tell(self, call: Callable[[MemoryProvider], None], when: str) -> None:
         for provider in self.providers:
-            done = _bounded(provider, lambda p=provider: call(p))
+            done = _bounded(provider, functools.partial(call, provider))
             if done.problem:
                 log.warning("memory provider %s failed %s: %s", provider.name, when, done.problem)
 
