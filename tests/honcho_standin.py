@@ -9,25 +9,25 @@ simplest honest form: the peer's stored messages, newest first, that share a wor
 
 from __future__ import annotations
 
+import asyncio
 import datetime
-import json
 import re
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-_WORKSPACES = re.compile(r"^/v3/workspaces$")
-_CREATE = re.compile(r"^/v3/workspaces/([^/]+)/(peers|sessions)$")
-_MESSAGES = re.compile(r"^/v3/workspaces/([^/]+)/sessions/([^/]+)/messages$")
-_REPRESENTATION = re.compile(r"^/v3/workspaces/([^/]+)/peers/([^/]+)/representation$")
+from aiohttp import web
+from standin_server import StandinServer
+
+V3 = "/v3/workspaces"
+BODY = web.RequestKey("body", dict)
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
 
 
-class HonchoStandin:
+class HonchoStandin(StandinServer):
     def __init__(self, api_key: str = "honcho-test-key") -> None:
         self.api_key = api_key
         self.requests: list[tuple[str, str, Any]] = []
@@ -37,94 +37,83 @@ class HonchoStandin:
         self.delay.set()
         self.representation_override: str | None = None
         """When set, the representation returned, whatever was stored (e.g. a prompt injection)."""
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.standin = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__("honcho-standin")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> HonchoStandin:
-        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.delay.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self.close()
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        with self._lock:
-            self.requests.append((method, path, body))
-        if method != "POST":
-            return 405, {"detail": f"{method} {path} is not served here"}
-        if _WORKSPACES.match(path):
-            return 200, {"id": body["id"], "metadata": {}, "configuration": {}, "created_at": _now()}
-        if m := _CREATE.match(path):
-            workspace, kind = m.groups()
-            shape = {"id": body["id"], "workspace_id": workspace, "metadata": {}, "configuration": {}}
-            shape["created_at"] = _now()
-            return 200, shape | ({"is_active": True} if kind == "sessions" else {})
-        if m := _MESSAGES.match(path):
-            workspace, session = m.groups()
-            created = [
-                {
-                    "id": uuid.uuid4().hex,
-                    "content": message["content"],
-                    "peer_id": message["peer_id"],
-                    "session_id": session,
-                    "metadata": message.get("metadata") or {},
-                    "created_at": _now(),
-                    "workspace_id": workspace,
-                    "token_count": len(message["content"].split()),
-                }
-                for message in body["messages"]
+    def _progress(self) -> object:
+        return self.requests
+
+    def _app(self) -> web.Application:
+        app = web.Application(middlewares=[self._record])
+        app.router.add_post(V3, self._workspace)
+        app.router.add_post(V3 + "/{workspace}/peers", self._create)
+        app.router.add_post(V3 + "/{workspace}/sessions", self._create)
+        app.router.add_post(V3 + "/{workspace}/sessions/{session}/messages", self._add_messages)
+        app.router.add_post(V3 + "/{workspace}/peers/{peer}/representation", self._representation)
+        return app
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"detail": "Invalid API key"}, status=401)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return web.json_response({"detail": "body is not JSON"}, status=422)
+        with self._changed:
+            self.requests.append((request.method, request.path, body))
+            self._changed.notify_all()
+        request[BODY] = body
+        return await handler(request)
+
+    async def _workspace(self, request: web.Request) -> web.Response:
+        body = request[BODY]
+        return web.json_response(
+            {"id": body["id"], "metadata": {}, "configuration": {}, "created_at": _now()}
+        )
+
+    async def _create(self, request: web.Request) -> web.Response:
+        """A peer or a session, got or created by its id."""
+        shape = {"id": request[BODY]["id"], "workspace_id": request.match_info["workspace"], "metadata": {}}
+        shape |= {"configuration": {}, "created_at": _now()}
+        return web.json_response(shape | ({"is_active": True} if request.path.endswith("/sessions") else {}))
+
+    async def _add_messages(self, request: web.Request) -> web.Response:
+        created = [
+            {
+                "id": uuid.uuid4().hex,
+                "content": message["content"],
+                "peer_id": message["peer_id"],
+                "session_id": request.match_info["session"],
+                "metadata": message.get("metadata") or {},
+                "created_at": _now(),
+                "workspace_id": request.match_info["workspace"],
+                "token_count": len(message["content"].split()),
+            }
+            for message in request[BODY]["messages"]
+        ]
+        with self._changed:
+            self.messages += created
+        return web.json_response(created)
+
+    async def _representation(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.delay.wait)
+        if self.representation_override is not None:
+            return web.json_response({"representation": self.representation_override})
+        words = set(re.findall(r"\w+", str(request[BODY].get("search_query", "")).lower()))
+        with self._changed:
+            mine = [
+                m["content"] for m in reversed(self.messages) if m["peer_id"] == request.match_info["peer"]
             ]
-            with self._lock:
-                self.messages += created
-            return 200, created
-        if m := _REPRESENTATION.match(path):
-            self.delay.wait()
-            if self.representation_override is not None:
-                return 200, {"representation": self.representation_override}
-            words = set(re.findall(r"\w+", str(body.get("search_query", "")).lower()))
-            with self._lock:
-                mine = [x["content"] for x in reversed(self.messages) if x["peer_id"] == m.group(2)]
-            relevant = [c for c in mine if words & set(re.findall(r"\w+", c.lower()))]
-            return 200, {"representation": "\n".join(f"- {c}" for c in relevant[:5])}
-        return 404, {"detail": f"no route {path}"}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self._answer("POST")
-
-    def do_GET(self) -> None:
-        self._answer("GET")
-
-    def _answer(self, method: str) -> None:
-        standin: HonchoStandin = self.server.standin  # type: ignore[attr-defined]
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.headers.get("Authorization") != f"Bearer {standin.api_key}":
-            status, data = 401, {"detail": "Invalid API key"}
-        else:
-            try:
-                body = json.loads(raw) if raw else {}
-            except ValueError:
-                status, data = 422, {"detail": "body is not JSON"}
-            else:
-                status, data = standin.handle(method, self.path.split("?")[0], body)
-        payload = json.dumps(data).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        relevant = [c for c in mine if words & set(re.findall(r"\w+", c.lower()))]
+        return web.json_response({"representation": "\n".join(f"- {c}" for c in relevant[:5])})
