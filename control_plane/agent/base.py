@@ -54,6 +54,7 @@ class AgentBase:
     ) -> None:
         self.settings = settings
         self.store = store or open_store(settings)
+        self._own_indexer = store is None and self.store.indexer is not None
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
         self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)
@@ -146,6 +147,8 @@ class AgentBase:
         self.writer.shutdown(wait=True)
         self.event_log.close()
         self.skills.close()
+        if self._own_indexer and self.store.indexer:
+            self.store.indexer.stop()  # its background thread; the store stays readable
 
 
 class _Writer(ThreadPoolExecutor):
