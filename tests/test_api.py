@@ -105,6 +105,17 @@ def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -
         assert hits[0]["first"][0]["role"] == "user" and hits[0]["message_id"] in [
             m["id"] for m in hits[0]["window"]
         ]
+        for mode in ("keyword", "hybrid"):
+            found = client.get(
+                "/sessions/search",
+                params={"q": "from-the-sandbox", "mode": mode},
+                headers=auth(tokens["alpha"]),
+            ).json()
+            assert [f["session_id"] for f in found] == [session]
+        bad_mode = client.get(
+            "/sessions/search", params={"q": "x", "mode": "fuzzy"}, headers=auth(tokens["alpha"])
+        )
+        assert bad_mode.status_code == 422
         assert client.post(f"/sessions/{session}/close", headers=auth(tokens["alpha"])).json() == {
             "closed": True
         }

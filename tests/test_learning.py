@@ -126,6 +126,7 @@ def test_a_busy_turn_is_reviewed_in_the_background(tmp_path: Path, fake_llm: Any
     assert {t["function"]["name"] for t in review_request["tools"]} == {
         "memory",
         "skills_list",
+        "skills_search",
         "skill_view",
         "skill_manage",
     }

@@ -115,7 +115,7 @@ def test_hostile_queries_never_raise(store: Store, history: dict[str, str]) -> N
     ctx = context(store, history["current"])
     for query in HOSTILE:
         assert isinstance(store.recall(P, query), list), query
-        result = tool_call(ctx, mode="search", query=query)
+        result = tool_call(ctx, mode="hybrid", query=query)
         assert isinstance(result, ToolResult), query
 
 
@@ -150,7 +150,7 @@ def test_tool_search_mode(store: Store, history: dict[str, str]) -> None:
     assert "You are Hermetic" not in text  # no system prompt
     assert len(text) < 3000
     assert tool_call(ctx, query="tomatoes zebra").content == "no past session matches 'tomatoes zebra'"
-    missing = tool_call(ctx, mode="search")
+    missing = tool_call(ctx, mode="hybrid")
     assert not missing.ok and "needs a query" in missing.content
     assert not tool_call(ctx, query="x", limit=99).ok  # bounded by the schema
     assert not tool_call(context(None, history["current"]), query="deploy").ok  # type: ignore[arg-type]

@@ -220,7 +220,7 @@ def test_reverification_marks_a_skill_that_no_longer_passes(tmp_path: Path) -> N
 
 
 def test_listing_over_budget_ranks_by_relevance_weighted_by_smoothed_success(tmp_path: Path) -> None:
-    library = library_at(tmp_path)
+    library = library_at(tmp_path, list_max=100)  # listed in the system prompt, within its token budget
     for i in range(40):
         add(library, f"filler-{i}", f"Unrelated procedure number {i} about gardening and cooking.")
     add(library, "postgres-backup-lucky", "Back up a PostgreSQL database with pg_dump.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -15,8 +16,11 @@ from backends import SandboxError
 from ..checkpoints import Checkpoints
 from ..keys import read_env_file
 from ..memory.persona import load_persona, persona_block, soul_path
+from ..memory.provider_kinds import providers_for
+from ..memory.providers import TurnStart
 from ..memory.store import FILES, Memory, MemoryFileError
 from ..models.router import Router
+from ..recall.stores import open_store
 from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
 from ..settings import Settings
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
     from ..tools.mcp_client import McpServers
 
 log = logging.getLogger("hermetic.agent")
+MAX_TOLD = 50
+"""The user's latest messages of a session told to the memory providers when it ends."""
 
 
 class AgentBase:
@@ -47,7 +53,8 @@ class AgentBase:
         registry: Registry = TOOLS,
     ) -> None:
         self.settings = settings
-        self.store = store or Store(str(settings.database_url))
+        self.store = store or open_store(settings)
+        self._own_indexer = store is None and self.store.indexer is not None
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
         self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)
@@ -66,7 +73,33 @@ class AgentBase:
         self.background = Background()
         """Where learning reviews run, after the reply and apart from the user's turns."""
         self.memory = Memory(settings.home, settings.memory)
+        self.providers = providers_for(settings.memory.providers, self.store, self.redact)
+        self.memory.on_write.append(
+            lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
+        )
         self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
+        self.skills.embedder = self.store.embedder
+
+    def turn_text(self, session_id: str, text: str) -> tuple[str, list[str]]:
+        """The user's message as the model is sent it (the memory providers' context and, in a large skill
+        library, the skills relevant to it first; the database keeps the message as written) and the
+        providers' notices. Built once per turn, so every model call of the turn sends the same text."""
+        context, notices = self.providers.turn_start(TurnStart(self.settings.profile, session_id, text))
+        skills = self.skills.relevant_listing(text) if "skills" in self.settings.toolsets else ""
+        return "\n\n".join(part for part in (context, skills, text) if part), notices
+
+    def end_session(self, session_id: str) -> None:
+        """Mark the session ended and tell the memory providers (its title, first and last exchanges, and
+        what the user wrote)."""
+        self.store.update_session(session_id, ended_at=time.time())
+        if not self.providers.providers:
+            return
+        record = self.store.get_session(session_id, self.settings.profile)
+        first, last = self.store.session_edges(session_id)
+        lines = [f"Session {record.title if record and record.title else session_id}:"]
+        lines += [f"{m.role}: {' '.join((m.content or '').split())[:300]}" for m in first + last]
+        said = [m.content or "" for m in self.store.messages(session_id) if m.role == "user"][-MAX_TOLD:]
+        self.providers.session_end(self.settings.profile, session_id, "\n".join(lines), said)
 
     def system_prompt(self, base: str | None = None) -> str:
         """The system prompt with the persona and the memory block as they are now. A session builds it
@@ -114,6 +147,8 @@ class AgentBase:
         self.writer.shutdown(wait=True)
         self.event_log.close()
         self.skills.close()
+        if self._own_indexer and self.store.indexer:
+            self.store.indexer.stop()  # its background thread; the store stays readable
 
 
 class _Writer(ThreadPoolExecutor):

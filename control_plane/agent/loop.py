@@ -272,7 +272,11 @@ class Conversation:
         for notice in self.notices:
             emit(Notice(message=notice))
         self.notices = []
-        self._append({"role": "user", "content": text})
+        sent, notices = await asyncio.to_thread(agent.turn_text, self.id, text)
+        for notice in notices:
+            emit(Notice(message=notice))
+        self.history.append({"role": "user", "content": sent})
+        self._write(agent.store.add_message, self.id, {"role": "user", "content": text})
         emit(UserMessage(content=text))
         limit = self.max_iterations or agent.settings.limits.max_iterations
         self._budget = budget = Budget(limit, self.parent_budget)
@@ -494,4 +498,4 @@ class Conversation:
     def close(self) -> None:
         """The session is over: release its sandbox and mark it ended."""
         self.agent.sandboxes.release(self.id)
-        self.agent.store.update_session(self.id, ended_at=time.time())
+        self.agent.end_session(self.id)

@@ -23,7 +23,8 @@ from ..agent.status import Status
 from ..models.router import warm_up
 from ..sandbox_manager import SandboxLimit
 from ..settings import Settings, load_settings
-from ..store import MessageRecord, SessionRecall, SessionRecord
+from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
+from ..store.semantic import SearchMode
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
@@ -138,15 +139,23 @@ def create_app(
     ) -> list[SessionRecord]:
         return profile.agent.store.list_sessions(profile.settings.profile, limit=limit, offset=offset)
 
-    @app.get("/sessions/search", responses=errors(401))
+    @app.get("/sessions/search", responses=errors(401, 409))
     def search_sessions(
         profile: Auth,
         q: Annotated[SearchText, Query()],
         limit: Annotated[int, Query(ge=1, le=100, description="Most sessions")] = 20,
         window: Annotated[int, Query(ge=0, le=10, description="Messages either side of each match")] = 1,
+        mode: Annotated[
+            SearchMode, Query(description="hybrid: words and meaning; keyword: every word; semantic: meaning")
+        ] = "hybrid",
     ) -> list[SessionRecall]:
         """The sessions best matching `q`, one entry each (as the session_search tool sees them)."""
-        return profile.agent.store.recall(profile.settings.profile, q, limit=limit, window=window)
+        try:
+            return profile.agent.store.recall(
+                profile.settings.profile, q, limit=limit, window=window, mode=mode
+            )
+        except StoreError as exc:  # semantic search while it is off, or the query failing to embed
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
 
     @app.get("/sessions/{session_id}", responses=errors(401, 404))
     def get_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> SessionDetail:

@@ -52,7 +52,7 @@ DESCRIPTIONS = {
     400: "The request was refused (the message says why)",
     401: "No valid bearer token",
     404: "No such session, skill or tap in the token's profile",
-    409: "The request conflicts with what is there now (the message says what)",
+    409: "A conflict with what is there now, or semantic search off or failing (the message says which)",
     429: "A limit of the profile is reached; retry after Retry-After seconds",
 }
 

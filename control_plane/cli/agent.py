@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import enum
 import ipaddress
 import signal
 from typing import Annotated, Any
@@ -180,18 +181,24 @@ def chat(
 
 # -- sessions ----------------------------------------------------------------------------------
 
-sessions_app = typer.Typer(help="Past sessions: list, show, search.", no_args_is_help=True)
+sessions_app = typer.Typer(help="Past sessions: list, show, search, reindex.", no_args_is_help=True)
+
+
+class SearchModeOption(enum.StrEnum):
+    hybrid = "hybrid"
+    keyword = "keyword"
+    semantic = "semantic"
 
 
 def _when(timestamp: float | None) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else ""
 
 
-def _store() -> tuple[Settings, Any]:
-    from ..store import Store
+def _store(*, semantic: bool = False, background: bool = True) -> tuple[Settings, Any]:
+    from ..recall.stores import open_store
 
     settings = load_settings()
-    return settings, Store(str(settings.database_url))
+    return settings, open_store(settings, semantic=semantic, background=background)
 
 
 @sessions_app.command("list")
@@ -253,15 +260,41 @@ def sessions_show(session_id: str) -> None:
             )
 
 
+@sessions_app.command("reindex")
+def sessions_reindex() -> None:
+    """Embed every message not yet embedded by the configured model, with a progress bar; after a model
+    change this re-embeds everything. Safe to stop at any point: a second run resumes."""
+    from .reindex import reindex
+
+    settings, store = _store(semantic=True, background=False)
+    if store.indexer is None:
+        err.print("semantic recall is off (memory.embeddings.model: off): nothing to embed")
+        raise typer.Exit(2)
+    try:
+        reindex(store.indexer, console)
+    finally:
+        store.close()
+
+
 @sessions_app.command("search")
 def sessions_search(
     query: str,
     limit: Annotated[int, typer.Option(help="Most sessions")] = 10,
     window: Annotated[int, typer.Option(help="Messages shown either side of each match")] = 0,
+    mode: Annotated[
+        SearchModeOption,
+        typer.Option(help="hybrid: words and meaning; keyword: every word; semantic: meaning"),
+    ] = SearchModeOption.hybrid,
 ) -> None:
     """The sessions of this profile best matching the query (as the session_search tool sees them)."""
-    settings, store = _store()
-    found = store.recall(settings.profile, query, limit=limit, window=window, edges=1)
+    from ..store import StoreError
+
+    settings, store = _store(semantic=mode != SearchModeOption.keyword)
+    try:
+        found = store.recall(settings.profile, query, limit=limit, window=window, edges=1, mode=mode.value)
+    except StoreError as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
     if not found:
         err.print("no matches")
         raise typer.Exit(1)

@@ -168,6 +168,26 @@ def check_database(settings: Settings) -> Check:
     return Check("database", "ok", shown)
 
 
+def check_recall(settings: Settings) -> Check:
+    """Which embedding model recall uses and where its vectors live (sqlite-vec, pgvector or the fallback)."""
+    from sqlalchemy import create_engine
+
+    from ..store.vectors import vector_storage
+
+    model = settings.memory.embeddings.model
+    if model == "off":
+        return Check("recall", "warn", "keyword only (memory.embeddings.model: off)", "set it to wordllama")
+    try:
+        engine = create_engine(str(settings.database_url))
+        try:
+            where = vector_storage(engine)
+        finally:
+            engine.dispose()
+    except Exception as exc:
+        return Check("recall", "fail", f"{model}: {exc}".splitlines()[0], "see the database check")
+    return Check("recall", "ok", f"{model}; vectors: {where}")
+
+
 def check_model(settings: Settings, offline: bool) -> Check:
     model = settings.model
     if not model.name:
@@ -204,6 +224,7 @@ def run_checks(settings: Settings, offline: bool = False) -> list[Check]:
         ("sshd", lambda: check_sshd(settings)),
         ("backend", lambda: check_backend(settings)),
         ("database", lambda: check_database(settings)),
+        ("recall", lambda: check_recall(settings)),
         ("snapshots", lambda: check_snapshots(settings)),
         ("model", lambda: check_model(settings, offline)),
     ]

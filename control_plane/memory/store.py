@@ -14,7 +14,7 @@ import functools
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +103,8 @@ class Memory:
     def __init__(self, home: Path, settings: MemorySettings) -> None:
         self.home = home
         self.settings = settings
+        self.on_write: list[Callable[[Target, list[str]], None]] = []
+        """Called after each write with the target and its entries as written (memory providers)."""
 
     def path(self, target: Target) -> Path:
         return self.home / FILES[target]
@@ -201,6 +203,8 @@ class Memory:
                     over_limit=True,
                 )
             _write_atomic(self.path(target), _JOIN.join(entry.text for entry in entries))
+        for listener in self.on_write:
+            listener(target, [entry.text for entry in entries])
         summary = ", ".join(f"{count} {what}" for what, count in done.items() if count)
         message = f"saved to {name}: {summary} ({new})"
         if warn := self._warn(new):

@@ -25,6 +25,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from . import fake_embeddings
+
 ARGUMENT_PIECE = 16
 """Characters of tool-call arguments per stream chunk, so arguments arrive split as OpenAI sends them."""
 
@@ -131,6 +133,10 @@ class FakeLLM:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
+        """The bodies /v1/embeddings received (deterministic vectors: fake_embeddings.py)."""
+        self.embeddings_down = False
+        """When set, /v1/embeddings answers 503, as a provider that is down does."""
         self.timeline: list[tuple[float, float]] = []
         """(received, last token sent) per streamed reply, in time.perf_counter() (for benchmarks)."""
         self._httpd = _Server((host, port), _Handler)
@@ -223,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/embeddings"):
             self._error(404, f"no such path: POST {self.path}")
             return
         try:
@@ -232,6 +238,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"the request body is not JSON: {exc}")
             return
         fake = self.server.fake
+        if self.path.rstrip("/") == "/v1/embeddings":
+            with fake._lock:
+                fake.embedding_requests.append(body)
+            if fake.embeddings_down:
+                self._error(503, "embeddings are down (scripted)")
+            else:
+                self._json(*fake_embeddings.answer(body))
+            return
         received = time.perf_counter()
         if fake.require_key is not None and self.headers.get("Authorization") != f"Bearer {fake.require_key}":
             self._json(

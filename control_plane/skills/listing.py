@@ -7,13 +7,22 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..store.semantic import RRF_K
 from .model import UnknownSkill
 
 if TYPE_CHECKING:
+    from ..recall.embeddings import Embedder
     from ..settings import SkillsSettings
     from .lock import Lock
     from .store import SkillStore
 
+MIN_BM25 = 1e-3
+"""Keyword matches scoring less are not found by words: FTS5 gives a term in more than half the skills
+(a "to", a "the") an idf of 1e-6, so such a match alone says nothing about relevance."""
+MIN_SIMILARITY = 0.1
+"""Skills less similar in meaning than this are not found by meaning (wordllama's scale)."""
 PRIOR_RATE = 0.5
 PRIOR_WEIGHT = 5.0
 """Bayesian smoothing of the success rate: every skill starts as if it had PRIOR_WEIGHT runs at
@@ -66,6 +75,9 @@ class Listing:
     store: SkillStore
     settings: SkillsSettings
     lock: Lock
+    embedder: Embedder | None = None
+    """The sessions' embedding model, for skills found by meaning (the agent sets it); None: by words only."""
+    _vectors: dict[tuple[str, int, str], Any]
 
     def info(self, name: str) -> SkillInfo:
         rows = self.store.execute("SELECT * FROM skills WHERE name = ?", (name,))
@@ -87,21 +99,76 @@ class Listing:
         """Active skills, most useful for `task` first: BM25 relevance over name, description and body
         times the smoothed success rate; skills the task does not match follow, by success rate."""
         skills = {info.name: info for info in self.list_skills() if info.state != "failing"}
-        terms = re.findall(r"[a-z0-9]+", task.lower())
-        relevance: dict[str, float] = {}
-        if terms:
-            query = " OR ".join(f'"{term}"' for term in terms)
-            rows = self.store.execute(
-                "SELECT name, -bm25(skills_fts, 10.0, 4.0, 1.0) AS score FROM skills_fts "
-                "WHERE skills_fts MATCH ?",
-                (query,),
-            )
-            relevance = {row["name"]: row["score"] for row in rows}
+        relevance = self._bm25(task)
 
         def key(info: SkillInfo) -> tuple[float, float, str]:
             return (-relevance.get(info.name, 0.0) * info.success_rate, -info.success_rate, info.name)
 
         return sorted(skills.values(), key=key)
+
+    def search(self, query: str, limit: int) -> list[SkillInfo]:
+        """The active skills best matching `query` by words (BM25 over name, description and body) and by
+        meaning (the embedder's vectors of the same), fused by reciprocal rank; ties go to the better
+        success rate. Skills neither half finds are left out."""
+        skills = {info.name: info for info in self.list_skills() if info.state != "failing"}
+        bm25 = {name: score for name, score in self._bm25(query).items() if score >= MIN_BM25}
+        halves = [sorted((n for n in bm25 if n in skills), key=lambda n: -bm25[n] * skills[n].success_rate)]
+        if self.embedder is not None and query.strip():
+            halves.append(self._nearest(query, skills))
+        score: dict[str, float] = {}
+        for half in halves:
+            for rank, name in enumerate(half, start=1):
+                score[name] = score.get(name, 0.0) + 1.0 / (RRF_K + rank)
+        order = sorted(score, key=lambda n: (-score[n], -skills[n].success_rate, n))
+        return [skills[name] for name in order[:limit]]
+
+    def relevant_listing(self, task: str) -> str:
+        """With more than list_max skills: the few most relevant to `task`, for the user's message (""
+        with fewer, when the system prompt lists them all, or when none is relevant)."""
+        if self._listed_count() <= self.settings.list_max:
+            return ""
+        found = self.search(task, self.settings.list_relevant)
+        if not found:
+            return ""
+        lines = [f"- {info.name}{info.marks}: {info.description}" for info in found]
+        return "\n".join(["Skills that may help with this message (load one with skill_view):", *lines])
+
+    def _bm25(self, text: str) -> dict[str, float]:
+        terms = re.findall(r"[a-z0-9]+", text.lower())
+        if not terms:
+            return {}
+        query = " OR ".join(f'"{term}"' for term in terms)
+        rows = self.store.execute(
+            "SELECT name, -bm25(skills_fts, 10.0, 4.0, 1.0) AS score FROM skills_fts "
+            "WHERE skills_fts MATCH ?",
+            (query,),
+        )
+        return {row["name"]: row["score"] for row in rows}
+
+    def _nearest(self, query: str, skills: dict[str, SkillInfo]) -> list[str]:
+        """Skill names by cosine similarity to `query`, nearest first, those below MIN_SIMILARITY left out.
+        Each skill's vector is cached by name and version, so a library is embedded once per process."""
+        assert self.embedder is not None
+        if not hasattr(self, "_vectors"):
+            self._vectors = {}
+        model = self.embedder.model
+        missing = [info for info in skills.values() if (info.name, info.version, model) not in self._vectors]
+        if missing:
+            texts = {
+                row["name"]: f"{row['name']}: {row['description']}\n{row['body']}"
+                for row in self.store.execute("SELECT name, description, body FROM skills_fts")
+            }
+            vectors = self.embedder.embed([texts.get(info.name, info.description) for info in missing])
+            for info, vector in zip(missing, vectors, strict=True):
+                self._vectors[(info.name, info.version, model)] = vector
+        names = list(skills)
+        matrix = np.stack([self._vectors[(n, skills[n].version, model)] for n in names])
+        similarity = matrix @ self.embedder.embed([query])[0]
+        order = np.argsort(-similarity, kind="stable")
+        return [names[i] for i in order if similarity[i] >= MIN_SIMILARITY]
+
+    def _listed_count(self) -> int:
+        return len([info for info in self.list_skills() if info.state != "failing"])
 
     def skills_prompt(self, task: str, budget_tokens: int | None = None) -> str:
         """The system prompt's skills section: name and description of each skill, within the token
@@ -114,6 +181,12 @@ class Listing:
             "Skills (procedures proven in a sandbox; load one with skill_view(name) before using it, "
             "write new ones with skill_manage):"
         )
+        if len(skills) > self.settings.list_max:
+            # Listed per message instead (relevant_listing), so this prompt stays byte-identical.
+            return (
+                f"{head}\nThe library holds {len(skills)} skills: each of the user's messages comes with the "
+                "ones most relevant to it, and skills_search(query) finds others."
+            )
         lines = [f"- {info.name}{info.marks}: {info.description}" for info in skills]
         if len(head) + sum(len(line) + 1 for line in lines) <= budget:
             return "\n".join([head, *lines])

@@ -11,9 +11,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import SQLModel, col
 
+from .dbapi import load_vec, sqlite_module
 from .errors import StoreError
 from .indexing import FTS_TABLES, INDEXED_THROUGH, UNINDEX_TRIGGER, migrate_v1
-from .records import StoreMeta
+from .records import StoreMeta, VectorIndexRecord  # noqa: F401 (its table, for create_all)
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,14 @@ def _sqlite_engine(url: URL) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create the directory for {path}: {exc}") from None
-    engine = create_engine(url.set(database=str(path)), connect_args={"check_same_thread": False})
+    engine = create_engine(
+        url.set(database=str(path)), module=sqlite_module(), connect_args={"check_same_thread": False}
+    )
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # BEGIN is ours (below), not the sqlite3 module's
+        load_vec(dbapi_connection)
         for pragma in (
             "journal_mode=WAL",
             "foreign_keys=ON",
@@ -160,7 +164,7 @@ def _try_pg_trgm(engine: Engine) -> None:
         log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
 
 
-_TABLES = ["sessions", "messages", "tool_calls", "store_meta"]
+_TABLES = ["sessions", "messages", "tool_calls", "store_meta", "vector_indexes"]
 
 
 def _safe(url: URL) -> str:

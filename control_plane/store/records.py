@@ -100,6 +100,20 @@ class StoreMeta(SQLModel, table=True):
     value: str
 
 
+class VectorIndexRecord(SQLModel, table=True):
+    """One embedding model's vectors of the messages: which table holds them, and how far it has got.
+    A query is embedded by the model and compared only with that model's table, so vectors never mix."""
+
+    __tablename__ = "vector_indexes"
+
+    model: str = Field(primary_key=True)
+    table_name: str
+    dim: int
+    embedded_through: int = 0
+    """The resumable cursor: every indexable message with an id up to this one has its vector."""
+    created_at: float
+
+
 class SearchHit(BaseModel):
     session_id: str
     message_id: int

@@ -23,21 +23,36 @@ TRIGRAM = 3
 
 
 class Filters:
-    """The WHERE clauses every search shares: profile, and optionally not one session, only one role; and
-    whether to keep only each session's best hit."""
+    """The WHERE clauses every search shares, keyword and semantic halves alike: profile, and optionally not
+    one session, only one role, only sessions from one source, only messages written in [since, until];
+    and whether to keep only each session's best hit."""
 
     def __init__(
-        self, profile: str, exclude_session: str | None, role: str | None, limit: int, per_session: bool
+        self,
+        profile: str,
+        exclude_session: str | None,
+        role: str | None,
+        limit: int,
+        per_session: bool,
+        *,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> None:
         self.per_session = per_session
+        self.profile, self.role, self.since, self.until = profile, role, since, until
         self.params: dict[str, Any] = {"profile": profile, "limit": limit}
         self.sql = "s.profile = :profile AND m.role <> 'system'"
-        if exclude_session is not None:
-            self.sql += " AND m.session_id <> :exclude_session"
-            self.params["exclude_session"] = exclude_session
-        if role is not None:
-            self.sql += " AND m.role = :role"
-            self.params["role"] = role
+        for value, clause, name in (
+            (exclude_session, "m.session_id <> :exclude_session", "exclude_session"),
+            (role, "m.role = :role", "role"),
+            (source, "s.source = :source", "source"),
+            (since, "m.created_at >= :since", "since"),
+            (until, "m.created_at <= :until", "until"),
+        ):
+            if value is not None:
+                self.sql += f" AND {clause}"
+                self.params[name] = value
 
 
 def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
@@ -51,11 +66,12 @@ def search_sqlite(conn: Connection, words: list[str], where: Filters) -> list[Se
 
 def _unicode61(conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
     """Hits ranked by bm25 from the word index."""
-    # Rank and cut first, then build snippets for the few rows kept.
+    # Rank and cut first, then build snippets for the few rows kept. CROSS JOIN keeps the index first: newer
+    # SQLite planners (3.51) start from the profile's sessions and run the MATCH once per message instead.
     candidates = f"""
         SELECT messages_fts.rowid AS id, m.session_id, -bm25(messages_fts) AS score
-        FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-        JOIN sessions s ON s.id = m.session_id
+        FROM messages_fts CROSS JOIN messages m ON m.id = messages_fts.rowid
+        CROSS JOIN sessions s ON s.id = m.session_id
         WHERE messages_fts MATCH :match AND {where.sql}
     """
     sql = f"""
@@ -80,8 +96,8 @@ def _sqlite_substring(conn: Connection, words: list[str], where: Filters) -> lis
     like_sql, params = _likes("LIKE", words)
     sql = _latest(
         f"""
-        FROM messages_trigram JOIN messages m ON m.id = messages_trigram.rowid
-        JOIN sessions s ON s.id = m.session_id
+        FROM messages_trigram CROSS JOIN messages m ON m.id = messages_trigram.rowid
+        CROSS JOIN sessions s ON s.id = m.session_id
         WHERE messages_trigram MATCH :match AND {where.sql}{like_sql}
         """,
         where,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Iterator, Sequence
@@ -9,17 +10,24 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, Engine, delete, insert, update
+from sqlalchemy import Connection, Engine, delete, insert, text, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
+from ..recall.embeddings import Embedder
 from .engine import WRITE, open_engine
 from .errors import StoreError
+from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
+from .pg_cache import VectorCopy
 from .query import terms
 from .records import ChatMessage, MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
 from .search import Filters, search_postgres, search_sqlite
+from .semantic import DEPTH, SearchMode, fuse, semantic_hits
 from .surroundings import Spot, surroundings
+from .vectors import nearest_sqlite
+
+log = logging.getLogger(__name__)
 
 UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
 """Session fields update_session may set; ids, profile and totals are the store's."""
@@ -36,9 +44,26 @@ def new_session_id() -> str:
 class Store:
     """Thread-safe: each call takes its own pooled connection and runs in one transaction."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        embedder: Embedder | None = None,
+        embed_batch: int = 64,
+        min_similarity: float = 0.0,
+        background: bool = True,
+    ) -> None:
+        """With an embedder, messages are embedded in the background (backfilling what is there) and
+        searches may be semantic or hybrid; semantic hits less similar than min_similarity are dropped.
+        Without `background`, the caller runs the indexer (`hermetic sessions reindex`)."""
         self._engine = open_engine(url)
         self.dialect: str = self._engine.dialect.name
+        self.embedder = embedder
+        self.min_similarity = min_similarity
+        self.indexer = VectorIndexer(self._engine, embedder, embed_batch) if embedder else None
+        self._copies: dict[str, VectorCopy] = {}
+        if self.indexer and background:
+            self.indexer.start()
 
     @property
     def engine(self) -> Engine:
@@ -46,6 +71,8 @@ class Store:
         return self._engine
 
     def close(self) -> None:
+        if self.indexer:
+            self.indexer.stop()
         self._engine.dispose()
 
     def __enter__(self) -> Store:
@@ -178,7 +205,10 @@ class Store:
             )
             if self.dialect == "sqlite" and backlog(conn) >= BATCH:
                 catch_up(conn)
-            return cast(list[int], ids.scalars().all())
+            added = cast(list[int], ids.scalars().all())
+        if self.indexer:
+            self.indexer.notify()
+        return added
 
     def messages(
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None
@@ -249,21 +279,66 @@ class Store:
         exclude_session: str | None = None,
         role: str | None = None,
         per_session: bool = False,
+        mode: SearchMode = "hybrid",
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[SearchHit]:
-        """The profile's messages containing every term of `query`, best first; with per_session, only each
-        session's best message. Any text is safe here."""
+        """The profile's messages best matching `query`, best first; with per_session, only each session's
+        best message. keyword: messages containing every term (BM25); semantic: the nearest in meaning;
+        hybrid: both fused by rank (keyword alone when semantic recall is off). Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
+        if mode not in ("keyword", "semantic", "hybrid"):
+            raise StoreError(f"unknown search mode {mode!r}: keyword, semantic or hybrid")
+        if mode == "semantic" and self.embedder is None:
+            raise StoreError("semantic search is off: set memory.embeddings.model (wordllama by default)")
         words = terms(query)
-        if not words or limit <= 0:
+        if not query.strip() or limit <= 0:
             return []
-        where = Filters(profile, exclude_session, role, limit, per_session)
+        depth = limit if mode != "hybrid" else max(limit, DEPTH)
+        where = Filters(
+            profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
+        )
+        keyword = self._keyword(words, where) if mode != "semantic" and words else []
+        semantic = self._semantic(query, where, strict=mode == "semantic") if mode != "keyword" else []
+        if mode != "hybrid":
+            return keyword or semantic
+        return fuse(keyword, semantic, limit, per_session)
+
+    def _keyword(self, words: list[str], where: Filters) -> list[SearchHit]:
         if self.dialect == "sqlite":
             self._index_backlog()
         with self._engine.connect() as conn:
             if self.dialect == "sqlite":
                 return search_sqlite(conn, words, where)
             return search_postgres(conn, words, where)
+
+    def _semantic(self, query: str, where: Filters, *, strict: bool) -> list[SearchHit]:
+        """The nearest messages by the configured model's vectors; [] when nothing is embedded yet. The query
+        failing to embed is an error in semantic mode and leaves hybrid to its keyword half."""
+        if self.embedder is None:
+            return []
+        with self._engine.connect() as conn:
+            table = conn.scalar(
+                text("SELECT table_name FROM vector_indexes WHERE model = :model"),
+                {"model": self.embedder.model},
+            )
+            if table is None:
+                return []
+            try:
+                vector = self.embedder.embed([query])[0]
+            except Exception as exc:
+                if strict:
+                    raise StoreError(f"cannot embed the query with {self.embedder.model}: {exc}") from exc
+                log.warning("hybrid search without its semantic half: %s", exc)
+                return []
+            if self.dialect == "sqlite":
+                near = nearest_sqlite(conn, table, vector, where)
+            else:
+                near = self._copies.setdefault(table, VectorCopy(table)).nearest(conn, vector, where)
+            near = [(i, score) for i, score in near if score >= self.min_similarity]
+            return semantic_hits(conn, near, where)
 
     def recall(
         self,
@@ -274,10 +349,24 @@ class Store:
         exclude_session: str | None = None,
         window: int = 1,
         edges: int = 2,
+        mode: SearchMode = "hybrid",
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[SessionRecall]:
         """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
         either side of it, and the session's first and last `edges` exchange messages."""
-        hits = self.search(profile, query, limit=limit, exclude_session=exclude_session, per_session=True)
+        hits = self.search(
+            profile,
+            query,
+            limit=limit,
+            exclude_session=exclude_session,
+            per_session=True,
+            mode=mode,
+            source=source,
+            since=since,
+            until=until,
+        )
         if not hits:
             return []
         spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]

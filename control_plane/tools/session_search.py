@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, Field
 
-from ..store import MessageRecord, SessionRecall, Store
+from ..store import MessageRecord, SessionRecall, Store, StoreError
+from ..store.semantic import SearchMode
 from .registry import ToolContext, ToolResult, tool
 
 FENCE = "recalled-sessions"
@@ -23,15 +24,20 @@ PAGE_LINE = 1200
 """Characters of each message shown when reading a session."""
 READ_PAGE = 20
 """Messages per page when reading a session."""
+SEARCH_MODES = ("hybrid", "keyword", "semantic")
 
 
 class SessionSearchArgs(BaseModel):
-    mode: Literal["search", "read", "around"] = Field(
-        "search",
-        description="search: past sessions matching `query`; read: one session's messages (`session_id`, "
-        "page with `after_id`); around: the messages before and after `message_id`.",
+    mode: Literal["hybrid", "keyword", "semantic", "read", "around"] = Field(
+        "hybrid",
+        description="Find past sessions matching `query` by hybrid (words and meaning, the default), "
+        "keyword (every word required) or semantic (meaning only); or read: one session's messages "
+        "(`session_id`, page with `after_id`); around: the messages before and after `message_id`.",
     )
-    query: str | None = Field(None, description="search: words to find (all required; quote a phrase).")
+    query: str | None = Field(
+        None,
+        description="hybrid, keyword, semantic: what to find (keyword: all words required; quote a phrase).",
+    )
     session_id: str | None = Field(None, description="read: the session to read.")
     message_id: int | None = Field(None, description="around: the message (the # number) to scroll around.")
     after_id: int | None = Field(None, description="read: start after this message number (next page).")
@@ -43,17 +49,25 @@ class SessionSearchArgs(BaseModel):
 
 @tool("session_search", toolset="recall", parallel_safe=True)
 def session_search(ctx: ToolContext, args: SessionSearchArgs) -> ToolResult:
-    """Recall past conversations of this profile (not the current one): find sessions by words, with a
-    snippet, the messages around the match and how each session began and ended; then read a session or
+    """Recall past conversations of this profile (not the current one): find sessions by words and meaning,
+    with a snippet, the messages around the match and how each session began and ended; then read a session or
     scroll around a message by its # number."""
     if ctx.store is None:
         return ToolResult("error: no sessions database in this run", ok=False)
-    if args.mode == "search":
+    if args.mode in SEARCH_MODES:
         if not args.query or not args.query.strip():
             return ToolResult("error: search needs a query", ok=False)
-        found = ctx.store.recall(
-            ctx.profile, args.query, limit=args.limit, exclude_session=ctx.session_id, window=args.window
-        )
+        try:
+            found = ctx.store.recall(
+                ctx.profile,
+                args.query,
+                limit=args.limit,
+                exclude_session=ctx.session_id,
+                window=args.window,
+                mode=cast(SearchMode, args.mode),
+            )
+        except StoreError as exc:
+            return ToolResult(f"error: {exc}", ok=False)
         if not found:
             return ToolResult(f"no past session matches {args.query!r}")
         return ToolResult(fenced("\n\n".join(_recalled(r) for r in found)))

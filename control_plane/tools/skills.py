@@ -72,6 +72,24 @@ def skills_list(ctx: ToolContext, args: ListArgs) -> ToolResult:
     )
 
 
+class SearchArgs(BaseModel):
+    query: str = Field(min_length=1, max_length=1000, description="What the skill should do, in any words.")
+    limit: int = Field(8, ge=1, le=20, description="Most skills.")
+
+
+@tool("skills_search", toolset="skills", parallel_safe=True)
+def skills_search(ctx: ToolContext, args: SearchArgs) -> ToolResult:
+    """Find skills by what they do (words and meaning, best first): name, flags and description. Load one
+    with skill_view before following it."""
+    try:
+        found = _library(ctx).search(args.query, args.limit)
+    except SkillError as exc:
+        return ToolResult(f"error: {exc}", ok=False)
+    if not found:
+        return ToolResult(f"no skill matches {args.query!r}")
+    return ToolResult("\n".join(f"{s.name} (v{s.version}){s.marks}: {s.description}" for s in found))
+
+
 @tool("skill_view", toolset="skills", parallel_safe=True)
 def skill_view(ctx: ToolContext, args: ViewArgs) -> ToolResult:
     """Load a skill: its SKILL.md instructions and the list of its files, or one of its files."""

@@ -1,0 +1,1 @@
+"""Semantic recall: embedding models (embeddings.py) for the store's vector indexes."""
