@@ -3,7 +3,8 @@
 A sandbox on `network: allowlist` has no network of its own; its runtime bridges 127.0.0.1:PORT to
 `<socket dir>/egress.sock`, which this proxy listens on. It serves CONNECT and absolute-form HTTP
 requests, decides by the sandbox's Policy, resolves names itself, connects to the address the policy
-admitted (no second lookup), checks the TLS server name after a CONNECT to 443 and the Host header of
+admitted (no second lookup), checks the TLS server name of every tunnel whose client speaks TLS first
+(on any port: a CONNECT to an allowed `host:8443` cannot front another name) and the Host header of
 plain HTTP, and appends every decision to the sandbox's audit log (JSON lines). It carries TCP only.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 from .loop import on_loop
 from .policy import Denial, IPAddress, Policy, PolicyError, Target, advice, normalise_host, split_authority
 from .pump import SocketReader, tunnel
-from .tls import NotClientHello, read_client_hello
+from .tls import HANDSHAKE, NotClientHello, read_client_hello
 
 log = logging.getLogger("hermetic.network.proxy")
 
@@ -194,8 +195,9 @@ class EgressProxy:
             loop = asyncio.get_running_loop()
             if method == "CONNECT":
                 await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if target.port == 443:
+                if target.port == 443 or await self._client_speaks_tls(reader, upstream):
                     forward = await self._check_server_name(reader, target)
+                    entry["tls"] = True
             forward += reader.leftover()
             await loop.sock_sendall(upstream, forward)
             up, down = await tunnel(client, upstream, self.idle_timeout)
@@ -248,12 +250,37 @@ class EgressProxy:
                 failures.append(f"{address}: {exc or 'timed out'}")
         raise Refused(502, Denial("connect-failed", f"{target.host}:{target.port}: {'; '.join(failures)}"))
 
+    async def _client_speaks_tls(self, reader: SocketReader, upstream: socket.socket) -> bool:
+        """Whether the client's first bytes start a TLS record; False when the upstream speaks first
+        (SMTP, SSH banners: no TLS server does), so truly opaque protocols stay opaque tunnels."""
+        if not reader.buffer:
+            loop = asyncio.get_running_loop()
+            first: asyncio.Future[bool] = loop.create_future()
+
+            def ready(client_first: bool) -> None:
+                if not first.done():
+                    first.set_result(client_first)
+
+            loop.add_reader(reader.sock.fileno(), ready, True)
+            loop.add_reader(upstream.fileno(), ready, False)
+            try:
+                client_first = await asyncio.wait_for(first, self.idle_timeout)
+            finally:
+                loop.remove_reader(reader.sock.fileno())
+                loop.remove_reader(upstream.fileno())
+            if not client_first:
+                return False
+            await reader.fill()
+        return reader.buffer[0] == HANDSHAKE
+
     async def _check_server_name(self, reader: SocketReader, target: Target) -> bytes:
         """The ClientHello to forward, once its server name is the CONNECT host (none for an IP)."""
         try:
             hello, name = await asyncio.wait_for(read_client_hello(reader), self.head_timeout)
         except NotClientHello as exc:
-            raise Refused(0, Denial("not-tls", f"{target.host}:443 did not start with TLS ({exc})")) from None
+            raise Refused(
+                0, Denial("not-tls", f"{target.host}:{target.port} did not start with TLS ({exc})")
+            ) from None
         expected = None if target.literal is not None else target.host
         try:
             got = normalise_host(name) if name is not None else None
