@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import logging
 import secrets
@@ -20,6 +21,7 @@ from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .network import Egress, Ingress
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
+from .terminal import Terminals
 
 log = logging.getLogger("hermetic.backends")
 
@@ -250,6 +252,11 @@ class Sandbox(ABC):
     ) -> Any:
         """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout."""
         return self.channel.call(method, params, timeout=timeout, on_notify=on_notify)
+
+    @functools.cached_property
+    def terminals(self) -> Terminals:
+        """Interactive terminals in this sandbox: programs on a PTY, their screens rendered here."""
+        return Terminals(self)
 
     def pop_notices(self) -> list[str]:
         notices, self.notices = self.notices, []

@@ -35,6 +35,7 @@ from .protocol import (
     response,
 )
 from .shells import ShellManager
+from .terminals import TerminalTable
 
 log = logging.getLogger("hermetic.runtime")
 
@@ -74,6 +75,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
+        self.terminals = TerminalTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
@@ -111,6 +113,7 @@ class Server:
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),
             **self.browsers.methods(),
+            **self.terminals.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -277,6 +280,7 @@ class Server:
     def _stop(self) -> None:
         self.browsers.close_all()
         self.shells.close_all()
+        self.terminals.close_all()
         self.procs.kill_all()
         os._exit(0)
 
