@@ -43,6 +43,14 @@ KEY_NAMES = "Enter, Tab, BackTab, Esc, Backspace, Space, Delete, Insert, Up, Dow
 PageUp, PageDown, F1-F12, Ctrl-A..Ctrl-Z (also Ctrl-[ Ctrl-\\ Ctrl-] Ctrl-^ Ctrl-_ Ctrl-@)"
 
 
+_TERMINAL_ID = re.compile(r"^t[0-9]+$")
+
+
+def is_terminal_id(name: str) -> bool:
+    """Whether an id names an interactive terminal (t1, t2, ...), not a background process (p1, ...)."""
+    return bool(_TERMINAL_ID.match(name))
+
+
 class Caller(Protocol):
     """What a terminal needs of its sandbox (backends.base.Sandbox)."""
 

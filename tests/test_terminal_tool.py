@@ -1,0 +1,47 @@
+"""The terminal and process tools drive an interactive terminal: open a REPL, type keys, read screens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conftest import get_backend
+from test_tools import call
+
+from backends import Sandbox, SandboxSpec
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Sandbox]:
+    with get_backend("local").create(SandboxSpec(memory="512m", pids=256)) as sandbox:
+        yield sandbox
+
+
+def test_the_agent_opens_a_repl_types_keys_and_reads_the_screen(box: Sandbox) -> None:
+    opened = call(box, "terminal", {"command": "python3 -q", "interactive": True})
+    assert opened.ok and opened.content.startswith("[terminal t"), opened.content
+    tid = opened.content.split()[1]
+    assert ">>>" in opened.content and f'process(action="send", id="{tid}"' in opened.content
+    typed = call(box, "process", {"action": "send", "id": tid, "keys": ["6*7", "Enter"], "expect": "^42$"})
+    assert typed.ok and typed.content.splitlines()[-2:] == ["42", ">>>"], typed.content
+    resized = call(box, "process", {"action": "resize", "id": tid, "rows": 10, "cols": 40})
+    assert "10x40" in resized.content.splitlines()[0]
+    assert tid in call(box, "process", {"action": "list"}).content
+    code = call(box, "process", {"action": "send", "id": tid, "keys": ["import sys; sys.exit(3)", "Enter"]})
+    ended = call(box, "process", {"action": "wait", "id": tid, "timeout": 20})
+    assert not ended.ok and ended.exit_code == 3 and "exited with code 3" in ended.content, (code, ended)
+    assert "closed" in call(box, "process", {"action": "kill", "id": tid}).content
+
+
+def test_misused_terminal_actions_are_readable_errors(box: Sandbox) -> None:
+    background = call(box, "terminal", {"command": "sleep 30", "background": True})
+    pid = background.content.split()[3]
+    wrong = call(box, "process", {"action": "send", "id": pid, "keys": ["x"]})
+    assert not wrong.ok and "send is for interactive terminals" in wrong.content
+    missing = call(box, "process", {"action": "send", "id": "t999", "keys": ["x"]})
+    assert not missing.ok and "no terminal 't999'" in missing.content
+    tid = call(box, "terminal", {"command": "cat", "interactive": True, "timeout": 0.5}).content.split()[1]
+    assert "resize needs" in call(box, "process", {"action": "resize", "id": tid}).content
+    assert "send needs" in call(box, "process", {"action": "send", "id": tid}).content
+    call(box, "process", {"action": "kill", "id": tid})
+    call(box, "process", {"action": "kill", "id": pid})
