@@ -22,6 +22,7 @@ from .network import Egress, Ingress
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
 from .terminal import Terminals
+from .watch import Watch
 
 log = logging.getLogger("hermetic.backends")
 
@@ -257,6 +258,12 @@ class Sandbox(ABC):
     def terminals(self) -> Terminals:
         """Interactive terminals in this sandbox: programs on a PTY, their screens rendered here."""
         return Terminals(self)
+
+    def watch(self, path: str, recursive: bool = True, debounce: float = 0.005, limit: int = 1000) -> Watch:
+        """Watch a path (a directory recursively, or a file) for create / modify / delete / move events,
+        from now on: inotify in the runtime, batches `debounce` seconds apart at most `limit` long.
+        Raises RuntimeCallError (no such path, outside the roots)."""
+        return Watch(self, path, recursive, debounce, limit)
 
     def pop_notices(self) -> list[str]:
         notices, self.notices = self.notices, []

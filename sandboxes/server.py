@@ -36,6 +36,7 @@ from .protocol import (
 )
 from .shells import ShellManager
 from .terminals import TerminalTable
+from .watch import WatchTable
 
 log = logging.getLogger("hermetic.runtime")
 
@@ -77,6 +78,7 @@ class Server:
         self.procs = ProcessTable(self.workspace, env)
         self.terminals = TerminalTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
+        self.watches = WatchTable(self.files.resolve)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
@@ -114,6 +116,7 @@ class Server:
             ),
             **self.browsers.methods(),
             **self.terminals.methods(),
+            **self.watches.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -281,6 +284,7 @@ class Server:
         self.browsers.close_all()
         self.shells.close_all()
         self.terminals.close_all()
+        self.watches.close_all()
         self.procs.kill_all()
         os._exit(0)
 
