@@ -45,3 +45,27 @@ def test_misused_terminal_actions_are_readable_errors(box: Sandbox) -> None:
     assert "send needs" in call(box, "process", {"action": "send", "id": tid}).content
     call(box, "process", {"action": "kill", "id": tid})
     call(box, "process", {"action": "kill", "id": pid})
+
+
+def test_a_background_command_returns_once_the_path_it_builds_appears(box: Sandbox) -> None:
+    box.run("rm -rf dist")
+    built = call(
+        box,
+        "terminal",
+        {"command": "sleep 0.3; mkdir dist; echo x > dist/app.js", "background": True, "wait_for": "dist"},
+    )
+    assert built.ok and built.content.startswith("started background process p"), built.content
+    assert "[changed under dist:\ncreate /" in built.content and "/dist/" in built.content
+
+
+def test_process_wait_for_returns_at_the_first_change_or_says_none_came(box: Sandbox) -> None:
+    box.run("mkdir -p out")
+    call(box, "terminal", {"command": "sleep 0.3; echo done > out/result", "background": True})
+    changed = call(box, "process", {"action": "wait", "wait_for": "out", "timeout": 20})
+    assert changed.ok and "/out/result" in changed.content, changed.content
+    quiet = call(box, "process", {"action": "wait", "wait_for": "out", "timeout": 0.3})
+    assert not quiet.ok and "no change under out within 0.3 s" in quiet.content
+    plain = call(box, "terminal", {"command": "true", "wait_for": "out"})
+    assert not plain.ok and "wait_for needs background=true or interactive=true" in plain.content
+    missing = call(box, "process", {"action": "wait", "wait_for": "no/such/dir", "timeout": 1})
+    assert not missing.ok and "cannot watch no/such/dir" in missing.content

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from .interactive import KEY_NAMES, drive_terminal, is_terminal_id, open_terminal
 from .network import egress_note
 from .registry import ToolContext, ToolResult, tool
+from .watching import after_change
 
 
 class TerminalArgs(BaseModel):
@@ -30,6 +31,13 @@ class TerminalArgs(BaseModel):
         "settles: REPLs, password prompts, editors, top, installers that ask questions. Returns a "
         "terminal id (t1, ...) to type into with process(action='send').",
     )
+    wait_for: str | None = Field(
+        None,
+        max_length=4096,
+        description="With background or interactive: a path (file or directory, relative to the workspace); "
+        "return once something under it is created, modified, deleted or moved, listing the changes, or "
+        "after `timeout` seconds (default 60). For 'start the dev server, then wait until dist/ changes'.",
+    )
 
 
 @tool("terminal", toolset="terminal")
@@ -40,11 +48,13 @@ def terminal(ctx: ToolContext, args: TerminalArgs) -> ToolResult:
     sandbox = ctx.sandbox
     if ctx.cancelled.is_set():  # interrupted while the sandbox was made: there was no shell to stop
         return ToolResult("[not run: the user interrupted before the command started]", ok=False)
-    if args.interactive:
-        return open_terminal(ctx, args.command, min(args.timeout or 3.0, ctx.limits.max_tool_timeout))
-    if args.background:
-        started = sandbox.call("proc.spawn", {"command": args.command})
-        return ToolResult(f"started background process {started['id']} (pid {started['pid']})")
+    if args.wait_for is not None:
+        if not (args.interactive or args.background):
+            return ToolResult("error: wait_for needs background=true or interactive=true", ok=False)
+        waited = min(args.timeout or 60.0, ctx.limits.max_tool_timeout)
+        return after_change(ctx, args.wait_for, waited, lambda: _start(ctx, args, 3.0))
+    if args.interactive or args.background:
+        return _start(ctx, args, args.timeout or 3.0)
     timeout = min(args.timeout or ctx.limits.tool_timeout, ctx.limits.max_tool_timeout)
     result = sandbox.run(args.command, timeout=timeout, on_output=ctx.progress)
     parts = []
@@ -89,6 +99,11 @@ class ProcessArgs(BaseModel):
         max_length=500,
         description="send: also wait (up to `timeout`) until the screen matches this regular expression.",
     )
+    wait_for: str | None = Field(
+        None,
+        max_length=4096,
+        description="wait: instead of waiting for the exit, wait until something under this path changes.",
+    )
     rows: int | None = Field(None, ge=1, le=500, description="resize: the terminal's new height.")
     cols: int | None = Field(None, ge=1, le=1000, description="resize: the terminal's new width.")
 
@@ -101,6 +116,8 @@ def process(ctx: ToolContext, args: ProcessArgs) -> ToolResult:
         procs = [*sandbox.call("proc.list")["processes"], *sandbox.terminals.list()]
         lines = [f"{p['id']}  {_state(p)}  {p['command']}" for p in procs]
         return ToolResult("\n".join(lines) or "no background processes")
+    if args.action == "wait" and args.wait_for is not None:
+        return after_change(ctx, args.wait_for, args.timeout, lambda: ToolResult(f"watching {args.wait_for}"))
     if args.id is None:
         return ToolResult(f"error: process {args.action} needs the process id", ok=False)
     if is_terminal_id(args.id):
@@ -129,6 +146,14 @@ def process(ctx: ToolContext, args: ProcessArgs) -> ToolResult:
     return ToolResult(
         f"process {args.id} ({status['command']}): {_state(status)}; {status['log_bytes']} bytes of output"
     )
+
+
+def _start(ctx: ToolContext, args: TerminalArgs, first_output: float) -> ToolResult:
+    """Start an interactive terminal (its first screen) or a background process (its id)."""
+    if args.interactive:
+        return open_terminal(ctx, args.command, min(first_output, ctx.limits.max_tool_timeout))
+    started = ctx.sandbox.call("proc.spawn", {"command": args.command})
+    return ToolResult(f"started background process {started['id']} (pid {started['pid']})")
 
 
 def _state(status: dict[str, Any]) -> str:
