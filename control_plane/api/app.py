@@ -30,6 +30,7 @@ from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
+from .watch import router as watch_router
 from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)
+    app.include_router(watch_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:
