@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import secrets
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from .errors import SandboxError
+from .network import Ingress
 
 EventKind = Literal["create", "modify", "delete", "move", "overflow"]
+KINDS = frozenset(get_args(EventKind))
 QUEUE_SIZE = 10_000
 
 
@@ -149,7 +152,34 @@ class Watch:
         self.close()
 
 
+def watch_from_host(ingress: Ingress, path: str) -> tuple[str, Iterator[FileEvent]]:
+    """Watch a path in a sandbox another process on this host holds, through its ingress socket (local
+    with bubblewrap, docker): the resolved path and the events, until the path goes or the caller stops.
+    Raises OSError (no such sandbox here, or no ingress) and SandboxError (the runtime refused)."""
+    sock = ingress.connect()
+    sock.sendall(f"watch {path}\n".encode("utf-8", "surrogateescape"))
+    lines = sock.makefile("rb")
+    first = json.loads(lines.readline() or b'{"error": "the sandbox closed the connection"}')
+    if "error" in first:
+        sock.close()
+        raise SandboxError(f"cannot watch {path}: {first['error']}")
+
+    def events() -> Iterator[FileEvent]:
+        try:
+            for line in lines:
+                raw = json.loads(line)  # from inside the sandbox: shapes checked by _event
+                if "ended" in raw:
+                    return
+                yield _event(raw)
+        finally:
+            sock.close()
+
+    return str(first["watching"]), events()
+
+
 def _event(raw: dict[str, Any]) -> FileEvent:
+    if raw.get("kind") not in KINDS:
+        raise SandboxError(f"the runtime sent an event of no known kind: {str(raw)[:200]}")
     return FileEvent(
         kind=raw["kind"],
         path=str(raw.get("path", "")),

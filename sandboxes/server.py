@@ -72,13 +72,13 @@ class Server:
         self.started = time.time()
         self.workspace = os.environ.get("HERMETIC_WORKSPACE") or os.getcwd()
         roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
-        os.environ.update(netbridge.start_from_environment())  # network: allowlist (the proxy variables)
+        self.files = FileOps(self.workspace, roots)
+        self.watches = WatchTable(self.files.resolve)
+        os.environ.update(netbridge.start_from_environment(self.watches.serve_socket))  # the proxy variables
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
         self.terminals = TerminalTable(self.workspace, env)
-        self.files = FileOps(self.workspace, roots)
-        self.watches = WatchTable(self.files.resolve)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import itertools
+import json
 import os
 import select
 import struct
@@ -240,6 +242,7 @@ class WatchTable:
     def __init__(self, resolve: Callable[[str], str]) -> None:
         self._resolve = resolve
         self._watches: dict[str, Watcher] = {}
+        self._sockets = itertools.count(1)
         self._lock = threading.Lock()
 
     def watch(
@@ -269,6 +272,47 @@ class WatchTable:
             with self._lock:
                 self._watches.pop(id, None)
         return {"watch": id, "ended": ended}
+
+    def serve_socket(self, path: str, client: Any) -> None:
+        """A watch for a host connection on the ingress socket: JSON lines, a first `{"watching": PATH}`
+        (or `{"error": ...}`), then one event each, then `{"ended": why}`; stops when the host closes."""
+
+        def send(message: dict[str, Any]) -> None:
+            client.sendall(json.dumps(message).encode("ascii") + b"\n")
+
+        try:
+            resolved = self._resolve(path)
+            if not os.path.exists(resolved):
+                raise RpcError(NOT_FOUND, "no such file or directory: %s" % path)
+            watcher = Watcher(resolved, True, DEFAULT_DEBOUNCE, DEFAULT_LIMIT)
+        except RpcError as exc:
+            send({"error": exc.message})
+            return
+        key = "socket-%d" % next(self._sockets)
+        with self._lock:
+            self._watches[key] = watcher
+
+        def hang_up() -> None:  # the host closed its end (or shut it for writing): stop
+            try:
+                while client.recv(4096):
+                    pass
+            except OSError:
+                pass
+            watcher.stop()
+
+        def emit(events: list[dict[str, Any]]) -> None:
+            for event in events:
+                send(event)
+
+        threading.Thread(target=hang_up, name="watch-hangup", daemon=True).start()
+        try:
+            send({"watching": resolved})
+            send({"ended": watcher.run(emit)})
+        except OSError:  # the host is gone
+            watcher.stop()
+        finally:
+            with self._lock:
+                self._watches.pop(key, None)
 
     def unwatch(self, req: Any, id: str) -> dict[str, Any]:
         with self._lock:

@@ -30,8 +30,8 @@ from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
-from .watch import router as watch_router
 from .tokens import TokenStore
+from .watch import router as watch_router
 
 log = logging.getLogger(__name__)
 

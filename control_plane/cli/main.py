@@ -10,7 +10,7 @@ import typer
 
 from ..keys import KeyFileError
 from . import agent as agent_cli
-from . import batch, cron, demo, dev, doctor, export, mcp, network, skill_sources
+from . import batch, cron, demo, dev, doctor, export, mcp, network, sandbox_watch, skill_sources
 from . import config as config_cli
 from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
@@ -22,6 +22,7 @@ app = typer.Typer(help="Hermetic: a self-improving agent whose tools run sealed.
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 agent_cli.register(app)
 network.register(app, sandbox_app)
+sandbox_watch.register(sandbox_app)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.add_typer(dev.app, name="dev")
