@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 import sandboxes
 
 from .base import Backend, Sandbox, new_sandbox_id
-from .cgroups import CgroupLimits
+from .cgroups import CgroupLimits, cgroup_controller
 from .channel import Channel, PipeTransport
 from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
@@ -143,6 +143,11 @@ class LocalSandbox(Sandbox):
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroup: CgroupLimits | None = None
+
+    def cgroup_dirs(self) -> dict[str, Path]:
+        if self._cgroup is None:
+            return {}
+        return {cgroup_controller(path): path for path in self._cgroup.dirs}
 
     def _environment(self, workdir: str, roots: str) -> dict[str, str]:
         env = {

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from . import PROTOCOL_VERSION, __version__, code_hash, netbridge
+from . import PROTOCOL_VERSION, __version__, code_hash, netbridge, usage
 from .browser import BrowserManager
 from .files import FileOps
 from .procs import ProcessTable
@@ -85,6 +85,7 @@ class Server:
             "sys.ping": lambda req: {"pong": True},
             "sys.info": self.sys_info,
             "sys.shutdown": self.sys_shutdown,
+            "sys.stats": lambda req: usage.stats(self.workspace, self.started),
             "shell.open": self.shell_open,
             "shell.run": self.shell_run,
             "shell.send": self.shell_send,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from backends.terminal import KEY_NAMES, Screen, is_terminal_id
 
+from .limits import limits_note
 from .network import egress_note
 from .registry import ToolContext, ToolResult
 
@@ -11,7 +12,7 @@ __all__ = ["KEY_NAMES", "drive_terminal", "is_terminal_id", "open_terminal"]
 
 
 def _shown(ctx: ToolContext, screen: Screen, hint: bool = False) -> ToolResult:
-    text = screen.render() + egress_note(ctx.sandbox)
+    text = screen.render() + egress_note(ctx.sandbox) + limits_note(ctx)
     if hint and screen.running:
         text += (
             f'\n[type into it with process(action="send", id="{screen.id}", keys=["text", "Enter"]); '

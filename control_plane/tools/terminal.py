@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .interactive import KEY_NAMES, drive_terminal, is_terminal_id, open_terminal
+from .limits import limits_note
 from .network import egress_note
 from .registry import ToolContext, ToolResult, tool
 from .watching import after_change
@@ -62,6 +63,7 @@ def terminal(ctx: ToolContext, args: TerminalArgs) -> ToolResult:
         parts.append(f"[output of background jobs since the last command]\n{result['background_output']}\n")
     parts.append(result["output"])
     parts.append(egress_note(sandbox))
+    parts.append(limits_note(ctx))
     if result["timed_out"]:
         parts.append(
             f"\n[timed out after {timeout:g} s: the command was interrupted; the shell session goes on. "
