@@ -5,18 +5,20 @@ use (the runtime), and the bytes its egress proxy carried (the audit log)."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from .network import read_audit
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-@dataclass(frozen=True)
-class SandboxStats:
+class SandboxStats(BaseModel):
     """One reading. Counters (`cpu_seconds`, `oom_kills`, `pids_max_hits`) count from the sandbox's start."""
+
+    model_config = ConfigDict(frozen=True)
 
     sandbox_id: str
     source: str
@@ -39,9 +41,7 @@ class SandboxStats:
     egress_bytes_up: int
     egress_bytes_down: int
     at: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    """When it was read (Unix time)."""
 
 
 def _read(path: Path) -> str | None:
@@ -171,7 +171,7 @@ class StatsReader:
 def changes(before: SandboxStats | None, after: SandboxStats) -> list[str]:
     """Limits hit between two readings, as sentences for the agent and the session's events."""
     if before is None:
-        before = replace(after, oom_kills=0, pids_max_hits=0)
+        before = after.model_copy(update={"oom_kills": 0, "pids_max_hits": 0})
     found = []
     if after.oom_kills > before.oom_kills:
         limit = f" ({after.memory_limit_bytes // (1 << 20)} MiB)" if after.memory_limit_bytes else ""

@@ -7,8 +7,8 @@ never an open one.
 
 Ingress (exposed ports): HERMETIC_INGRESS_SOCKET is where this runtime listens; the control plane
 connects, names a port on a first line ("8000\n"), and the bytes are carried to 127.0.0.1:8000 here.
-A first line "watch PATH\n" instead streams file events there (`hermetic sandbox watch` from any
-process on the host: the watch table's `serve_socket`).
+Any other first line ("watch PATH", "stats") is a command from the host for the runtime itself
+(`hermetic sandbox watch`, `hermetic sandbox stats` from any process on the host): see server.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ log = logging.getLogger("hermetic.runtime.netbridge")
 
 CHUNK = 1 << 20
 MAX_LINE = 4096 + 7  # "watch ", a path, "\n"
-WatchFn = Callable[[str, socket.socket], None]
-"""Serves a watch of a path on a host connection until the host closes it."""
+CommandFn = Callable[[str, socket.socket], None]
+"""Serves a host's command (its first line, not a port) on its connection."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
@@ -89,8 +89,8 @@ class Bridge:
 class Ingress:
     """Listens on a Unix socket; each connection names a loopback port and is carried to it."""
 
-    def __init__(self, socket_path: str, on_watch: WatchFn | None = None) -> None:
-        self._on_watch = on_watch
+    def __init__(self, socket_path: str, on_command: CommandFn | None = None) -> None:
+        self._on_command = on_command
         if os.path.lexists(socket_path):
             os.unlink(socket_path)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,13 +109,13 @@ class Ingress:
 
     def _carry(self, client: socket.socket) -> None:
         line = b""
-        while not line.endswith(b"\n") and len(line) < (MAX_LINE if line.startswith(b"w") else 8):
+        while not line.endswith(b"\n") and len(line) < (8 if line[:1].isdigit() else MAX_LINE):
             byte = client.recv(1)
             if not byte:
                 break
             line += byte
-        if line.startswith(b"watch ") and line.endswith(b"\n") and self._on_watch is not None:
-            self._on_watch(line[6:-1].decode("utf-8", "surrogateescape"), client)
+        if line[:1].isalpha() and line.endswith(b"\n") and self._on_command is not None:
+            self._on_command(line[:-1].decode("utf-8", "surrogateescape"), client)
             client.close()
             return
         port = line.strip()
@@ -172,12 +172,12 @@ def _splice(source: socket.socket, sink: socket.socket) -> None:
         os.close(write_end)
 
 
-def start_from_environment(on_watch: WatchFn | None = None) -> dict[str, str]:
+def start_from_environment(on_command: CommandFn | None = None) -> dict[str, str]:
     """Open the doors the control plane mounted; the proxy variables to set (none without egress)."""
     ingress = os.environ.get("HERMETIC_INGRESS_SOCKET")
     if ingress and os.path.isdir(os.path.dirname(ingress)):
         try:
-            Ingress(ingress, on_watch)
+            Ingress(ingress, on_command)
         except OSError as exc:  # a read-only or missing mount: no exposed ports, the rest works
             log.warning("no ingress socket at %s: %s", ingress, exc)
     path = os.environ.get("HERMETIC_EGRESS_SOCKET")

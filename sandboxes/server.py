@@ -74,7 +74,7 @@ class Server:
         roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
         self.files = FileOps(self.workspace, roots)
         self.watches = WatchTable(self.files.resolve)
-        os.environ.update(netbridge.start_from_environment(self.watches.serve_socket))  # the proxy variables
+        os.environ.update(netbridge.start_from_environment(self._from_host))  # the proxy variables
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
@@ -276,6 +276,14 @@ class Server:
             "sessions": self.shells.names(),
             "processes": len(self.procs.list()),
         }
+
+    def _from_host(self, command: str, client: Any) -> None:
+        """A command on the ingress socket from any process on the host: `watch PATH` streams file
+        events, `stats` answers one line of sys.stats."""
+        if command.startswith("watch "):
+            self.watches.serve_socket(command[len("watch ") :], client)
+        elif command == "stats":
+            client.sendall(json.dumps(usage.stats(self.workspace, self.started)).encode("ascii") + b"\n")
 
     def sys_shutdown(self, req: Request) -> dict[str, Any]:
         threading.Timer(0.05, self._stop).start()

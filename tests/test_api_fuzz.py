@@ -34,7 +34,7 @@ EXAMPLES = 12
 """Generated requests per operation and mode: the whole run stays well under a minute."""
 STREAMING = ("/sessions/{session_id}/events", "/sessions/{session_id}/watch")
 """Left out: an event stream stays open until the session's next turn ends (tests/test_api.py covers it),
-a watch until its path goes away (tests/test_watch_api.py covers it)."""
+a watch until its path goes away (tests/test_sandbox_api.py covers it)."""
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def test_a_reading_counts_cpu_memory_pids_and_the_workspace(sandbox: Sandbox) ->
     if sandbox.backend in CGROUPS:  # the sandbox's own limits, as the kernel holds them
         assert after.memory_limit_bytes == 256 << 20 and after.pids_limit == 64
         assert after.memory_peak_bytes is not None and after.memory_peak_bytes >= after.memory_bytes
-    json.dumps(after.as_dict())  # a plain record for the API and the CLI
+    assert json.loads(after.model_dump_json())["sandbox_id"] == sandbox.id  # the API's and the CLI's shape
 
 
 def _terminal(sandbox: Sandbox, command: str, notices: list[str]) -> ToolResult:

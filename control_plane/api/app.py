@@ -27,6 +27,7 @@ from .cron import start_schedulers, stop_schedulers
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
+from .sandboxes import router as sandboxes_router
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
@@ -102,6 +103,7 @@ def create_app(
     app.include_router(cron_router)
     app.include_router(snapshots_router)
     app.include_router(watch_router)
+    app.include_router(sandboxes_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:

@@ -1,4 +1,5 @@
-"""`GET /sessions/{id}/watch`: a session's sandbox files as they change, as Server-Sent Events."""
+"""The API's sandbox routes: `GET /sessions/{id}/watch` (a session's sandbox files as they change, as
+Server-Sent Events), `GET /sandboxes` and `GET /sandboxes/{id}/stats` (what each costs now)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,22 @@ def test_a_bad_watch_is_refused_with_a_status(api: tuple[httpx.Client, Any]) -> 
     other = client.post("/sessions", json={}).json()["id"]  # the first holds the one sandbox allowed
     full = client.get(f"/sessions/{other}/watch", params={"path": "."})
     assert full.status_code == 429 and full.headers["Retry-After"] == "30"
+
+
+def test_the_profile_sandboxes_and_their_stats_are_listed(api: tuple[httpx.Client, Any]) -> None:
+    client, profile = api
+    assert client.get("/sandboxes").json() == []
+    session = client.post("/sessions", json={}).json()["id"]
+    sandbox = profile.agent.sandboxes.get(session)
+    sandbox.run("head -c 2000000 /dev/zero > blob")
+    listed = client.get("/sandboxes").json()
+    assert [(s["sandbox_id"], s["session_id"], s["backend"]) for s in listed] == [
+        (sandbox.id, session, "local")
+    ]
+    stats = client.get(f"/sandboxes/{sandbox.id}/stats")
+    assert stats.status_code == 200, stats.text
+    body = stats.json()
+    assert body["sandbox_id"] == sandbox.id and body["disk_bytes"] >= 2_000_000 and body["pids"] >= 1
+    assert body["memory_bytes"] > 0 and body["cpu_seconds"] > 0
+    assert client.get("/sandboxes/hm-nosuchone/stats").status_code == 404
+    assert client.get("/sandboxes/bad%20id/stats").status_code == 422
