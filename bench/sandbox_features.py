@@ -5,7 +5,8 @@
   with the runtime's settle window at 5 ms (the default is 50 ms: a screen counts as settled after that
   much quiet, so a default round trip is about 50 ms plus the figure's overhead); target <= 30 ms;
 - file event from write to watcher: a file written in the sandbox (fs.write) until its event is read
-  from `Sandbox.watch` on this side (the 5 ms debounce included); target <= 20 ms.
+  from `Sandbox.watch` on this side (the 5 ms debounce included); target <= 20 ms;
+- stats call: `Sandbox.stats()` (the runtime's sys.stats, the cgroup's files, the audit log); <= 5 ms.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 from backends import Sandbox, SandboxSpec, create_backend
 
-from .stats import Results, cpu_noise, report
+from .stats import Results, cpu_noise, report, sample
 
 HERE = Path(__file__).resolve().parent
-TARGETS = {"interactive send round trip": 30.0, "file event write to watcher": 20.0}
+TARGETS = {"interactive send round trip": 30.0, "file event write to watcher": 20.0, "stats call": 5.0}
 
 
 def send_round_trips(sb: Sandbox, n: int) -> list[float]:
@@ -61,6 +62,7 @@ def collect(backends: list[str], n: int) -> Results:
         with create_backend(name).create(SandboxSpec()) as sb:
             results[f"{name}: interactive send round trip"] = send_round_trips(sb, n)
             results[f"{name}: file event write to watcher"] = event_latencies(sb, n)
+            results[f"{name}: stats call"] = sample(sb.stats, n)
     return results
 
 
