@@ -18,7 +18,7 @@ from pathlib import Path
 
 from backends import Sandbox, SandboxSpec, create_backend
 
-from .stats import Results, cpu_noise, report, sample
+from .stats import Results, cpu_noise, print_targets, report, sample
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {"interactive send round trip": 30.0, "file event write to watcher": 20.0, "stats call": 5.0}
@@ -82,9 +82,7 @@ def main() -> None:
         median = statistics.median(samples) * 1000 if isinstance(samples, list) else float("nan")
         checked.append((f"{figure} <= {bound:g} ms", f"{median:.2f} ms", median <= bound))
     path = report("Interactive terminals and file watching", results, HERE / "results", {"targets": checked})
-    for text, measured, met in checked:
-        print(f"{'met   ' if met else 'MISSED'}  {text}: {measured}")
-    print(f"CPU noise loop: {noise_start:.1f} ms at start, {noise_end:.1f} ms at end; raw samples: {path}")
+    print_targets(checked, (noise_start, noise_end), path)
 
 
 if __name__ == "__main__":

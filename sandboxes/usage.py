@@ -8,6 +8,8 @@ import os
 import time
 from typing import Any
 
+from . import procutil
+
 DISK_ENTRIES = 200_000
 """Entries the workspace walk visits at most; past that `disk_partial` says the figure is a floor."""
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -15,21 +17,12 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _processes() -> dict[int, tuple[int, float, int]]:
-    """pid -> (parent, CPU seconds incl. waited-for children, resident bytes), zombies left out."""
+    """pid -> (parent, CPU seconds incl. waited-for children, resident bytes)."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry, "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) < 22 or fields[0] == b"Z":
-            continue
-        cpu = sum(int(f) for f in fields[11:15]) / _TICK  # utime stime cutime cstime
-        found[int(entry)] = (int(fields[1]), cpu, int(fields[21]) * _PAGE)
+    for pid, fields in procutil.processes():
+        if len(fields) >= 22:
+            cpu = sum(int(f) for f in fields[11:15]) / _TICK  # utime stime cutime cstime
+            found[pid] = (int(fields[1]), cpu, int(fields[21]) * _PAGE)
     return found
 
 

@@ -63,9 +63,10 @@ def test_an_npm_server_is_installed_into_the_profile_and_runs_sealed(profile: st
         agent.close()
 
 
-def test_a_package_that_does_not_install_is_a_clear_error(profile: str) -> None:
-    if profile != "local":
-        pytest.skip("the refusal happens on the host, before any backend: checked once")
+def test_a_package_that_does_not_install_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path))  # refused on the host, before any backend
     failed = CliRunner().invoke(app, ["mcp", "add", "nope", "--npm", "/nonexistent/hm-no-such-package"])
     assert failed.exit_code == 1 and "npm could not install" in failed.output
     both = CliRunner().invoke(app, ["mcp", "add", "x", "--npm", PACKAGE, "--pip", "y"])
