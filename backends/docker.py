@@ -193,7 +193,7 @@ class DockerSandbox(Sandbox):
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
-                self.egress = Egress.attach(self.id, spec.allow)
+                self.egress = Egress.attach(self.id, spec.allow, spec.credentials)
             mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
         if self.ingress is None and self._backend.local_daemon:
             self.ingress = open_ingress(self.id)

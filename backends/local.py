@@ -240,7 +240,7 @@ class LocalSandbox(Sandbox):
         if self.config.isolation == "bwrap":
             self.ingress = open_ingress(self.id)
         if self.spec.network == "allowlist":
-            self.egress = Egress.attach(self.id, self.spec.allow)
+            self.egress = Egress.attach(self.id, self.spec.allow, self.spec.credentials)
 
     def _connect(self) -> Channel:
         args, env = self._command()

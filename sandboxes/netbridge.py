@@ -18,6 +18,7 @@ import fcntl
 import logging
 import os
 import socket
+import tempfile
 import threading
 from typing import Callable
 
@@ -172,6 +173,27 @@ def _splice(source: socket.socket, sink: socket.socket) -> None:
         os.close(write_end)
 
 
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def trust_environment(ca_path: str) -> dict[str, str]:
+    """Trust the egress proxy's CA for the hosts it adds credentials to: a bundle of the system's roots
+    and that CA, named in the variables OpenSSL, curl, Python, pip, git and Node read."""
+    with open(ca_path, "rb") as fh:
+        ca = fh.read()
+    system = next((path for path in SYSTEM_BUNDLES if os.path.exists(path)), None)
+    roots = b""
+    if system is not None:
+        with open(system, "rb") as fh:
+            roots = fh.read()
+    fd, bundle = tempfile.mkstemp(prefix="hermetic-ca-", suffix=".pem")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(roots.rstrip(b"\n") + b"\n" + ca)
+    os.chmod(bundle, 0o644)
+    names = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO")
+    return {**dict.fromkeys(names, bundle), "NODE_EXTRA_CA_CERTS": ca_path}
+
+
 def start_from_environment(on_command: CommandFn | None = None) -> dict[str, str]:
     """Open the doors the control plane mounted; the proxy variables to set (none without egress)."""
     ingress = os.environ.get("HERMETIC_INGRESS_SOCKET")
@@ -183,4 +205,11 @@ def start_from_environment(on_command: CommandFn | None = None) -> dict[str, str
     path = os.environ.get("HERMETIC_EGRESS_SOCKET")
     if not path:
         return {}
-    return proxy_environment(Bridge(path).url)
+    env = proxy_environment(Bridge(path).url)
+    ca = os.environ.get("HERMETIC_EGRESS_CA")
+    if ca:
+        try:
+            env.update(trust_environment(ca))
+        except OSError as exc:  # the credentials' hosts then fail TLS, saying why; the rest works
+            log.warning("cannot trust the egress CA %s: %s", ca, exc)
+    return env

@@ -2,13 +2,14 @@
 
 `python upstream.py ADDRESS ROOT`: HTTP on ADDRESS:80 and HTTPS on ADDRESS:443 and :8443 (ROOT/cert.pem,
 ROOT/key.pem from a throwaway CA) serving ROOT/www; `/host` answers with the Host header it got,
-`/hang` never answers, `/bytes/N` with N zero bytes. Two plain TCP services for opaque tunnels: an
-echo on :7007 (the client speaks first) and a banner on :2525 (the server speaks first, as SMTP does).
-Prints "ready" once all listen, and serves until killed.
+`/hang` never answers, `/bytes/N` with N zero bytes, `/auth` the SHA-256 of each Authorization header.
+Two plain TCP services for opaque tunnels: an echo on :7007 (the client speaks first) and a banner on
+:2525 (the server speaks first, as SMTP does). Prints "ready" once all listen, and serves until killed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import socketserver
 import ssl
@@ -37,6 +38,10 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             threading.Event().wait()
         elif self.path == "/host":
             self._send(f"host={self.headers.get('Host')}\n".encode())
+        elif self.path == "/auth":  # a digest, never the value: a test searches for the value everywhere
+            got = self.headers.get_all("Authorization") or []
+            digests = ",".join(hashlib.sha256(value.encode()).hexdigest() for value in got)
+            self._send(f"auth-sha256={digests or 'none'}\n".encode())
         elif self.path.startswith("/bytes/"):
             send_zeros(self, int(self.path.rsplit("/", 1)[1]))
         else:
