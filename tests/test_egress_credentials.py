@@ -27,6 +27,7 @@ from backends import Sandbox, SandboxSpec
 from backends.network import Credential, read_audit
 from backends.network.policy import PolicyError
 from backends.network.proxy import egress_proxy
+from control_plane.settings import Settings
 
 SECRET = "hm14-" + secrets.token_hex(16)
 DIGEST = hashlib.sha256(f"Bearer {SECRET}".encode()).hexdigest()
@@ -167,6 +168,13 @@ def test_a_credential_needs_an_allowed_host_a_variable_and_its_value() -> None:
         SandboxSpec(network="allowlist", allow=["git.hm14.test"], credentials=[CREDENTIAL])
     with pytest.raises(ValidationError, match="they need network: allowlist"):
         SandboxSpec(credentials=[CREDENTIAL])
+    configured = {
+        "network": "allowlist",
+        "allow": ["git.hm14.test"],
+        "credentials": [CREDENTIAL.model_dump()],
+    }
+    with pytest.raises(ValidationError, match="which sandbox.allow does not allow"):  # config.yaml's sandbox:
+        Settings(sandbox=configured)
     with pytest.raises(ValidationError, match="names a variable"):
         Credential(host="pypi.hm14.test", header="Authorization", value="Bearer abc123")
     assert "HM14_UNSET" not in os.environ
