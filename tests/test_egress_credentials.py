@@ -114,6 +114,11 @@ def test_curl_and_python_reach_the_host_with_the_header_added(injected: tuple[Sa
     assert replaced == f"auth-sha256={DIGEST}\n", "the client's own header is replaced, not doubled"
     python = "import urllib.request as u; print(u.urlopen('https://pypi.hm14.test/auth').read().decode())"
     assert _sh(injected, f'python3 -c "{python}"').strip() == f"auth-sha256={DIGEST}"
+    if (
+        injected[0].backend == "local"
+    ):  # the host's python3 has requests (python3-requests); the images do not
+        fetched = "import requests; print(requests.get('https://pypi.hm14.test/auth').text)"
+        assert _sh(injected, f'python3 -c "{fetched}"').strip() == f"auth-sha256={DIGEST}"
     entries = _audited(injected[0], lambda e: bool(e.get("credential")))
     assert all(e["credential"] == "Authorization for pypi.hm14.test" for e in entries)
     assert entries[-1]["tls"] == "intercepted" and entries[-1]["allowed"] is True
