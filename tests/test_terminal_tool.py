@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import get_backend
+from test_agent import call as agent_call
+from test_agent import run, settings_for, tool_messages
 from test_tools import call
 
 from backends import Sandbox, SandboxSpec
+from control_plane.agent.agent import Agent
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +74,36 @@ def test_process_wait_for_returns_at_the_first_change_or_says_none_came(box: San
     assert not plain.ok and "wait_for needs background=true or interactive=true" in plain.content
     missing = call(box, "process", {"action": "wait", "wait_for": "no/such/dir", "timeout": 1})
     assert not missing.ok and "cannot watch no/such/dir" in missing.content
+
+
+def test_the_scripted_agent_drives_a_repl_and_hears_of_an_oom_kill(tmp_path: Path, fake_llm: Any) -> None:
+    fake_llm.load(
+        [
+            {"tool_calls": [agent_call("terminal", command="python3 -q", interactive=True)]},
+            {
+                "tool_calls": [
+                    agent_call("process", action="send", id="t1", keys=["6*7", "Enter"], expect="^42$")
+                ]
+            },
+            {"tool_calls": [agent_call("process", action="send", id="t1", keys=["Ctrl-D"])]},
+            {"tool_calls": [agent_call("terminal", command="python3 -c 'x = bytearray(400_000_000)'")]},
+            {"text": "It printed 42; the big allocation was killed."},
+        ]
+    )
+    agent = Agent(settings_for(tmp_path, fake_llm.url, backend="local", sandbox={"memory": "256m"}))
+    conversation = agent.new_conversation(title="repl")
+    try:
+        end, events = run(conversation, "compute 6*7 in a python REPL, then try a big allocation")
+        seen = tool_messages(fake_llm.requests[-1])
+        assert end.reason == "done" and seen[0].startswith("[terminal t1 · 24x80 · running")
+        assert seen[1].splitlines()[-2:] == ["42", ">>>"], seen[1]
+        assert "exited with code 0" in seen[2]
+        if agent.sandboxes.get(conversation.id).cgroup_dirs():  # a host where the local backend has cgroups
+            assert "[sandbox limit: out of memory" in seen[3]
+            notices = [e.message for e in events if e.type == "notice"]  # type: ignore[attr-defined]
+            assert any(n.startswith("sandbox limit: out of memory") for n in notices), notices
+        else:  # no cgroup (rlimits only): no count of OOM kills to report
+            assert "sandbox limit" not in seen[3]
+    finally:
+        conversation.close()
+        agent.close()
