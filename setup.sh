@@ -51,6 +51,6 @@ if [ "$(cat "$site/.playwright-version" 2>/dev/null)" != "$version" ]; then
   echo "$version" | $SUDO tee "$site/.playwright-version" >/dev/null
 fi
 
-for variant in slim browser; do
+for variant in slim browser node; do  # node: MCP servers from npm (hermetic mcp add --npm)
   echo "setup: sandbox image $(.venv/bin/python -m images.build --variant "$variant")"
 done

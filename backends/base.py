@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import logging
 import secrets
@@ -20,6 +21,9 @@ from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .network import Egress, Ingress
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
+from .stats import SandboxStats, StatsReader, changes, read_cgroup
+from .terminal import Terminals
+from .watch import Watch
 
 log = logging.getLogger("hermetic.backends")
 
@@ -250,6 +254,46 @@ class Sandbox(ABC):
     ) -> Any:
         """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout."""
         return self.channel.call(method, params, timeout=timeout, on_notify=on_notify)
+
+    def cgroup_dirs(self) -> dict[str, Path]:
+        """The sandbox's own cgroup directories on this host, by controller ("" for v2's unified one);
+        empty where the backend has none to read (ssh, Modal)."""
+        return {}
+
+    def stats(self) -> SandboxStats:
+        """What the sandbox costs now: its cgroup's CPU, memory and pids where the host can read them,
+        else its processes as the runtime sums them; the workspace's disk use; the egress bytes.
+        Raises SandboxError."""
+        runtime = self.call("sys.stats", timeout=60)
+        return self._stats.reading(runtime, read_cgroup(self.cgroup_dirs()))
+
+    def limits_hit(self) -> list[str]:
+        """Limits the sandbox ran into since the last call (an OOM kill, a fork refused at pids.max), as
+        sentences; from the cgroup's counters, without a call into the sandbox (empty without one)."""
+        counters = read_cgroup(self.cgroup_dirs())
+        if counters is None:
+            return []
+        now = self._stats.reading({}, counters)
+        found = changes(self._limits_seen, now)
+        self._limits_seen = now
+        return found
+
+    @functools.cached_property
+    def _stats(self) -> StatsReader:
+        return StatsReader(self.id)
+
+    _limits_seen: SandboxStats | None = None
+
+    @functools.cached_property
+    def terminals(self) -> Terminals:
+        """Interactive terminals in this sandbox: programs on a PTY, their screens rendered here."""
+        return Terminals(self)
+
+    def watch(self, path: str, recursive: bool = True, debounce: float = 0.005, limit: int = 1000) -> Watch:
+        """Watch a path (a directory recursively, or a file) for create / modify / delete / move events,
+        from now on: inotify in the runtime, batches `debounce` seconds apart at most `limit` long.
+        Raises RuntimeCallError (no such path, outside the roots)."""
+        return Watch(self, path, recursive, debounce, limit)
 
     def pop_notices(self) -> list[str]:
         notices, self.notices = self.notices, []

@@ -15,6 +15,12 @@ ROOT = Path("/sys/fs/cgroup")
 _PERIOD_US = 100_000
 
 
+def cgroup_controller(path: Path) -> str:
+    """The v1 controller a directory under ROOT belongs to, or "" for v2's unified hierarchy."""
+    first = path.relative_to(ROOT).parts[0]
+    return "" if first == "hermetic" else first
+
+
 class CgroupLimits:
     """The cgroup directories of one sandbox. `enter()` runs in the child before exec."""
 

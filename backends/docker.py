@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import docker
@@ -33,6 +34,7 @@ from .errors import BackendUnavailable, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
+from .stats import cgroup_dirs_of
 
 log = logging.getLogger("hermetic.backends.docker")
 
@@ -160,6 +162,7 @@ class DockerSandbox(Sandbox):
         self.volume_name = f"{sandbox_id}-workspace"
         self.paused_seconds = 0.0
         """How long the last snapshot or fork kept the container paused."""
+        self._pid: int | None = None
         self.between_passes: Callable[[], None] | None = None
         """Called between the copy's two passes, the container still running (tests change it there)."""
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
@@ -173,6 +176,15 @@ class DockerSandbox(Sandbox):
         """The container as a docker SDK object (one inspect call)."""
         return self._client.containers.get(self.id)
 
+    def cgroup_dirs(self) -> dict[str, Path]:
+        """From /proc/PID/cgroup of the container's first process (cached: it changes only on a restart)."""
+        if self._pid is None or not Path(f"/proc/{self._pid}").exists():
+            try:
+                self._pid = int(self._client.api.inspect_container(self.id)["State"]["Pid"]) or None
+            except DockerException:
+                return {}
+        return cgroup_dirs_of(self._pid) if self._pid else {}
+
     def _provision(self) -> None:
         """Create and start the container with the low-level API: `containers.run` adds an inspect
         call, and a separate volume create adds another, for nothing."""
@@ -181,7 +193,7 @@ class DockerSandbox(Sandbox):
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
-                self.egress = Egress.attach(self.id, spec.allow)
+                self.egress = Egress.attach(self.id, spec.allow, spec.credentials)
             mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
         if self.ingress is None and self._backend.local_daemon:
             self.ingress = open_ingress(self.id)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 import sandboxes
 
 from .base import Backend, Sandbox, new_sandbox_id
-from .cgroups import CgroupLimits
+from .cgroups import CgroupLimits, cgroup_controller
 from .channel import Channel, PipeTransport
 from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
@@ -144,6 +144,11 @@ class LocalSandbox(Sandbox):
         self._proc: subprocess.Popen[bytes] | None = None
         self._cgroup: CgroupLimits | None = None
 
+    def cgroup_dirs(self) -> dict[str, Path]:
+        if self._cgroup is None:
+            return {}
+        return {cgroup_controller(path): path for path in self._cgroup.dirs}
+
     def _environment(self, workdir: str, roots: str) -> dict[str, str]:
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -235,7 +240,7 @@ class LocalSandbox(Sandbox):
         if self.config.isolation == "bwrap":
             self.ingress = open_ingress(self.id)
         if self.spec.network == "allowlist":
-            self.egress = Egress.attach(self.id, self.spec.allow)
+            self.egress = Egress.attach(self.id, self.spec.allow, self.spec.credentials)
 
     def _connect(self) -> Channel:
         args, env = self._command()

@@ -146,6 +146,10 @@ class ModalBackend(Backend):
         if spec.ttl and spec.ttl > MODAL_MAX_TIMEOUT:
             raise UnsupportedSpec(f"Modal sandboxes live at most {MODAL_MAX_TIMEOUT} s; ttl was {spec.ttl}")
         network_kwargs(spec)  # refuse a bad allowlist before anything is created
+        if spec.credentials:  # Modal enforces its own allowlist: no proxy of ours to add a header
+            raise UnsupportedSpec(
+                "sandbox.credentials need Hermetic's egress proxy: the local or docker backend"
+            )
         return self.opened(ModalSandbox(self, new_sandbox_id(), spec))
 
     @property

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .network.policy import Policy
+from .network.credentials import Credential
+from .network.policy import Denial, Policy
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
@@ -52,6 +53,9 @@ class SandboxSpec(BaseModel):
     allow: list[str] = []
     """Reachable when network is 'allowlist': hosts (docs.python.org), wildcards (*.example.com: names
     under it, not itself), either with :PORT (default 80 and 443), CIDRs (203.0.113.0/24)."""
+    credentials: list[Credential] = []
+    """Headers the egress proxy adds to HTTPS requests for allowed hosts ({host, header, value:
+    "Bearer ${VAR}"}); the value stays outside the sandbox (network: allowlist only)."""
     mounts: list[Mount] = []
     """Extra host paths to mount."""
     env: dict[str, str] = {}
@@ -76,6 +80,18 @@ class SandboxSpec(BaseModel):
     def _valid_rules(cls, value: list[str]) -> list[str]:
         Policy(value)  # PolicyError (a ValueError) names the bad rule
         return value
+
+    @model_validator(mode="after")
+    def _credentials_for_allowed_hosts(self) -> SandboxSpec:
+        if self.credentials and self.network != "allowlist":
+            raise ValueError("credentials are added by the egress proxy: they need network: allowlist")
+        policy = Policy(self.allow)
+        for credential in self.credentials:
+            if isinstance(policy.check(credential.host, 443), Denial):
+                raise ValueError(
+                    f"a credential for {credential.host}, which sandbox.allow does not allow on port 443"
+                )
+        return self
 
     @field_validator("memory", "disk")
     @classmethod

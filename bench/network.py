@@ -27,7 +27,7 @@ from upstream import send_zeros  # the test upstream's /bytes/N (bench/__init__ 
 
 from backends import Sandbox, SandboxSpec, create_backend
 
-from .stats import Results, cpu_noise, report
+from .stats import Results, cpu_noise, print_targets, report
 
 HERE = Path(__file__).resolve().parent
 BULK_RUNS = 5
@@ -163,9 +163,7 @@ def main() -> None:
     results, targets = collect(args.iterations, args.bulk_mb)
     noise_end = cpu_noise()
     path = report("Network doors (local)", results, HERE / "results", {"targets": targets})
-    for text, measured, met in targets:
-        print(f"{'met   ' if met else 'MISSED'}  {text}: {measured}")
-    print(f"CPU noise loop: {noise_start:.1f} ms at start, {noise_end:.1f} ms at end; raw samples: {path}")
+    print_targets(targets, (noise_start, noise_end), path)
 
 
 if __name__ == "__main__":

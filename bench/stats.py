@@ -92,3 +92,10 @@ def report(
     figures = {name: asdict(as_figure(value)) for name, value in results.items()}
     path.write_text(json.dumps({"extra": extra, "figures": figures}, indent=1))
     return path
+
+
+def print_targets(targets: list[tuple[str, str, bool]], noise: tuple[float, float], path: Path) -> None:
+    """A section's targets (text, measured, met) after its table, and the machine's noise."""
+    for text, measured, met in targets:
+        print(f"{'met   ' if met else 'MISSED'}  {text}: {measured}")
+    print(f"CPU noise loop: {noise[0]:.1f} ms at start, {noise[1]:.1f} ms at end; raw samples: {path}")

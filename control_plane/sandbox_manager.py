@@ -296,6 +296,11 @@ class SandboxManager:
                 notices += self._session_notices.pop(session_id, [])
         return notices
 
+    def holding(self) -> dict[str, Sandbox]:
+        """The sandboxes held now, by the session holding each."""
+        with self._lock:
+            return dict(self._sandboxes)
+
     def peek(self, session_id: str) -> Sandbox | None:
         with self._lock:
             return self._sandboxes.get(session_id)

@@ -80,6 +80,9 @@ class MCPServerConfig(BaseModel):
     """Run a stdio server on this machine instead of in a sandbox (it then sees the host: a warning)."""
     mounts: list[Mount] = []
     """Host directories the server's sandbox mounts (read-only unless said), e.g. its installed code."""
+    image: str | None = None
+    """The image of the server's sandbox instead of sandbox.image (docker, modal), e.g.
+    hermetic-sandbox:node for a server from npm (`hermetic mcp add NAME --npm PACKAGE` sets it)."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPServerConfig:

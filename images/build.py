@@ -45,13 +45,15 @@ SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 SLIM_PACKAGES = ("python3", "bash", "coreutils", "procps", "git", "ripgrep", "curl",
                  "ca-certificates", "tini")  # fmt: skip
 BROWSER_EXTRAS = ("chromium", "fonts-liberation", "libatomic1")
+NODE_EXTRAS = ("nodejs",)  # Debian's Node.js (18 on bookworm): MCP servers installed from npm run on it
 SERVICE_EXTRAS = ("haproxy", "postgresql")  # the compose deployment's offline images (images/services.py)
 PACKAGES = {
     "slim": SLIM_PACKAGES,
     "browser": SLIM_PACKAGES + BROWSER_EXTRAS,
+    "node": SLIM_PACKAGES + NODE_EXTRAS,
     "service": SLIM_PACKAGES + SERVICE_EXTRAS,
 }
-SANDBOX_VARIANTS = ("slim", "browser")
+SANDBOX_VARIANTS = ("slim", "browser", "node")
 BASE_REPO, SANDBOX_REPO = "hermetic-base", "hermetic-sandbox"
 USER, UID, GID, HOME, WORKDIR = "sandbox", 1000, 1000, "/home/sandbox", "/workspace"
 ENV = {

@@ -7,6 +7,8 @@ never an open one.
 
 Ingress (exposed ports): HERMETIC_INGRESS_SOCKET is where this runtime listens; the control plane
 connects, names a port on a first line ("8000\n"), and the bytes are carried to 127.0.0.1:8000 here.
+Any other first line ("watch PATH", "stats") is a command from the host for the runtime itself
+(`hermetic sandbox watch`, `hermetic sandbox stats` from any process on the host): see server.py.
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ import fcntl
 import logging
 import os
 import socket
+import tempfile
 import threading
+from typing import Callable
 
 log = logging.getLogger("hermetic.runtime.netbridge")
 
 CHUNK = 1 << 20
+MAX_LINE = 4096 + 7  # "watch ", a path, "\n"
+CommandFn = Callable[[str, socket.socket], None]
+"""Serves a host's command (its first line, not a port) on its connection."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
@@ -83,7 +90,8 @@ class Bridge:
 class Ingress:
     """Listens on a Unix socket; each connection names a loopback port and is carried to it."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, on_command: CommandFn | None = None) -> None:
+        self._on_command = on_command
         if os.path.lexists(socket_path):
             os.unlink(socket_path)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -102,11 +110,15 @@ class Ingress:
 
     def _carry(self, client: socket.socket) -> None:
         line = b""
-        while not line.endswith(b"\n") and len(line) < 8:
+        while not line.endswith(b"\n") and len(line) < (8 if line[:1].isdigit() else MAX_LINE):
             byte = client.recv(1)
             if not byte:
                 break
             line += byte
+        if line[:1].isalpha() and line.endswith(b"\n") and self._on_command is not None:
+            self._on_command(line[:-1].decode("utf-8", "surrogateescape"), client)
+            client.close()
+            return
         port = line.strip()
         if not port.isdigit() or not 0 < int(port) < 65536:
             client.close()
@@ -161,15 +173,43 @@ def _splice(source: socket.socket, sink: socket.socket) -> None:
         os.close(write_end)
 
 
-def start_from_environment() -> dict[str, str]:
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def trust_environment(ca_path: str) -> dict[str, str]:
+    """Trust the egress proxy's CA for the hosts it adds credentials to: a bundle of the system's roots
+    and that CA, named in the variables OpenSSL, curl, Python, pip, git and Node read."""
+    with open(ca_path, "rb") as fh:
+        ca = fh.read()
+    system = next((path for path in SYSTEM_BUNDLES if os.path.exists(path)), None)
+    roots = b""
+    if system is not None:
+        with open(system, "rb") as fh:
+            roots = fh.read()
+    fd, bundle = tempfile.mkstemp(prefix="hermetic-ca-", suffix=".pem")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(roots.rstrip(b"\n") + b"\n" + ca)
+    os.chmod(bundle, 0o644)
+    names = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO")
+    return {**dict.fromkeys(names, bundle), "NODE_EXTRA_CA_CERTS": ca_path}
+
+
+def start_from_environment(on_command: CommandFn | None = None) -> dict[str, str]:
     """Open the doors the control plane mounted; the proxy variables to set (none without egress)."""
     ingress = os.environ.get("HERMETIC_INGRESS_SOCKET")
     if ingress and os.path.isdir(os.path.dirname(ingress)):
         try:
-            Ingress(ingress)
+            Ingress(ingress, on_command)
         except OSError as exc:  # a read-only or missing mount: no exposed ports, the rest works
             log.warning("no ingress socket at %s: %s", ingress, exc)
     path = os.environ.get("HERMETIC_EGRESS_SOCKET")
     if not path:
         return {}
-    return proxy_environment(Bridge(path).url)
+    env = proxy_environment(Bridge(path).url)
+    ca = os.environ.get("HERMETIC_EGRESS_CA")
+    if ca:
+        try:
+            env.update(trust_environment(ca))
+        except OSError as exc:  # the credentials' hosts then fail TLS, saying why; the rest works
+            log.warning("cannot trust the egress CA %s: %s", ca, exc)
+    return env

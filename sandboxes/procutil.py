@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) pids whose session id is `sid`, the leader included, from /proc."""
-    members = []
+def processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of each live (not zombie) process;
+    field 0 is the state, 1 the parent, 3 the session (proc(5) numbering minus 3)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -20,9 +21,13 @@ def session_members(sid: int) -> list[int]:
             continue
         # Fields after the command name, which may itself hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+        if len(fields) > 3 and fields[0] != b"Z":
+            yield int(entry), fields
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) pids whose session id is `sid`, the leader included, from /proc."""
+    return [pid for pid, fields in processes() if int(fields[3]) == sid]
 
 
 def kill_session(sid: int, sweeps: int = 50) -> None:

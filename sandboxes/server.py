@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from . import PROTOCOL_VERSION, __version__, code_hash, netbridge
+from . import PROTOCOL_VERSION, __version__, code_hash, netbridge, usage
 from .browser import BrowserManager
 from .files import FileOps
 from .procs import ProcessTable
@@ -35,6 +35,8 @@ from .protocol import (
     response,
 )
 from .shells import ShellManager
+from .terminals import TerminalTable
+from .watch import WatchTable
 
 log = logging.getLogger("hermetic.runtime")
 
@@ -70,17 +72,20 @@ class Server:
         self.started = time.time()
         self.workspace = os.environ.get("HERMETIC_WORKSPACE") or os.getcwd()
         roots = [r for r in os.environ.get("HERMETIC_ROOTS", "/").split(os.pathsep) if r]
-        os.environ.update(netbridge.start_from_environment())  # network: allowlist (the proxy variables)
+        self.files = FileOps(self.workspace, roots)
+        self.watches = WatchTable(self.files.resolve)
+        os.environ.update(netbridge.start_from_environment(self._from_host))  # the proxy variables
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
         self.shells = ShellManager(self.workspace, env)
         self.procs = ProcessTable(self.workspace, env)
-        self.files = FileOps(self.workspace, roots)
+        self.terminals = TerminalTable(self.workspace, env)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
             "sys.info": self.sys_info,
             "sys.shutdown": self.sys_shutdown,
+            "sys.stats": lambda req: usage.stats(self.workspace, self.started),
             "shell.open": self.shell_open,
             "shell.run": self.shell_run,
             "shell.send": self.shell_send,
@@ -111,6 +116,8 @@ class Server:
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),
             **self.browsers.methods(),
+            **self.terminals.methods(),
+            **self.watches.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -270,6 +277,14 @@ class Server:
             "processes": len(self.procs.list()),
         }
 
+    def _from_host(self, command: str, client: Any) -> None:
+        """A command on the ingress socket from any process on the host: `watch PATH` streams file
+        events, `stats` answers one line of sys.stats."""
+        if command.startswith("watch "):
+            self.watches.serve_socket(command[len("watch ") :], client)
+        elif command == "stats":
+            client.sendall(json.dumps(usage.stats(self.workspace, self.started)).encode("ascii") + b"\n")
+
     def sys_shutdown(self, req: Request) -> dict[str, Any]:
         threading.Timer(0.05, self._stop).start()
         return {"stopping": True}
@@ -277,6 +292,8 @@ class Server:
     def _stop(self) -> None:
         self.browsers.close_all()
         self.shells.close_all()
+        self.terminals.close_all()
+        self.watches.close_all()
         self.procs.kill_all()
         os._exit(0)
 

@@ -94,6 +94,18 @@ def test_allowlist_entry_with_a_scheme_is_refused_before_anything_is_created(
     assert created == []
 
 
+def test_credentials_are_refused_before_anything_is_created(
+    modal_backend: ModalBackend, created: list[FakeSandbox]
+) -> None:
+    from backends.network import Credential
+
+    key = Credential(host="api.example", header="Authorization", value="Bearer ${HM_KEY}")
+    spec = SandboxSpec(network="allowlist", allow=["api.example"], credentials=[key])
+    with pytest.raises(UnsupportedSpec, match="credentials need Hermetic's egress proxy"):
+        _create(modal_backend, spec, created)
+    assert created == []
+
+
 def test_cpu_and_memory_are_hard_limits_and_ttl_is_the_lifetime(
     modal_backend: ModalBackend, created: list[FakeSandbox]
 ) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .credentials import PLACEHOLDER, Credential
 from .expose import SANDBOX_INGRESS_DIR, ExposeError, Exposure, Ingress, exposures
 from .policy import Policy, PolicyError
-from .proxy import SOCKET_NAME, egress_proxy
+from .proxy import CA_NAME, SOCKET_NAME, egress_proxy
 
 
 class NetworkConfig(BaseModel):
@@ -79,18 +80,35 @@ class Egress:
     sandbox_id: str
     socket_dir: Path
     audit: Path
+    credentials: tuple[Credential, ...] = ()
 
     @classmethod
-    def attach(cls, sandbox_id: str, rules: list[str], root: Path = NET_ROOT) -> Egress:
-        """Serve the sandbox on `root/<id>/sock/egress.sock` under `rules`. Raises PolicyError."""
-        egress = cls(sandbox_id, root / sandbox_id / "sock", audit_path(sandbox_id, root))
-        egress_proxy().attach(sandbox_id, egress.socket_dir, Policy(rules), egress.audit)
+    def attach(
+        cls,
+        sandbox_id: str,
+        rules: list[str],
+        credentials: list[Credential] | None = None,
+        root: Path = NET_ROOT,
+    ) -> Egress:
+        """Serve the sandbox on `root/<id>/sock/egress.sock` under `rules`, adding `credentials` to the
+        requests for their hosts. Raises PolicyError (a bad rule, a credential's variable unset)."""
+        found = tuple(credentials or ())
+        for credential in found:
+            credential.resolve()  # every variable set now, or the sandbox is not made
+        egress = cls(sandbox_id, root / sandbox_id / "sock", audit_path(sandbox_id, root), found)
+        egress_proxy().attach(sandbox_id, egress.socket_dir, Policy(rules), egress.audit, found)
         return egress
 
     @property
     def env(self) -> dict[str, str]:
-        """What the runtime needs to start its loopback bridge (it sets the proxy variables itself)."""
-        return {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
+        """What the runtime needs to start its loopback bridge (it sets the proxy variables itself), the
+        CA it trusts for the credentials' hosts, and a placeholder in each credential's variable."""
+        env = {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
+        if self.credentials:
+            env["HERMETIC_EGRESS_CA"] = f"{SANDBOX_NET_DIR}/{CA_NAME}"
+        for credential in self.credentials:
+            env.update(dict.fromkeys(credential.variables, PLACEHOLDER))
+        return env
 
     def allow(self, rules: list[str]) -> None:
         """Widen this sandbox's allowlist from now on (an approval answered "once"). Raises PolicyError."""
@@ -107,6 +125,7 @@ class Egress:
 
 
 __all__ = [
+    "Credential",
     "Egress",
     "ExposeError",
     "Exposure",

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,13 +116,35 @@ class Ingress:
                 inner_writer.close()
 
     async def _connect_inside(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        fd = os.open(self.dir / INGRESS_NAME, os.O_PATH | os.O_NOFOLLOW)
+        fd = _open_socket_path(self.dir)
         try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                raise OSError(f"{self.dir / INGRESS_NAME} is not a socket")
             return await asyncio.open_unix_connection(f"/proc/self/fd/{fd}", limit=CHUNK)
         finally:
             os.close(fd)
+
+    def connect(self) -> socket.socket:
+        """A blocking connection to the sandbox's ingress socket (for a first line of another kind than
+        a port: `watch PATH`). Raises OSError when the sandbox is gone or has no ingress."""
+        fd = _open_socket_path(self.dir)
+        try:
+            client = socket.socket(socket.AF_UNIX)
+            try:
+                client.connect(f"/proc/self/fd/{fd}")
+            except OSError:
+                client.close()
+                raise
+            return client
+        finally:
+            os.close(fd)
+
+
+def _open_socket_path(directory: Path) -> int:
+    """An O_PATH descriptor of the ingress socket, never through a link the sandbox planted."""
+    fd = os.open(directory / INGRESS_NAME, os.O_PATH | os.O_NOFOLLOW)
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{directory / INGRESS_NAME} is not a socket")
+    return fd
 
 
 def exposures(net_dir: Path) -> list[Exposure]:

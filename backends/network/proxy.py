@@ -3,7 +3,8 @@
 A sandbox on `network: allowlist` has no network of its own; its runtime bridges 127.0.0.1:PORT to
 `<socket dir>/egress.sock`, which this proxy listens on. It serves CONNECT and absolute-form HTTP
 requests, decides by the sandbox's Policy, resolves names itself, connects to the address the policy
-admitted (no second lookup), checks the TLS server name after a CONNECT to 443 and the Host header of
+admitted (no second lookup), checks the TLS server name of every tunnel whose client speaks TLS first
+(on any port: a CONNECT to an allowed `host:8443` cannot front another name) and the Host header of
 plain HTTP, and appends every decision to the sandbox's audit log (JSON lines). It carries TCP only.
 """
 
@@ -15,21 +16,25 @@ import ipaddress
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .credentials import Credential, SandboxCA
+from .intercept import InterceptError, carry
 from .loop import on_loop
 from .policy import Denial, IPAddress, Policy, PolicyError, Target, advice, normalise_host, split_authority
 from .pump import SocketReader, tunnel
-from .tls import NotClientHello, read_client_hello
+from .tls import HANDSHAKE, NotClientHello, read_client_hello
 
 log = logging.getLogger("hermetic.network.proxy")
 
 SOCKET_NAME = "egress.sock"
+CA_NAME = "ca.pem"
 HEAD_LIMIT = 64 * 1024
 MAX_DENIALS = 50  # refusals kept for the next tool result; the audit log has them all
 # Hop-by-hop headers of the client's request, and the proxy's own: never forwarded upstream.
@@ -68,6 +73,9 @@ class Attachment:
     audit: Path
     server: asyncio.Task[None] | None = None
     """The accept loop while the proxy listens for this sandbox."""
+    credentials: dict[str, Credential] = field(default_factory=dict)
+    """By host: the CONNECTs to 443 whose TLS the proxy terminates to add a header."""
+    ca: SandboxCA | None = None
     denied: list[str] = field(default_factory=list)
     open: set[socket.socket] = field(default_factory=set)
     """The sockets of its connections in flight, shut down when the proxy stops serving it."""
@@ -88,17 +96,33 @@ class EgressProxy:
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.head_timeout = 30.0
+        self.upstream_context = ssl.create_default_context()
+        """Checks an intercepted host's real certificate (the host's trust store; tests load their CA)."""
         self._attached: dict[str, Attachment] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- what backends call ----------------------------------------------------------------
 
-    def attach(self, sandbox_id: str, socket_dir: Path, policy: Policy, audit: Path) -> None:
-        """Listen for the sandbox on `socket_dir/egress.sock`; decisions go to `audit`."""
+    def attach(
+        self,
+        sandbox_id: str,
+        socket_dir: Path,
+        policy: Policy,
+        audit: Path,
+        credentials: Sequence[Credential] = (),
+    ) -> None:
+        """Listen for the sandbox on `socket_dir/egress.sock`; decisions go to `audit`. With credentials,
+        a CA of its own signs their hosts' certificates; its certificate is `socket_dir/ca.pem`."""
         socket_dir.mkdir(parents=True, exist_ok=True)
         socket_dir.chmod(0o755)
         audit.parent.mkdir(parents=True, exist_ok=True)
-        attachment = Attachment(sandbox_id, socket_dir, policy, audit)
+        attachment = Attachment(
+            sandbox_id, socket_dir, policy, audit, credentials={c.host: c for c in credentials}
+        )
+        if credentials:
+            attachment.ca = SandboxCA(sorted(attachment.credentials))
+            (socket_dir / CA_NAME).write_bytes(attachment.ca.pem)
+            (socket_dir / CA_NAME).chmod(0o644)
         self._attached[sandbox_id] = attachment
         on_loop(self._listen(attachment))
 
@@ -194,8 +218,15 @@ class EgressProxy:
             loop = asyncio.get_running_loop()
             if method == "CONNECT":
                 await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if target.port == 443:
+                credential = attachment.credentials.get(target.host) if target.port == 443 else None
+                if credential is not None:
+                    entry["credential"] = credential.name
+                    up, down = await self._intercept(attachment, credential, reader, client, upstream)
+                    entry.update(allowed=True, tls="intercepted", bytes_up=up, bytes_down=down)
+                    return
+                if target.port == 443 or await self._client_speaks_tls(reader, upstream):
                     forward = await self._check_server_name(reader, target)
+                    entry["tls"] = True
             forward += reader.leftover()
             await loop.sock_sendall(upstream, forward)
             up, down = await tunnel(client, upstream, self.idle_timeout)
@@ -248,12 +279,56 @@ class EgressProxy:
                 failures.append(f"{address}: {exc or 'timed out'}")
         raise Refused(502, Denial("connect-failed", f"{target.host}:{target.port}: {'; '.join(failures)}"))
 
+    async def _intercept(
+        self,
+        attachment: Attachment,
+        credential: Credential,
+        reader: SocketReader,
+        client: socket.socket,
+        upstream: socket.socket,
+    ) -> tuple[int, int]:
+        """Carry one request with the credential added (intercept.py), on a thread. Raises Refused."""
+        assert attachment.ca is not None
+        if reader.buffer:  # TLS before the 200 arrived: no client does that
+            raise Refused(0, Denial("protocol", "bytes sent before the tunnel was established"))
+        try:
+            return await asyncio.to_thread(
+                carry, client, upstream, credential, attachment.ca, self.upstream_context, self.idle_timeout
+            )
+        except (InterceptError, PolicyError) as exc:
+            raise Refused(0, Denial(getattr(exc, "rule", "credential"), str(exc))) from None
+
+    async def _client_speaks_tls(self, reader: SocketReader, upstream: socket.socket) -> bool:
+        """Whether the client's first bytes start a TLS record; False when the upstream speaks first
+        (SMTP, SSH banners: no TLS server does), so truly opaque protocols stay opaque tunnels."""
+        if not reader.buffer:
+            loop = asyncio.get_running_loop()
+            first: asyncio.Future[bool] = loop.create_future()
+
+            def ready(client_first: bool) -> None:
+                if not first.done():
+                    first.set_result(client_first)
+
+            loop.add_reader(reader.sock.fileno(), ready, True)
+            loop.add_reader(upstream.fileno(), ready, False)
+            try:
+                client_first = await asyncio.wait_for(first, self.idle_timeout)
+            finally:
+                loop.remove_reader(reader.sock.fileno())
+                loop.remove_reader(upstream.fileno())
+            if not client_first:
+                return False
+            await reader.fill()
+        return reader.buffer[0] == HANDSHAKE
+
     async def _check_server_name(self, reader: SocketReader, target: Target) -> bytes:
         """The ClientHello to forward, once its server name is the CONNECT host (none for an IP)."""
         try:
             hello, name = await asyncio.wait_for(read_client_hello(reader), self.head_timeout)
         except NotClientHello as exc:
-            raise Refused(0, Denial("not-tls", f"{target.host}:443 did not start with TLS ({exc})")) from None
+            raise Refused(
+                0, Denial("not-tls", f"{target.host}:{target.port} did not start with TLS ({exc})")
+            ) from None
         expected = None if target.literal is not None else target.host
         try:
             got = normalise_host(name) if name is not None else None

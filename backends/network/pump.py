@@ -29,7 +29,8 @@ class SocketReader:
         self.limit = limit
         self.buffer = bytearray()
 
-    async def _fill(self) -> None:
+    async def fill(self) -> None:
+        """Read what the socket has (at least a byte). Raises IncompleteReadError at EOF."""
         data = await asyncio.get_running_loop().sock_recv(self.sock, 65536)
         if not data:
             raise asyncio.IncompleteReadError(bytes(self.buffer), None)
@@ -39,12 +40,12 @@ class SocketReader:
         while (end := self.buffer.find(separator)) < 0:
             if len(self.buffer) > self.limit:
                 raise asyncio.LimitOverrunError("request head too long", len(self.buffer))
-            await self._fill()
+            await self.fill()
         return self._take(end + len(separator))
 
     async def readexactly(self, size: int) -> bytes:
         while len(self.buffer) < size:
-            await self._fill()
+            await self.fill()
         return self._take(size)
 
     def leftover(self) -> bytes:

@@ -32,10 +32,12 @@ from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth, sandbox_limited
+from .sandboxes import router as sandboxes_router
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
 from .tokens import TokenStore
+from .watch import router as watch_router
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,8 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)
+    app.include_router(watch_router)
+    app.include_router(sandboxes_router)
 
     @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:

@@ -10,7 +10,20 @@ import typer
 
 from ..keys import KeyFileError
 from . import agent as agent_cli
-from . import batch, cron, demo, dev, docs, doctor, export, mcp, network, skill_sources
+from . import (
+    batch,
+    cron,
+    demo,
+    dev,
+    docs,
+    doctor,
+    export,
+    mcp,
+    network,
+    sandbox_stats,
+    sandbox_watch,
+    skill_sources,
+)
 from . import config as config_cli
 from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
@@ -26,6 +39,8 @@ app = typer.Typer(
 app.add_typer(sandbox_app := sandbox_cli.app, name="sandbox")
 agent_cli.register(app)
 network.register(app, sandbox_app)
+sandbox_watch.register(sandbox_app)
+sandbox_stats.register(sandbox_app)
 app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 app.command("docs")(docs.docs)

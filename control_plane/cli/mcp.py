@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..settings import Settings, load_settings
 from ..surface_settings import MCPServerConfig
+from . import mcp_npm
 from .listing_json import AsJson, print_json
 
 app = typer.Typer(
@@ -111,9 +112,17 @@ def add(
     pip: Annotated[
         str | None, typer.Option(help="Install this PyPI package for it (run as python3 -m MODULE)")
     ] = None,
+    npm: Annotated[
+        str | None,
+        typer.Option(
+            help="Install this npm package for it (run with node, in the hermetic-sandbox:node image)"
+        ),
+    ] = None,
 ) -> None:
-    """Add (or replace) an MCP server the agent uses. With --pip, the package is installed into the profile
-    home and mounted read-only into the server's sandbox, which has no network."""
+    """Add (or replace) an MCP server the agent uses. With --pip or --npm, the package is installed into the
+    profile home and mounted read-only into the server's sandbox, which has no network."""
+    if pip and npm:
+        raise typer.BadParameter("--pip or --npm, not both")
     entry: dict[str, Any] = {"command": command, "args": list(arg or []), "url": url}
     entry["headers"] = _pairs(header or [], "--header")
     entry["env"] = _pairs(env or [], "--env")
@@ -147,6 +156,8 @@ def add(
                 "python3",
                 ["-m", pip.split("[")[0].replace("-", "_"), *entry["args"]],
             )
+    if npm:
+        _add_npm(entry, name, npm, command is None, host)
     try:
         checked = Settings(mcp_servers={name: entry}).mcp_servers[name]
     except ValidationError as exc:
@@ -160,9 +171,28 @@ def add(
     err.print(f"added MCP server {name}; check it with: hermetic mcp test {name}")
 
 
+def _add_npm(entry: dict[str, Any], name: str, spec: str, set_command: bool, host: bool) -> None:
+    installed = load_settings().home / "mcp" / name
+    err.print(f"installing {spec} into {installed} ...")
+    try:
+        program = mcp_npm.install(spec, installed)
+    except mcp_npm.NpmInstallError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    inside = f"{mcp_npm.MOUNT_ROOT}/{name}"
+    entry["mounts"].append({"source": str(installed), "target": inside})
+    if set_command:
+        entry["command"], entry["args"] = (
+            "node",
+            [f"{installed if host else inside}/{program}", *entry["args"]],
+        )
+    if not host:
+        entry["image"] = mcp_npm.NODE_IMAGE
+
+
 @app.command("remove")
 def remove(name: str) -> None:
-    """Remove an MCP server (an install made by --pip stays in the profile home)."""
+    """Remove an MCP server (an install made by --pip or --npm stays in the profile home)."""
     data = _read_config()
     if name not in (data.get("mcp_servers") or {}):
         err.print(f"no MCP server {name}")

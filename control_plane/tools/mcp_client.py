@@ -270,6 +270,7 @@ class _Server:
                 update={
                     "mounts": [*spec.mounts, *self.config.mounts],
                     "labels": {**spec.labels, "org.hermetic.mcp-server": self.name},
+                    "image": self.config.image or spec.image,
                 }
             )
             self.sandbox = self.hub.sandboxes.backend.create(spec)

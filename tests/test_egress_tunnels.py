@@ -1,0 +1,96 @@
+"""CONNECT tunnels on ports other than 443: TLS is recognised by its first bytes and its server name
+checked on any port (no domain fronting through an allowed `host:8443`); non-TLS protocols stay opaque.
+
+The proxy is attached for a sandbox id of the test's own, and driven from the host side through its
+Unix socket, as the bridge inside a sandbox drives it; the upstreams run in the test's namespace.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from netns import Upstream, upstream  # noqa: F401 (the fixture)
+
+from backends.network import Egress, read_audit
+
+RULES = ["pypi.hm14.test:8443", "pypi.hm14.test:7007", "pypi.hm14.test:2525"]
+
+
+@pytest.fixture
+def egress(tmp_path: Path, upstream: Upstream) -> Iterator[Egress]:  # noqa: F811
+    attached = Egress.attach("hm14-tunnels", RULES, root=tmp_path)
+    try:
+        yield attached
+    finally:
+        attached.close()
+
+
+def _tunnel(egress: Egress, authority: str) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(20)
+    client.connect(str(egress.socket_dir / "egress.sock"))
+    client.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    assert client.recv(4096).startswith(b"HTTP/1.1 200"), authority
+    return client
+
+
+def _decision(egress: Egress, port: int) -> dict[str, Any]:
+    """The audit entry of the tunnel to `port`, written by the proxy once both directions ended."""
+    deadline = time.monotonic() + 20
+    while not (
+        entries := [e for e in read_audit(egress.sandbox_id, egress.audit.parent.parent) if e["port"] == port]
+    ):
+        assert time.monotonic() < deadline, f"no decision for port {port} in the audit log"
+        time.sleep(0.02)
+    return entries[-1]
+
+
+def _https_get(egress: Egress, ca: Path, server_name: str) -> bytes:
+    tls = ssl.create_default_context(cafile=str(ca)).wrap_socket(
+        _tunnel(egress, "pypi.hm14.test:8443"), server_hostname=server_name
+    )
+    with tls:
+        tls.sendall(f"GET /host HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := tls.recv(4096):  # to the end: the upstream closes (Connection: close)
+            answer += chunk
+        return answer
+
+
+def test_tls_to_another_server_name_on_a_non_443_port_is_refused(egress: Egress, upstream: Upstream) -> None:  # noqa: F811
+    with pytest.raises((ssl.SSLError, OSError)):
+        _https_get(egress, upstream.ca_pem, "other.hm14.test")  # the upstream would serve it: fronting
+    refused = _decision(egress, 8443)
+    assert refused["port"] == 8443 and refused["allowed"] is False and refused["denied"] == "sni-mismatch"
+
+
+def test_tls_with_the_connect_host_as_server_name_is_carried_on_any_port(
+    egress: Egress,
+    upstream: Upstream,  # noqa: F811
+) -> None:
+    assert _https_get(egress, upstream.ca_pem, "pypi.hm14.test").endswith(b"host=pypi.hm14.test\n")
+    carried = _decision(egress, 8443)
+    assert carried["port"] == 8443 and carried["allowed"] is True and carried["tls"] is True
+
+
+def test_a_protocol_where_the_client_speaks_first_but_not_tls_stays_an_opaque_tunnel(egress: Egress) -> None:
+    with _tunnel(egress, "pypi.hm14.test:7007") as raw:
+        raw.sendall(b"hello\r\n")
+        assert raw.recv(4096) == b"echo hello\r\n"
+    carried = _decision(egress, 7007)
+    assert carried["allowed"] is True and "tls" not in carried
+
+
+def test_a_protocol_where_the_server_speaks_first_stays_an_opaque_tunnel(egress: Egress) -> None:
+    with _tunnel(egress, "pypi.hm14.test:2525") as raw:
+        assert raw.recv(4096) == b"220 hm14 ready\r\n"  # the proxy did not wait for the client
+        raw.sendall(b"EHLO x\r\n")
+        assert raw.recv(4096) == b"echo EHLO x\r\n"
+    carried = _decision(egress, 2525)
+    assert carried["allowed"] is True and "tls" not in carried
