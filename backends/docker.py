@@ -63,6 +63,7 @@ class DockerConfig(BaseModel):
 
 class DockerBackend(Backend):
     name = "docker"
+    task_privileges = True
 
     def __init__(self, config: DockerConfig | None = None) -> None:
         self.config = config or DockerConfig()
@@ -196,13 +197,19 @@ class DockerSandbox(Sandbox):
             **(self.egress.env if self.egress is not None else {}),
             **(self.ingress.env if self.ingress is not None else {}),
         )
+        tmpfs = {"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777"}
+        task = spec.privileges == "task"  # an evaluation task's image: its user, default capabilities
+        if task:
+            env.update(HERMETIC_ROOTS="/", HOME="/root")
+        else:
+            tmpfs["/home/sandbox"] = HOME_TMPFS
         api = self._client.api
         host_config = api.create_host_config(
             init=True,  # reaps zombies: every browser close would otherwise leave some
-            cap_drop=["ALL"],
+            cap_drop=None if task else ["ALL"],
             security_opt=["no-new-privileges"],
-            read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
+            read_only=not task,
+            tmpfs=tmpfs,
             mounts=mounts,
             network_mode="bridge" if spec.network == "full" else "none",
             pids_limit=spec.pids,
@@ -218,7 +225,7 @@ class DockerSandbox(Sandbox):
             name=self.id,
             stdin_open=True,  # with detach=False (the default): StdinOnce, so the stream's end is EOF
             hostname="sandbox",
-            user="1000:1000",
+            user=None if task else "1000:1000",
             environment=env,
             working_dir=spec.workdir,
             labels=self.labels,

@@ -10,7 +10,7 @@ import typer
 
 from ..keys import KeyFileError
 from . import agent as agent_cli
-from . import batch, cron, demo, dev, doctor, export, mcp, network, skill_sources
+from . import batch, cron, demo, dev, doctor, evals, export, mcp, network, skill_sources
 from . import config as config_cli
 from . import gateway as gateway_cli
 from . import sandbox as sandbox_cli
@@ -35,6 +35,7 @@ skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(batch.app, name="batch")
+app.add_typer(evals.app, name="eval")
 agent_cli.sessions_app.command("export")(export.export_sessions)
 app.add_typer(snapshots_cli.app, name="snapshot")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
