@@ -127,9 +127,10 @@ def run(
 
 
 def print_summary(summary: Summary) -> None:
-    table = Table(title=f"pass@1 and pass@{summary.k} per task")
-    for column in ("task", "attempts", "passed", "pass@1", f"pass@{summary.k}", "reward", "infra", "errors"):
-        table.add_column(column, justify="left" if column in ("task", "errors") else "right")
+    at_k = [f"pass@{summary.k}"] if summary.k > 1 else []
+    table = Table(title="per task, per tag, overall (infra: failures of the task or machine, not scored)")
+    for column in ("task", "attempts", "passed", "pass@1", *at_k, "reward", "infra", "errors"):
+        table.add_column(column, justify="left" if column in ("task", "errors") else "right", overflow="fold")
 
     def row(name: str, score: Score, style: str | None = None) -> None:
         errors = ", ".join(f"{k} {v}" for k, v in sorted(score.errors.items()))
@@ -138,7 +139,7 @@ def print_summary(summary: Summary) -> None:
             str(score.attempts),
             str(score.passed),
             f"{score.pass_at_1:.3f}",
-            f"{score.pass_at_k:.3f}",
+            *([f"{score.pass_at_k:.3f}"] if at_k else []),
             f"{score.mean_reward:.3f}",
             str(score.infrastructure_failures),
             escape(errors),

@@ -43,14 +43,20 @@ def task_image(client: docker.DockerClient, task: Task) -> tuple[str, str]:
     """The task's image tag and its working directory, building the image when it is not cached.
     Raises TaskEnvironmentError with the file and the reason."""
     image = task.config.environment.docker_image
+    if task.dockerfile is None and image is None:  # the default sandbox image, the agent in /app
+        _present(client, DEFAULT_IMAGE)
+        return DEFAULT_IMAGE, task.config.environment.workdir or DEFAULT_WORKDIR
     if task.dockerfile is None:
-        image = image or DEFAULT_IMAGE
+        assert image is not None
         return image, _workdir(client, image, task, "task.toml: environment.docker_image")
     text = task.dockerfile.read_text(encoding="utf-8", errors="replace")
     bases = base_images(text)
     if not bases:
         raise TaskEnvironmentError("environment/Dockerfile: no FROM line")
-    ids = [_present(client, base) for base in bases]
+    try:
+        ids = [_present(client, base) for base in bases]
+    except TaskEnvironmentError as exc:
+        raise TaskEnvironmentError(f"environment/Dockerfile: {exc}") from None
     tag = f"{TASK_REPO}:{_slug(task.id)}-{_digest(task.dockerfile.parent, ids)}"
     with _lock_for(tag):
         if not _exists(client, tag):
@@ -73,7 +79,7 @@ def _present(client: docker.DockerClient, base: str) -> str:
             else f"`docker load` or build {base} on this machine first"
         )
         raise TaskEnvironmentError(
-            f"environment/Dockerfile: base image {base} is not present here and is never pulled; {hint}"
+            f"base image {base} is not present here and is never pulled; {hint}"
         ) from None
 
 

@@ -21,6 +21,7 @@ class EvalRunner:
         self.out = out
         self.attempts = attempts
         self.workers = workers
+        out.mkdir(parents=True, exist_ok=True)
         self.results = ResultsFile(out / "results.jsonl")
         self._open: dict[int, Sandbox] = {}
         """Each worker thread's sandbox of the moment (closing a closed one is a no-op)."""

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..skills.sources import Limits, SourceError, fetch, is_remote, parse_source
+from ..skills.sources import Limits, SourceError, fetch, parse_source
 from .task import CONFIG, INSTRUCTION, Task, TaskError, load_task
 
 BUILTIN = Path(__file__).resolve().parents[2] / "evals"
@@ -44,13 +44,12 @@ class Filters:
 
 
 def resolve(source: str, cache: Path | None = None) -> Path:
-    """The suite's directory: `builtin`, a local path, or a git URL / archive fetched under `cache`."""
+    """The suite's directory: `builtin`, a local directory, or a git repository (URL or path, with
+    `#REF[:SUBDIR]`) or an archive, fetched under `cache` by the skills' source code."""
     if source == "builtin":
         return BUILTIN
-    if not is_remote(source):
-        path = Path(source).expanduser()
-        if not path.is_dir():
-            raise SuiteError(f"suite {source}: no such directory")
+    path = Path(source).expanduser()
+    if path.is_dir() and not (path / ".git").exists():
         return path.resolve()
     try:
         parsed = parse_source(source)
