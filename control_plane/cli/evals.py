@@ -3,6 +3,7 @@ table, and a paired comparison of two runs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -45,7 +46,13 @@ def run(
     suite: Annotated[
         str | None, typer.Argument(help="Suite: a directory of tasks, one task, a git URL, or `builtin`")
     ] = None,
-    agent: Annotated[str, typer.Option(help="oracle (the task's solve.sh) or nop (does nothing)")] = "oracle",
+    agent: Annotated[
+        str, typer.Option(help="hermetic (the agent loop), oracle (the task's solve.sh), nop (does nothing)")
+    ] = "oracle",
+    model: Annotated[str | None, typer.Option("--model", "-m", help="hermetic: litellm model id")] = None,
+    learning: Annotated[
+        str, typer.Option(help="hermetic: off (fresh per attempt), on (learns across the run), frozen")
+    ] = "off",
     attempts: Annotated[int, typer.Option("--attempts", "-k", min=1, max=100, help="Attempts per task")] = 1,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Attempts at once")] = 4,
     backend: Annotated[
@@ -69,8 +76,10 @@ def run(
         else:
             if suite is None or out_dir is None:
                 raise RunError("give a SUITE and --out DIR (or --resume DIR)")
-            if agent not in ("oracle", "nop"):
-                raise RunError(f"unknown agent {agent!r}: choose oracle or nop")
+            if agent not in ("hermetic", "oracle", "nop"):
+                raise RunError(f"unknown agent {agent!r}: choose hermetic, oracle or nop")
+            if learning not in ("off", "on", "frozen"):
+                raise RunError(f"unknown learning mode {learning!r}: choose off, on or frozen")
             if network not in ("policy", "full"):
                 raise RunError("--network is `policy` (the task's own) or `full`")
             record = RunRecord(
@@ -82,6 +91,9 @@ def run(
                 exclude=exclude or [],
                 tags=tag or [],
                 network_full=network == "full",
+                model=model,
+                learning=learning,  # type: ignore[arg-type]
+                profile=os.environ.get("HERMETIC_PROFILE"),
             )
             directory = out_dir
         evaluation = open_run(record, directory, resume=resume is not None, workers=workers)

@@ -20,7 +20,8 @@ ErrorClass = Literal[
 ]
 INFRASTRUCTURE: frozenset[str] = frozenset({"environment-error", "sandbox-error", "verifier-error"})
 """Failures of the task or the machine, not the agent: counted apart, left out of the agent's scores."""
-AgentName = Literal["oracle", "nop"]
+AgentName = Literal["hermetic", "oracle", "nop"]
+Learning = Literal["off", "on", "frozen"]
 
 
 class AttemptResult(BaseModel):
@@ -61,6 +62,11 @@ class RunRecord(BaseModel):
     tags: list[str] = []
     network_full: bool = False
     model: str | None = None
+    """hermetic: the litellm model id (default: the profile's)."""
+    learning: Learning = "off"
+    """hermetic: off, on (the run's own home learns across attempts), frozen (a copy of `profile`'s)."""
+    profile: str | None = None
+    """hermetic: the profile whose settings (and, frozen, memory and skills) the agent starts from."""
 
 
 class ResultsFile:

@@ -7,10 +7,13 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backends import Backend, create_backend
 
+from ..settings import load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
+from .hermetic import HermeticAgent
 from .metrics import Summary, summarize
 from .results import RunRecord
 from .runner import EvalRunner
@@ -30,6 +33,12 @@ class EvalRun:
     suite: Suite
     backend: Backend
     runner: EvalRunner
+
+    def close(self) -> None:
+        """Let the agent finish what it does after a run (a learning review), then let it go."""
+        close = getattr(self.runner.setup.agent, "close", None)
+        if close is not None:
+            close()
 
     def summary(self) -> Summary:
         unreadable = {e.id: f"{e.file}: {e.reason}" for e in self.suite.errors}
@@ -60,8 +69,8 @@ def open_run(
         )
     except SuiteError as exc:
         raise RunError(str(exc)) from None
-    chosen = agent or _agent(record)
     out.mkdir(parents=True, exist_ok=True)
+    chosen = agent or _agent(record, out)
     (out / RECORD).write_text(record.model_dump_json(indent=2) + "\n")
     backend = create_backend(record.backend)
     setup = AttemptSetup(
@@ -74,5 +83,19 @@ def open_run(
     return EvalRun(record=record, out=out, suite=suite, backend=backend, runner=runner)
 
 
-def _agent(record: RunRecord) -> EvalAgent:
-    return OracleAgent() if record.agent == "oracle" else NopAgent()
+def _agent(record: RunRecord, out: Path) -> EvalAgent:
+    if record.agent == "oracle":
+        return OracleAgent()
+    if record.agent == "nop":
+        return NopAgent()
+    overrides: dict[str, Any] = {"backend": record.backend}
+    if record.model:
+        overrides["model"] = {"name": record.model}
+    try:
+        settings = load_settings(record.profile, **overrides)
+    except ValueError as exc:
+        raise RunError(f"the profile's settings: {exc}") from None
+    if not settings.model.name:
+        raise RunError("the hermetic agent needs a model: pass --model or configure one (hermetic model set)")
+    seed = settings.home if record.learning == "frozen" else None
+    return HermeticAgent(settings, out, record.learning, seed)

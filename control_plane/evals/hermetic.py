@@ -1,0 +1,122 @@
+"""The `hermetic` agent in an evaluation: the real agent loop with the profile's settings, each attempt an
+ordinary session (source `eval`) whose sandbox is the attempt's, in a home the learning mode chooses:
+
+- off: a fresh, empty home per attempt (no memory, no skills carried between attempts);
+- on: one home for the whole run, so what an attempt learned (memory, skills through the gate) is there
+  for the next ones; the user's own library is never touched;
+- frozen: per attempt a copy of a given profile's memory and skills, its writes thrown away.
+
+Every attempt's session lands in the run's own database (DIR/sessions.db), so they can be exported."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections import Counter
+from pathlib import Path
+from backends import Sandbox
+
+from ..agent.agent import Agent
+from ..agent.events import Event
+from ..settings import Settings
+from .attempt import AgentOutcome
+from .results import Learning
+from .task import Task
+
+LEARNED = ("MEMORY.md", "USER.md", "skills")
+"""What a home carries from one attempt to the next: the curated memory and the skill library."""
+PROMPT = "{instruction}\n\n(You are in {workdir}. The task is checked when you end your turn.)"
+
+
+class HermeticAgent:
+    def __init__(self, settings: Settings, out: Path, learning: Learning, seed: Path | None = None) -> None:
+        """`settings`: the profile's (model, toolsets, limits); `seed`: the home a frozen run starts from."""
+        if learning == "frozen" and seed is None:
+            raise ValueError("--learning frozen needs a profile to start from")
+        self.out = out
+        self.learning = learning
+        self.seed = seed
+        self.base = settings.model_copy(
+            update={
+                "database_url": f"sqlite:///{out / 'sessions.db'}",
+                # the run's own review only when it learns; a sample of a fixed agent is reviewed by nobody
+                "learning": settings.learning.model_copy(update={"enabled": learning == "on"}),
+            }
+        )
+        self._shared: Agent | None = None
+        self._lock = threading.Lock()
+
+    def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+        agent, own = self._agent_for(task, attempt)
+        try:
+            return asyncio.run(self._turn(agent, task, sandbox, workdir, attempt))
+        finally:
+            if own:
+                agent.close()
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.background.wait(120)  # the last review still writes what it learned
+            self._shared.close()
+
+    def _agent_for(self, task: Task, attempt: int) -> tuple[Agent, bool]:
+        if self.learning == "on":
+            with self._lock:
+                if self._shared is None:
+                    self._shared = Agent(self.base.model_copy(update={"root": self.out / "home"}))
+                return self._shared, False
+        home = self.out / "homes" / task.id / str(attempt)
+        shutil.rmtree(home, ignore_errors=True)  # a resumed attempt starts over
+        home.mkdir(parents=True)
+        if self.seed is not None:
+            for name in LEARNED:
+                source = self.seed / name
+                if source.is_dir():
+                    shutil.copytree(source, home / name)
+                elif source.is_file():
+                    shutil.copy2(source, home / name)
+        return Agent(self.base.model_copy(update={"root": home})), True
+
+    async def _turn(self, agent: Agent, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+        counts: Counter[str] = Counter()
+        cost = [0.0]
+        errors: list[str] = []
+
+        def collect(event: Event) -> None:
+            if event.type == "tool_end":
+                counts["tool_calls"] += 1
+            elif event.type == "usage":
+                counts["prompt_tokens"] += event.prompt_tokens
+                counts["completion_tokens"] += event.completion_tokens
+                cost[0] += event.cost or 0.0
+            elif event.type == "error":
+                errors.append(event.message)
+
+        conversation = await asyncio.to_thread(
+            agent.new_conversation, title=f"eval: {task.id} #{attempt}", source="eval"
+        )
+        agent.sandboxes.replace(conversation.id, sandbox)  # the attempt's sandbox is the session's
+        timeout = task.config.agent.timeout_sec
+        try:
+            turn = asyncio.create_task(conversation.run(PROMPT.format(instruction=task.instruction, workdir=workdir), collect))
+            done, _ = await asyncio.wait({turn}, timeout=timeout)
+            if not done:
+                conversation.interrupt()
+            end = await turn
+        finally:
+            agent.sandboxes.detach(conversation.id)  # the verifier still needs it
+            await asyncio.to_thread(conversation.close)
+        outcome = AgentOutcome(
+            prompt_tokens=counts["prompt_tokens"],
+            completion_tokens=counts["completion_tokens"],
+            cost=round(cost[0], 6),
+            tool_calls=counts["tool_calls"],
+            session_id=conversation.id,
+            log=[end.content, *errors],
+        )
+        if not done:
+            outcome.error_class, outcome.error = "agent-timeout", f"the agent ran past {timeout:g}s"
+        elif end.reason == "error":
+            outcome.error_class, outcome.error = "model-error", "; ".join(errors) or "the turn ended in an error"
+        return outcome
