@@ -84,11 +84,16 @@ def run(tmp_path: Path, model: SkillUser, learning: str) -> tuple[list[dict[str,
         "-k", "2", "-w", "1", "--out", str(out), env=env,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
-    results = sorted((json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()), key=lambda r: r["attempt"])
+    results = sorted(
+        (json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()),
+        key=lambda r: r["attempt"],
+    )
     return results, json.loads((out / "summary.json").read_text()), out
 
 
-def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(tmp_path: Path, model: SkillUser) -> None:
+def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
+    tmp_path: Path, model: SkillUser
+) -> None:
     get_backend("docker")
     on, on_summary, out = run(tmp_path, model, "on")
     assert [(r["reward"], r["error_class"]) for r in on] == [(0.0, None), (1.0, None)]
@@ -97,7 +102,7 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(tmp_path: 
     assert on_summary["overall"]["pass_at_1"] == 0.5 and on_summary["overall"]["pass_at_k"] == 1.0
     assert (out / "home" / "skills" / "library" / "write-greeting").is_dir()  # the run's own library
     assert not (tmp_path / "root" / "skills" / "library" / "write-greeting").exists()  # the user's: untouched
-    with Store(f"sqlite:///{out / 'sessions.db'}") as store:
+    with Store(f"sqlite:///{tmp_path / 'root' / 'hermetic.db'}") as store:  # the profile's own database
         sessions = {s.id: s for s in store.list_sessions("default", limit=100)}
         assert {sessions[r["session_id"]].source for r in on} == {"eval"}
         assert sessions[on[1]["session_id"]].title == "eval: greeting #2"
@@ -107,5 +112,20 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(tmp_path: 
     off, off_summary, out = run(tmp_path, model, "off")
     assert [r["reward"] for r in off] == [0.0, 0.0]  # each attempt starts with an empty library
     assert off_summary["overall"]["mean_reward"] == 0.0 < on_summary["overall"]["mean_reward"]
-    compared = hermetic("eval", "compare", str(out), str(tmp_path / "run-on"), env=scripted_env(tmp_path, model.url))
+    env = scripted_env(tmp_path / "root", model.url)
+    compared = hermetic("eval", "compare", str(out), str(tmp_path / "run-on"), env=env)
     assert "B-A mean reward +0.500" in compared.stdout
+
+    rl = hermetic("sessions", "export", "--source", "eval", "--min-reward", "1", "--format", "rl", env=env)
+    assert rl.returncode == 0, rl.stderr
+    (line,) = [json.loads(text) for text in rl.stdout.splitlines()]
+    assert (line["id"], line["task"], line["attempt"], line["reward"], line["label"]) == (
+        on[1]["session_id"], "greeting", 2, 1.0, True,
+    )  # fmt: skip
+    assert line["prompt"][-1] == {"role": "user", "content": line["messages"][1]["content"]}
+    assert "Write hello to /app/greeting.txt." in line["prompt"][-1]["content"]
+    assert [m["role"] for m in line["completion"]][-1] == "assistant" and line["completion"][0]["tool_calls"]
+    assert {t["function"]["name"] for t in line["tools"]} == {"skill_view", "terminal"}
+    every = hermetic("sessions", "export", "--source", "eval", "--format", "sharegpt", env=env)
+    rewards = sorted(json.loads(text)["reward"] for text in every.stdout.splitlines())
+    assert rewards == [0.0, 0.0, 0.0, 1.0], every.stderr  # each attempt of both runs, with its reward

@@ -42,6 +42,9 @@ class EvalAgent(Protocol):
     def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
         """Work on the task in the sandbox until done or the task's agent timeout."""
 
+    def scored(self, result: AttemptResult, run: str) -> None:
+        """The attempt's result, verifier done, before it is written to results.jsonl."""
+
 
 class NopAgent:
     """Does nothing: every verifier must give it 0."""
@@ -49,8 +52,11 @@ class NopAgent:
     def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
         return AgentOutcome()
 
+    def scored(self, result: AttemptResult, run: str) -> None:
+        """Nothing of it is kept but the result line."""
 
-class OracleAgent:
+
+class OracleAgent(NopAgent):
     """Runs the task's solution/solve.sh: every verifier must give it 1."""
 
     def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:

@@ -6,7 +6,8 @@ ordinary session (source `eval`) whose sandbox is the attempt's, in a home the l
   for the next ones; the user's own library is never touched;
 - frozen: per attempt a copy of a given profile's memory and skills, its writes thrown away.
 
-Every attempt's session lands in the run's own database (DIR/sessions.db), so they can be exported."""
+Every attempt's session is an ordinary session of the profile (source `eval`), labelled with its task,
+attempt and reward once the verifier ran, so `hermetic sessions export --source eval` finds it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from backends import Sandbox
 from ..agent.agent import Agent
 from ..agent.events import Event
 from ..settings import Settings
+from ..store import EvalAttemptRecord, Store
 from .attempt import AgentOutcome
-from .results import Learning
+from .results import AttemptResult, Learning
 from .task import Task
 
 LEARNED = ("MEMORY.md", "USER.md", "skills")
@@ -37,13 +39,13 @@ class HermeticAgent:
         self.out = out
         self.learning = learning
         self.seed = seed
-        self.base = settings.model_copy(
+        self.base = settings.model_copy(  # the homes change; the database stays the profile's
             update={
-                "database_url": f"sqlite:///{out / 'sessions.db'}",
                 # the run's own review only when it learns; a sample of a fixed agent is reviewed by nobody
                 "learning": settings.learning.model_copy(update={"enabled": learning == "on"}),
             }
         )
+        self.store = Store(str(settings.database_url))
         self._shared: Agent | None = None
         self._lock = threading.Lock()
 
@@ -55,10 +57,20 @@ class HermeticAgent:
             if own:
                 agent.close()
 
+    def scored(self, result: AttemptResult, run: str) -> None:
+        """Label the attempt's session with its task, attempt and reward."""
+        if result.session_id:
+            label = EvalAttemptRecord(
+                session_id=result.session_id, run=run, task=result.task, attempt=result.attempt,
+                reward=result.reward, passed=result.passed,
+            )  # fmt: skip
+            self.store.label_eval_attempt(label)
+
     def close(self) -> None:
         if self._shared is not None:
             self._shared.background.wait(120)  # the last review still writes what it learned
             self._shared.close()
+        self.store.close()
 
     def _agent_for(self, task: Task, attempt: int) -> tuple[Agent, bool]:
         if self.learning == "on":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from backends import Sandbox
 
-from .attempt import AttemptSetup, run_attempt
+from .attempt import EVAL_LABEL, AttemptSetup, run_attempt
 from .results import AttemptResult, ResultsFile
 from .task import Task
 
@@ -69,6 +69,7 @@ class EvalRunner:
                 self._open.pop(threading.get_ident(), None)
         if self._stopping.is_set():
             return
+        self.setup.agent.scored(result, self.setup.labels.get(EVAL_LABEL, ""))  # first: a crash leaves it labelled
         self.results.append(result)
         on_result(result)
 

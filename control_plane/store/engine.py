@@ -157,7 +157,7 @@ def _try_pg_trgm(engine: Engine) -> None:
         log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
 
 
-_TABLES = ["sessions", "messages", "tool_calls", "store_meta"]
+_TABLES = ["sessions", "messages", "tool_calls", "store_meta", "eval_attempts"]  # create_all adds new ones
 
 
 def _safe(url: URL) -> str:
