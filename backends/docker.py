@@ -178,7 +178,10 @@ class DockerSandbox(Sandbox):
         """Create and start the container with the low-level API: `containers.run` adds an inspect
         call, and a separate volume create adds another, for nothing."""
         spec = self.spec
-        mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
+        task = spec.privileges == "task"  # an evaluation task's image: its user, default capabilities
+        # A task's workdir stays in the image's writable layer, as the task built it: no volume to create,
+        # fill from the image and remove per attempt (so no snapshots of such a sandbox).
+        mounts = [] if task else [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
@@ -198,7 +201,6 @@ class DockerSandbox(Sandbox):
             **(self.ingress.env if self.ingress is not None else {}),
         )
         tmpfs = {"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777"}
-        task = spec.privileges == "task"  # an evaluation task's image: its user, default capabilities
         if task:
             env.update(HERMETIC_ROOTS="/", HOME="/root")
         else:
@@ -273,6 +275,10 @@ class DockerSandbox(Sandbox):
     # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
 
     def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        if self.spec.privileges == "task":
+            raise UnsupportedSpec(
+                "a task's sandbox keeps its workdir in the image's layer: it has no snapshots"
+            )
         volume = f"hm-{snapshot_id}"
         store = self._backend.snapshots.root
         labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
@@ -291,6 +297,8 @@ class DockerSandbox(Sandbox):
         copy_volume(self._client, self.spec.image, location["volume"], self.volume_name, self.labels)
 
     def _fork_workspace(self) -> DockerSandbox:
+        if self.spec.privileges == "task":
+            raise UnsupportedSpec("a task's sandbox keeps its workdir in the image's layer: it cannot fork")
         child = DockerSandbox(
             self._backend, new_sandbox_id(), self.spec.model_copy(update={"from_snapshot": None})
         )
@@ -309,7 +317,8 @@ class DockerSandbox(Sandbox):
     def _destroy(self) -> None:
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
-        _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+        if self.spec.privileges != "task":
+            _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
         if self.egress is not None:
             self.egress.close()
         if self.ingress is not None:

@@ -64,7 +64,7 @@ class OracleAgent(NopAgent):
             return AgentOutcome(
                 "environment-error", "solution/solve.sh: missing; the oracle has nothing to run"
             )
-        place(sandbox, task.path / "solution", "/solution")
+        place(sandbox, task.path / "solution")  # a fresh sandbox: nothing at /solution yet
         env = task.config.solution.env
         result = sandbox.run(
             f"cd {shlex.quote(workdir)} && {_env(env)}bash /solution/solve.sh",
@@ -75,22 +75,12 @@ class OracleAgent(NopAgent):
         if result.get("timed_out"):
             outcome.error_class = "agent-timeout"
             outcome.error = f"solve.sh ran past the agent timeout of {task.config.agent.timeout_sec:g}s"
-        sandbox.run("rm -rf /solution", session="setup", timeout=SETUP_TIMEOUT)
-        return outcome
+        return outcome  # the verifier's set-up removes /solution
 
 
-def place(sandbox: Sandbox, source: Path, target: str) -> None:
-    """Copy a task's directory into the sandbox at an absolute path, as root."""
-    staged = f"/tmp/.hermetic-{source.name}"
-    sandbox.run(f"rm -rf {staged} && mkdir -p {staged}", session="setup", timeout=SETUP_TIMEOUT)
-    sandbox.upload(source, staged)
-    moved = sandbox.run(
-        f"rm -rf {target} && mv {staged}/{source.name} {target} && rmdir {staged}",
-        session="setup",
-        timeout=SETUP_TIMEOUT,
-    )
-    if moved.get("exit_code") != 0:
-        raise SandboxError(f"cannot place {source.name}/ at {target}: {moved.get('output', '').strip()}")
+def place(sandbox: Sandbox, source: Path) -> None:
+    """Copy a task's directory (solution/, tests/) into the sandbox at /NAME; the caller cleared it."""
+    sandbox.upload(source, "/")
 
 
 @dataclass
@@ -143,9 +133,16 @@ def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResul
 
 
 def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[ErrorClass, str] | None, str]:
-    """Place tests/ at /tests, run test.sh, read the reward: (reward, problem, output)."""
-    place(sandbox, task.path / "tests", "/tests")
-    sandbox.run(f"mkdir -p /logs/verifier && rm -f {REWARD_FILE}", session="setup", timeout=SETUP_TIMEOUT)
+    """Place tests/ at /tests, run test.sh, read the reward: (reward, problem, output). What the agent
+    left at /tests, /solution or the reward file is removed first."""
+    cleared = sandbox.run(
+        f"rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier",
+        session="verifier",
+        timeout=SETUP_TIMEOUT,
+    )
+    if cleared.get("exit_code") != 0:
+        raise SandboxError(f"cannot prepare the verifier: {cleared.get('output', '').strip()}")
+    place(sandbox, task.path / "tests")
     timeout = task.config.verifier.timeout_sec
     ran = sandbox.run(
         f"cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
@@ -155,7 +152,7 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
     output = ran.get("output", "")
     if ran.get("timed_out"):
         return 0.0, ("verifier-timeout", f"tests/test.sh ran past its timeout of {timeout:g}s"), output
-    read = sandbox.run(f"cat {REWARD_FILE}", session="setup", timeout=SETUP_TIMEOUT)
+    read = sandbox.run(f"cat {REWARD_FILE}", session="verifier", timeout=SETUP_TIMEOUT)
     if read.get("exit_code") != 0:
         if ran.get("exit_code") == 0:  # Harbor's fallback: the exit status is the reward
             return 1.0, None, output

@@ -90,7 +90,9 @@ class HermeticAgent:
                     shutil.copy2(source, home / name)
         return Agent(self.base.model_copy(update={"root": home})), True
 
-    async def _turn(self, agent: Agent, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+    async def _turn(
+        self, agent: Agent, task: Task, sandbox: Sandbox, workdir: str, attempt: int
+    ) -> AgentOutcome:
         counts: Counter[str] = Counter()
         cost = [0.0]
         errors: list[str] = []
@@ -111,7 +113,9 @@ class HermeticAgent:
         agent.sandboxes.replace(conversation.id, sandbox)  # the attempt's sandbox is the session's
         timeout = task.config.agent.timeout_sec
         try:
-            turn = asyncio.create_task(conversation.run(PROMPT.format(instruction=task.instruction, workdir=workdir), collect))
+            turn = asyncio.create_task(
+                conversation.run(PROMPT.format(instruction=task.instruction, workdir=workdir), collect)
+            )
             done, _ = await asyncio.wait({turn}, timeout=timeout)
             if not done:
                 conversation.interrupt()
@@ -130,5 +134,8 @@ class HermeticAgent:
         if not done:
             outcome.error_class, outcome.error = "agent-timeout", f"the agent ran past {timeout:g}s"
         elif end.reason == "error":
-            outcome.error_class, outcome.error = "model-error", "; ".join(errors) or "the turn ended in an error"
+            outcome.error_class, outcome.error = (
+                "model-error",
+                "; ".join(errors) or "the turn ended in an error",
+            )
         return outcome

@@ -69,7 +69,9 @@ class EvalRunner:
                 self._open.pop(threading.get_ident(), None)
         if self._stopping.is_set():
             return
-        self.setup.agent.scored(result, self.setup.labels.get(EVAL_LABEL, ""))  # first: a crash leaves it labelled
+        self.setup.agent.scored(
+            result, self.setup.labels.get(EVAL_LABEL, "")
+        )  # first: a crash leaves it labelled
         self.results.append(result)
         on_result(result)
 
