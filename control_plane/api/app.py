@@ -24,6 +24,7 @@ from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
+from .evals import router as evals_router
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
@@ -100,6 +101,7 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)
+    app.include_router(evals_router)
 
     @app.get("/health")
     async def health(profile: OptionalAuth) -> Health:

@@ -11,7 +11,7 @@ from typing import Any
 
 from backends import Backend, create_backend
 
-from ..settings import load_settings
+from ..settings import Settings, load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
 from .metrics import Summary, summarize
@@ -57,9 +57,10 @@ def record_for_resume(out: Path) -> RunRecord:
 
 
 def open_run(
-    record: RunRecord, out: Path, *, resume: bool, workers: int, agent: EvalAgent | None = None
+    record: RunRecord, out: Path, *, resume: bool, workers: int, settings: Settings | None = None
 ) -> EvalRun:
-    """Check and prepare everything; raises RunError (nothing started) or BackendUnavailable."""
+    """Check and prepare everything; raises RunError (nothing started) or BackendUnavailable. The
+    hermetic agent uses `settings` (an API server's profile), else the record's profile's."""
     results = out / "results.jsonl"
     if not resume and results.exists() and results.stat().st_size:
         raise RunError(f"{results} already has results: --resume {out} continues it, or choose another --out")
@@ -70,7 +71,7 @@ def open_run(
     except SuiteError as exc:
         raise RunError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    chosen = agent or _agent(record, out)
+    chosen = _agent(record, out, settings)
     (out / RECORD).write_text(record.model_dump_json(indent=2) + "\n")
     backend = create_backend(record.backend)
     setup = AttemptSetup(
@@ -83,7 +84,7 @@ def open_run(
     return EvalRun(record=record, out=out, suite=suite, backend=backend, runner=runner)
 
 
-def _agent(record: RunRecord, out: Path) -> EvalAgent:
+def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
     if record.agent == "oracle":
         return OracleAgent()
     if record.agent == "nop":
@@ -91,8 +92,10 @@ def _agent(record: RunRecord, out: Path) -> EvalAgent:
     overrides: dict[str, Any] = {"backend": record.backend}
     if record.model:
         overrides["model"] = {"name": record.model}
+        if given is not None:
+            overrides["model"] = given.model.model_copy(update={"name": record.model})
     try:
-        settings = load_settings(record.profile, **overrides)
+        settings = given.model_copy(update=overrides) if given else load_settings(record.profile, **overrides)
     except ValueError as exc:
         raise RunError(f"the profile's settings: {exc}") from None
     if not settings.model.name:
