@@ -52,7 +52,8 @@ def collect(n: int, attempts: int, workers: int) -> tuple[dict[str, list[float] 
             if result.reward != 1.0:
                 raise SystemExit(f"the trivial task did not pass: {result.error}")
 
-        script = f"mkdir -p /logs/verifier && {SOLVE.strip()} && {TEST.strip()} && cat /logs/verifier/reward.txt"
+        script = f"mkdir -p /logs/verifier && {SOLVE.strip()} && {TEST.strip()}"
+        script += " && cat /logs/verifier/reward.txt"
 
         def by_hand() -> None:
             done = subprocess.run(

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
+from typer.testing import CliRunner
 
+from control_plane.cli.main import app
 from control_plane.models.fake_llm import FakeLLM, ScriptedToolCall, Turn
 from control_plane.store import Store
 
@@ -65,7 +67,8 @@ def greeting_suite(root: Path) -> Path:
     (task / "task.toml").write_text('[metadata]\ntags = ["skills"]\n[agent]\ntimeout_sec = 120\n')
     (task / "solution" / "solve.sh").write_text(f"{COMMAND}\n")
     (task / "tests" / "test.sh").write_text(
-        'if [ "$(cat /app/greeting.txt)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+        'if [ "$(cat /app/greeting.txt)" = hello ]; then echo 1; else echo 0; fi '
+        "> /logs/verifier/reward.txt\n"
     )
     return root
 
@@ -92,7 +95,7 @@ def run(tmp_path: Path, model: SkillUser, learning: str) -> tuple[list[dict[str,
 
 
 def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
-    tmp_path: Path, model: SkillUser
+    tmp_path: Path, model: SkillUser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     get_backend("docker")
     on, on_summary, out = run(tmp_path, model, "on")
@@ -112,12 +115,14 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     off, off_summary, out = run(tmp_path, model, "off")
     assert [r["reward"] for r in off] == [0.0, 0.0]  # each attempt starts with an empty library
     assert off_summary["overall"]["mean_reward"] == 0.0 < on_summary["overall"]["mean_reward"]
-    env = scripted_env(tmp_path / "root", model.url)
-    compared = hermetic("eval", "compare", str(out), str(tmp_path / "run-on"), env=env)
+    for name, value in scripted_env(tmp_path / "root", model.url).items():  # the rest in this process
+        monkeypatch.setenv(name, value)
+    cli = CliRunner()
+    compared = cli.invoke(app, ["eval", "compare", str(out), str(tmp_path / "run-on")])
     assert "B-A mean reward +0.500" in compared.stdout
 
-    rl = hermetic("sessions", "export", "--source", "eval", "--min-reward", "1", "--format", "rl", env=env)
-    assert rl.returncode == 0, rl.stderr
+    rl = cli.invoke(app, ["sessions", "export", "--source", "eval", "--min-reward", "1", "--format", "rl"])
+    assert rl.exit_code == 0, rl.output
     (line,) = [json.loads(text) for text in rl.stdout.splitlines()]
     assert (line["id"], line["task"], line["attempt"], line["reward"], line["label"]) == (
         on[1]["session_id"], "greeting", 2, 1.0, True,
@@ -126,6 +131,6 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     assert "Write hello to /app/greeting.txt." in line["prompt"][-1]["content"]
     assert [m["role"] for m in line["completion"]][-1] == "assistant" and line["completion"][0]["tool_calls"]
     assert {t["function"]["name"] for t in line["tools"]} == {"skill_view", "terminal"}
-    every = hermetic("sessions", "export", "--source", "eval", "--format", "sharegpt", env=env)
+    every = cli.invoke(app, ["sessions", "export", "--source", "eval", "--format", "sharegpt"])
     rewards = sorted(json.loads(text)["reward"] for text in every.stdout.splitlines())
-    assert rewards == [0.0, 0.0, 0.0, 1.0], every.stderr  # each attempt of both runs, with its reward
+    assert rewards == [0.0, 0.0, 0.0, 1.0], every.output  # each attempt of both runs, with its reward

@@ -13,10 +13,18 @@ import uuid
 from pathlib import Path
 
 import docker
+import pytest
 from conftest import get_backend
 from hermetic_cli import hermetic
+from typer.testing import CliRunner
 
-ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}, "COLUMNS": "200"}
+from control_plane.cli.main import app
+
+
+def env_for(root: Path) -> dict[str, str]:
+    """This process's environment without HERMETIC_* settings, the profile home under `root`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")}
+    return {**clean, "HERMETIC_ROOT": str(root / "home"), "COLUMNS": "200"}
 
 
 def slow_suite(root: Path, prefix: str, n: int) -> Path:
@@ -41,13 +49,14 @@ def lines(path: Path) -> list[dict[str, object]]:
 
 def test_a_run_killed_mid_way_resumes_without_redoing_or_leaving_sandboxes(tmp_path: Path) -> None:
     get_backend("docker")
+    env = env_for(tmp_path)
     prefix = f"resume{uuid.uuid4().hex[:6]}"
     suite = slow_suite(tmp_path / "suite", prefix, 4)
     out = tmp_path / "out"
     command = ["eval", "run", str(suite), "--agent", "oracle", "-k", "2", "-w", "2", "--out", str(out)]
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(
-        [sys.executable, "-m", "control_plane", *command], env=ENV, stdout=log, stderr=log
+        [sys.executable, "-m", "control_plane", *command], env=env, stdout=log, stderr=log
     )
     try:
         deadline = time.monotonic() + 120
@@ -64,7 +73,7 @@ def test_a_run_killed_mid_way_resumes_without_redoing_or_leaving_sandboxes(tmp_p
     done_before = {(r["task"], r["attempt"]) for r in lines(out / "results.jsonl")}
     assert 2 <= len(done_before) < 8
 
-    second = hermetic("eval", "run", "--resume", str(out), env=ENV)
+    second = hermetic("eval", "run", "--resume", str(out), env=env)
     assert second.returncode == 1, second.stderr  # the odd tasks fail, by design
     assert (out / "results.jsonl").read_text().startswith(before)  # what finished was kept as it was
     final = lines(out / "results.jsonl")
@@ -82,19 +91,26 @@ def test_a_run_killed_mid_way_resumes_without_redoing_or_leaving_sandboxes(tmp_p
     assert summary["per_tag"]["even"]["pass_at_k"] == 1.0 and summary["per_tag"]["odd"]["passed"] == 0
     assert f"{prefix}-0" in second.stdout and "pass@2" in second.stdout and "overall" in second.stdout
 
-    nop = hermetic("eval", "run", str(suite), "--agent", "nop", "--out", str(tmp_path / "nop"), env=ENV)
+    nop = hermetic("eval", "run", str(suite), "--agent", "nop", "--out", str(tmp_path / "nop"), env=env)
     assert nop.returncode == 1
-    compared = hermetic("eval", "compare", str(tmp_path / "nop"), str(out), env=ENV)
+    compared = hermetic("eval", "compare", str(tmp_path / "nop"), str(out), env=env)
     assert compared.returncode == 0, compared.stderr
     assert "B-A mean reward +0.500" in compared.stdout and "paired bootstrap" in compared.stdout
 
 
-def test_input_that_cannot_run_is_refused_plainly(tmp_path: Path) -> None:
-    missing = hermetic("eval", "run", str(tmp_path / "no-suite"), "--out", str(tmp_path / "o"), env=ENV)
-    assert missing.returncode == 2 and "no-suite: no such file or directory" in missing.stderr
-    resume = hermetic("eval", "run", "--resume", str(tmp_path), env=ENV)
-    assert resume.returncode == 2 and "not an evaluation run's directory" in resume.stderr
-    agent = hermetic("eval", "run", str(tmp_path), "--agent", "gpt", "--out", str(tmp_path / "o"), env=ENV)
-    assert agent.returncode == 2 and "unknown agent 'gpt'" in agent.stderr
-    empty = hermetic("eval", "compare", str(tmp_path), str(tmp_path), env=ENV)
-    assert empty.returncode == 2 and "no results.jsonl" in empty.stderr
+def test_input_that_cannot_run_is_refused_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path / "home"))
+    monkeypatch.delenv("HERMETIC_PROFILE", raising=False)
+    runner = CliRunner()
+
+    def refused(*args: str) -> str:
+        done = runner.invoke(app, ["eval", *args])
+        assert done.exit_code == 2, done.output
+        return " ".join(done.output.split())  # rich wraps long lines at the terminal's width
+
+    out = str(tmp_path / "o")
+    assert "no-suite: no such file or directory" in refused("run", str(tmp_path / "no-suite"), "--out", out)
+    assert "not an evaluation run's directory" in refused("run", "--resume", str(tmp_path))
+    assert "unknown agent 'gpt'" in refused("run", str(tmp_path), "--agent", "gpt", "--out", out)
+    assert "allows 8 sandboxes at once" in refused("run", str(tmp_path), "-w", "9", "--out", out)
+    assert "no results.jsonl" in refused("compare", str(tmp_path), str(tmp_path))

@@ -33,6 +33,7 @@ from ..evals import (
     record_for_resume,
 )
 from ..evals.metrics import Score
+from ..settings import load_settings
 
 app = typer.Typer(
     help="Evaluation on verifiable tasks (Terminal-Bench 2 / Harbor layout).", no_args_is_help=True
@@ -96,6 +97,11 @@ def run(
                 profile=os.environ.get("HERMETIC_PROFILE"),
             )
             directory = out_dir
+        limit = load_settings().limits.max_sandboxes  # the profile's bound on sandboxes at once
+        if workers > limit:
+            raise RunError(
+                f"--workers {workers}: this profile allows {limit} sandboxes at once (limits.max_sandboxes)"
+            )
         evaluation = open_run(record, directory, resume=resume is not None, workers=workers)
     except (RunError, BackendUnavailable) as exc:
         err.print(f"[red]{escape(str(exc))}[/]")
