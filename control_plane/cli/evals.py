@@ -10,14 +10,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from backends import BackendUnavailable
@@ -34,6 +26,7 @@ from ..evals import (
 )
 from ..evals.metrics import Score
 from ..settings import load_settings
+from .render import progress_bar
 
 app = typer.Typer(
     help="Evaluation on verifiable tasks (Terminal-Bench 2 / Harbor layout).", no_args_is_help=True
@@ -110,16 +103,7 @@ def run(
         err.print(f"[yellow]skipped {escape(str(problem))}[/]")
     runner = evaluation.runner
     total = len(evaluation.suite.tasks) * record.attempts
-    progress = Progress(
-        TextColumn("[bold]eval[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("[red]{task.fields[failed]} failed[/]"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-    )
+    progress = progress_bar("eval", err)
     pending = len(runner.pending(evaluation.suite.tasks))
     bar = progress.add_task("eval", total=total, completed=total - pending, failed=0)
     failed = 0

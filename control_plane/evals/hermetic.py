@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-from collections import Counter
 from pathlib import Path
 from backends import Sandbox
 
 from ..agent.agent import Agent
-from ..agent.events import Event
+from ..agent.unattended import Tally, run_until
 from ..settings import Settings
 from ..store import EvalAttemptRecord, Store
 from .attempt import AgentOutcome
@@ -93,49 +92,31 @@ class HermeticAgent:
     async def _turn(
         self, agent: Agent, task: Task, sandbox: Sandbox, workdir: str, attempt: int
     ) -> AgentOutcome:
-        counts: Counter[str] = Counter()
-        cost = [0.0]
-        errors: list[str] = []
-
-        def collect(event: Event) -> None:
-            if event.type == "tool_end":
-                counts["tool_calls"] += 1
-            elif event.type == "usage":
-                counts["prompt_tokens"] += event.prompt_tokens
-                counts["completion_tokens"] += event.completion_tokens
-                cost[0] += event.cost or 0.0
-            elif event.type == "error":
-                errors.append(event.message)
-
+        tally = Tally()
         conversation = await asyncio.to_thread(
             agent.new_conversation, title=f"eval: {task.id} #{attempt}", source="eval"
         )
         agent.sandboxes.replace(conversation.id, sandbox)  # the attempt's sandbox is the session's
         timeout = task.config.agent.timeout_sec
         try:
-            turn = asyncio.create_task(
-                conversation.run(PROMPT.format(instruction=task.instruction, workdir=workdir), collect)
-            )
-            done, _ = await asyncio.wait({turn}, timeout=timeout)
-            if not done:
-                conversation.interrupt()
-            end = await turn
+            prompt = PROMPT.format(instruction=task.instruction, workdir=workdir)
+            end, timed_out = await run_until(conversation, prompt, tally, timeout)
         finally:
             agent.sandboxes.detach(conversation.id)  # the verifier still needs it
             await asyncio.to_thread(conversation.close)
         outcome = AgentOutcome(
-            prompt_tokens=counts["prompt_tokens"],
-            completion_tokens=counts["completion_tokens"],
-            cost=round(cost[0], 6),
-            tool_calls=counts["tool_calls"],
+            prompt_tokens=tally.prompt_tokens,
+            completion_tokens=tally.completion_tokens,
+            cost=round(tally.cost, 6),
+            tool_calls=tally.tool_calls,
             session_id=conversation.id,
-            log=[end.content, *errors],
+            log=[end.content, *tally.errors],
         )
-        if not done:
+        if timed_out:
             outcome.error_class, outcome.error = "agent-timeout", f"the agent ran past {timeout:g}s"
         elif end.reason == "error":
             outcome.error_class, outcome.error = (
                 "model-error",
-                "; ".join(errors) or "the turn ended in an error",
+                "; ".join(tally.errors) or "the turn ended in an error",
             )
         return outcome
