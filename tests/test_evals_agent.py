@@ -1,10 +1,12 @@
 """The `hermetic` agent in evaluation runs, end to end through the CLI on docker with the scripted model:
 each attempt a session of the run's own database (source eval) working in the task's sandbox, and
-`--learning on` against `off`: a skill the first attempt wrote makes the second one pass."""
+`--learning on` against `off`: a skill the first attempt wrote makes the second one pass; `frozen` starts
+every attempt from the profile's library and leaves it as it was."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,13 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     off, off_summary, out = run(tmp_path, model, "off")
     assert [r["reward"] for r in off] == [0.0, 0.0]  # each attempt starts with an empty library
     assert off_summary["overall"]["mean_reward"] == 0.0 < on_summary["overall"]["mean_reward"]
+    profile_skills = tmp_path / "root" / "skills"
+    shutil.copytree(tmp_path / "run-on" / "home" / "skills", profile_skills)  # the profile learned it
+    before = sorted(str(p.relative_to(profile_skills)) for p in profile_skills.rglob("*"))
+    frozen, _, _ = run(tmp_path, model, "frozen")
+    assert [r["reward"] for r in frozen] == [1.0, 1.0]  # each attempt starts from the profile's library
+    assert sorted(str(p.relative_to(profile_skills)) for p in profile_skills.rglob("*")) == before
+
     for name, value in scripted_env(tmp_path / "root", model.url).items():  # the rest in this process
         monkeypatch.setenv(name, value)
     cli = CliRunner()
@@ -123,7 +132,9 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
 
     rl = cli.invoke(app, ["sessions", "export", "--source", "eval", "--min-reward", "1", "--format", "rl"])
     assert rl.exit_code == 0, rl.output
-    (line,) = [json.loads(text) for text in rl.stdout.splitlines()]
+    lines = {json.loads(text)["id"]: json.loads(text) for text in rl.stdout.splitlines()}
+    assert sorted(lines) == sorted([on[1]["session_id"], *(r["session_id"] for r in frozen)])  # reward 1 only
+    line = lines[on[1]["session_id"]]
     assert (line["id"], line["task"], line["attempt"], line["reward"], line["label"]) == (
         on[1]["session_id"], "greeting", 2, 1.0, True,
     )  # fmt: skip
@@ -133,4 +144,6 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     assert {t["function"]["name"] for t in line["tools"]} == {"skill_view", "terminal"}
     every = cli.invoke(app, ["sessions", "export", "--source", "eval", "--format", "sharegpt"])
     rewards = sorted(json.loads(text)["reward"] for text in every.stdout.splitlines())
-    assert rewards == [0.0, 0.0, 0.0, 1.0], every.output  # each attempt of both runs, with its reward
+    assert rewards == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0], (
+        every.output
+    )  # each attempt of both runs, with its reward
