@@ -81,12 +81,14 @@ def model() -> Any:
         yield server
 
 
-def run(tmp_path: Path, model: SkillUser, learning: str) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+def run(
+    tmp_path: Path, model: SkillUser, learning: str, *flags: str
+) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
     out = tmp_path / f"run-{learning}"
     env = scripted_env(tmp_path / "root", model.url, HERMETIC_BACKEND="docker")
     done = hermetic(
         "eval", "run", str(greeting_suite(tmp_path / "suite")), "--agent", "hermetic", "--learning", learning,
-        "-k", "2", "-w", "1", "--out", str(out), env=env,
+        "-k", "2", "-w", "1", "--out", str(out), *flags, env=env,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
     results = sorted(
@@ -100,7 +102,9 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     tmp_path: Path, model: SkillUser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     get_backend("docker")
-    on, on_summary, out = run(tmp_path, model, "on")
+    on, on_summary, out = run(tmp_path, model, "on", "--toolsets", "terminal,skills", "--max-iterations", "5")
+    offered = {t["function"]["name"] for t in model.requests[0]["tools"]}
+    assert {"terminal", "skill_view", "skill_manage"} <= offered and "memory" not in offered
     assert [(r["reward"], r["error_class"]) for r in on] == [(0.0, None), (1.0, None)]
     assert [r["tool_calls"] for r in on] == [2, 2]  # view + create; view + terminal
     assert all(r["prompt_tokens"] > 0 and r["completion_tokens"] > 0 for r in on)

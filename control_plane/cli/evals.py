@@ -26,6 +26,7 @@ from ..evals import (
 )
 from ..evals.metrics import Score
 from ..settings import load_settings
+from ..tools import TOOLS
 from .render import progress_bar
 
 app = typer.Typer(
@@ -47,6 +48,12 @@ def run(
     learning: Annotated[
         str, typer.Option(help="hermetic: off (fresh per attempt), on (learns across the run), frozen")
     ] = "off",
+    toolsets: Annotated[
+        str | None, typer.Option(help="hermetic: comma-separated tool groups (default: the profile's)")
+    ] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option(min=1, help="hermetic: most model calls per attempt")
+    ] = None,
     attempts: Annotated[int, typer.Option("--attempts", "-k", min=1, max=100, help="Attempts per task")] = 1,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64, help="Attempts at once")] = 4,
     backend: Annotated[
@@ -74,6 +81,10 @@ def run(
                 raise RunError(f"unknown agent {agent!r}: choose hermetic, oracle or nop")
             if learning not in ("off", "on", "frozen"):
                 raise RunError(f"unknown learning mode {learning!r}: choose off, on or frozen")
+            chosen = [t.strip() for t in toolsets.split(",") if t.strip()] if toolsets is not None else None
+            unknown = set(chosen or []) - TOOLS.toolsets
+            if unknown:
+                raise RunError(f"--toolsets: unknown tool group(s) {', '.join(sorted(unknown))}")
             if network not in ("policy", "full"):
                 raise RunError("--network is `policy` (the task's own) or `full`")
             record = RunRecord(
@@ -88,6 +99,8 @@ def run(
                 model=model,
                 learning=learning,  # type: ignore[arg-type]
                 profile=os.environ.get("HERMETIC_PROFILE"),
+                toolsets=chosen,
+                max_iterations=max_iterations,
             )
             directory = out_dir
         limit = load_settings().limits.max_sandboxes  # the profile's bound on sandboxes at once

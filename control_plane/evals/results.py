@@ -67,6 +67,10 @@ class RunRecord(BaseModel):
     """hermetic: off, on (the run's own home learns across attempts), frozen (a copy of `profile`'s)."""
     profile: str | None = None
     """hermetic: the profile whose settings (and, frozen, memory and skills) the agent starts from."""
+    toolsets: list[str] | None = None
+    """hermetic: the tool groups the model sees (default: the profile's)."""
+    max_iterations: int | None = None
+    """hermetic: most model calls per attempt (default: the profile's limits.max_iterations)."""
 
 
 class ResultsFile:

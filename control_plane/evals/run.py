@@ -90,6 +90,8 @@ def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
     if record.agent == "nop":
         return NopAgent()
     overrides: dict[str, Any] = {"backend": record.backend}
+    if record.toolsets is not None:
+        overrides["toolsets"] = record.toolsets
     if record.model:
         overrides["model"] = {"name": record.model}
         if given is not None:
@@ -98,6 +100,10 @@ def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
         settings = given.model_copy(update=overrides) if given else load_settings(record.profile, **overrides)
     except ValueError as exc:
         raise RunError(f"the profile's settings: {exc}") from None
+    if record.max_iterations is not None:
+        settings = settings.model_copy(
+            update={"limits": settings.limits.model_copy(update={"max_iterations": record.max_iterations})}
+        )
     if not settings.model.name:
         raise RunError("the hermetic agent needs a model: pass --model or configure one (hermetic model set)")
     seed = settings.home if record.learning == "frozen" else None
