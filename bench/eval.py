@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from backends import create_backend
+from backends.docker import DockerBackend
 from control_plane.evals import load_suite
 from control_plane.evals.attempt import EVAL_LABEL, AttemptSetup, OracleAgent, run_attempt
 from control_plane.evals.environment import task_image
@@ -40,12 +40,12 @@ def write_task(root: Path, name: str, solve: str) -> Path:
 
 
 def collect(n: int, attempts: int, workers: int) -> tuple[dict[str, list[float] | Figure], dict[str, float]]:
-    backend = create_backend("docker")
+    backend = DockerBackend()
     setup = AttemptSetup(backend=backend, agent=OracleAgent(), labels={EVAL_LABEL: "bench"})
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (task,) = load_suite(write_task(root / "quick", "trivial", SOLVE)).tasks
-        image, _ = task_image(backend.client, task)  # type: ignore[attr-defined]
+        image, _ = task_image(backend.client, task)
 
         def harness() -> None:
             result = run_attempt(setup, task, 1)

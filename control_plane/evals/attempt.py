@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from backends import Backend, Sandbox, SandboxError, SandboxSpec
+from backends.docker import DockerBackend
 
 from .environment import TaskEnvironmentError, task_image
 from .results import AttemptResult, ErrorClass
@@ -172,12 +173,11 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
 
 
 def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
-    client = getattr(setup.backend, "client", None)
-    if client is None:
+    if not isinstance(setup.backend, DockerBackend):  # the others have no image builder, no task privileges
         raise TaskEnvironmentError(
             f"the {setup.backend.name} backend cannot build or run a task's image; use --backend docker"
         )
-    image, workdir = task_image(client, task)
+    image, workdir = task_image(setup.backend.client, task)
     env = task.config.environment
     network, allow = "none", list(env.allow)
     if env.allow_internet:
