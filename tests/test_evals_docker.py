@@ -4,6 +4,7 @@ nop 0), the privileges of a task's container, and each kind of bad task as its o
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,19 +17,22 @@ from control_plane.evals import BUILTIN, AttemptResult, Task, load_suite
 from control_plane.evals.attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from control_plane.evals.runner import EvalRunner
 
+RUN = f"test-{uuid.uuid4().hex[:8]}"
+"""This test run's label on its sandboxes: another run's never count as left behind by this one."""
+
 
 @pytest.fixture(scope="module")
 def docker() -> Iterator[Backend]:
     backend = get_backend("docker")
     yield backend
-    leftover = backend.client.containers.list(all=True, filters={"label": f"{EVAL_LABEL}=test"})  # type: ignore[attr-defined]
+    leftover = backend.client.containers.list(all=True, filters={"label": f"{EVAL_LABEL}={RUN}"})  # type: ignore[attr-defined]
     assert leftover == [], "an attempt left its sandbox behind"
 
 
 def run(
     backend: Backend, agent: EvalAgent, tasks: list[Task], out: Path, workers: int = 4
 ) -> dict[str, AttemptResult]:
-    setup = AttemptSetup(backend=backend, agent=agent, labels={EVAL_LABEL: "test"})
+    setup = AttemptSetup(backend=backend, agent=agent, labels={EVAL_LABEL: RUN})
     runner = EvalRunner(setup, out, attempts=1, workers=workers)
     runner.run(tasks)
     return {r.task: r for r in runner.results.read()}
