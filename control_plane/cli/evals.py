@@ -43,7 +43,7 @@ def run(
     ] = None,
     agent: Annotated[
         str, typer.Option(help="hermetic (the agent loop), oracle (the task's solve.sh), nop (does nothing)")
-    ] = "oracle",
+    ] = "hermetic",
     model: Annotated[str | None, typer.Option("--model", "-m", help="hermetic: litellm model id")] = None,
     learning: Annotated[
         str, typer.Option(help="hermetic: off (fresh per attempt), on (learns across the run), frozen")
