@@ -175,7 +175,9 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
 def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
     if not isinstance(setup.backend, DockerBackend):  # the others have no image builder, no task privileges
         raise TaskEnvironmentError(
-            f"the {setup.backend.name} backend cannot build or run a task's image; use --backend docker"
+            f"the {setup.backend.name} backend cannot run a task: it builds no image, and a task's "
+            "verifier needs /tests and /logs/verifier at the root of a filesystem it may write as the "
+            "image's user (privileges: task), which only --backend docker gives"
         )
     image, workdir = task_image(setup.backend.client, task)
     env = task.config.environment
