@@ -390,6 +390,9 @@ class Backend(ABC):
     """Sandbox properties this backend does not provide by design ("isolation", "limits"), each with
     the reason. Conformance tests that assert one are skipped on this backend with that reason."""
 
+    task_privileges: ClassVar[bool] = False
+    """Whether it can run a sandbox with `privileges: task` (an evaluation task's own image)."""
+
     _snapshots: SnapshotStore | None = None
 
     @abstractmethod
@@ -399,6 +402,13 @@ class Backend(ABC):
 
     def opened(self, sandbox: SandboxT) -> SandboxT:
         """Open a sandbox this backend made (every create ends here)."""
+        if sandbox.spec.privileges == "task":
+            if not self.task_privileges:
+                raise UnsupportedSpec(
+                    f"the {self.name} backend cannot run a task's own image (privileges: task)"
+                )
+            if sandbox.spec.mounts:
+                raise UnsupportedSpec("a sandbox with privileges: task gets no host mounts")
         sandbox.origin = self
         return sandbox.open()
 

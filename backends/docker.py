@@ -65,6 +65,7 @@ class DockerConfig(BaseModel):
 
 class DockerBackend(Backend):
     name = "docker"
+    task_privileges = True
 
     def __init__(self, config: DockerConfig | None = None) -> None:
         self.config = config or DockerConfig()
@@ -189,7 +190,10 @@ class DockerSandbox(Sandbox):
         """Create and start the container with the low-level API: `containers.run` adds an inspect
         call, and a separate volume create adds another, for nothing."""
         spec = self.spec
-        mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
+        task = spec.privileges == "task"  # an evaluation task's image: its user, default capabilities
+        # A task's workdir stays in the image's writable layer, as the task built it: no volume to create,
+        # fill from the image and remove per attempt (so no snapshots of such a sandbox).
+        mounts = [] if task else [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
@@ -208,13 +212,18 @@ class DockerSandbox(Sandbox):
             **(self.egress.env if self.egress is not None else {}),
             **(self.ingress.env if self.ingress is not None else {}),
         )
+        tmpfs = {"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777"}
+        if task:
+            env.update(HERMETIC_ROOTS="/", HOME="/root")
+        else:
+            tmpfs["/home/sandbox"] = HOME_TMPFS
         api = self._client.api
         host_config = api.create_host_config(
             init=True,  # reaps zombies: every browser close would otherwise leave some
-            cap_drop=["ALL"],
+            cap_drop=None if task else ["ALL"],
             security_opt=["no-new-privileges"],
-            read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
+            read_only=not task,
+            tmpfs=tmpfs,
             mounts=mounts,
             network_mode="bridge" if spec.network == "full" else "none",
             pids_limit=spec.pids,
@@ -230,7 +239,7 @@ class DockerSandbox(Sandbox):
             name=self.id,
             stdin_open=True,  # with detach=False (the default): StdinOnce, so the stream's end is EOF
             hostname="sandbox",
-            user="1000:1000",
+            user=None if task else "1000:1000",
             environment=env,
             working_dir=spec.workdir,
             labels=self.labels,
@@ -278,6 +287,10 @@ class DockerSandbox(Sandbox):
     # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
 
     def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
+        if self.spec.privileges == "task":
+            raise UnsupportedSpec(
+                "a task's sandbox keeps its workdir in the image's layer: it has no snapshots"
+            )
         volume = f"hm-{snapshot_id}"
         store = self._backend.snapshots.root
         labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
@@ -296,6 +309,8 @@ class DockerSandbox(Sandbox):
         copy_volume(self._client, self.spec.image, location["volume"], self.volume_name, self.labels)
 
     def _fork_workspace(self) -> DockerSandbox:
+        if self.spec.privileges == "task":
+            raise UnsupportedSpec("a task's sandbox keeps its workdir in the image's layer: it cannot fork")
         child = DockerSandbox(
             self._backend, new_sandbox_id(), self.spec.model_copy(update={"from_snapshot": None})
         )
@@ -314,7 +329,8 @@ class DockerSandbox(Sandbox):
     def _destroy(self) -> None:
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
-        _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+        if self.spec.privileges != "task":
+            _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
         if self.egress is not None:
             self.egress.close()
         if self.ingress is not None:

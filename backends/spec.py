@@ -74,6 +74,11 @@ class SandboxSpec(BaseModel):
     """Characters of command output the model sees before head+tail truncation."""
     from_snapshot: str | None = None
     """Start from this snapshot (an id from Sandbox.snapshot): its workspace and shell sessions."""
+    privileges: Literal["sealed", "task"] = "sealed"
+    """sealed: an unprivileged user, no capabilities, a read-only root. task: what an evaluation task's
+    image expects (Terminal-Bench): the image's own user (root unless its Dockerfile says otherwise),
+    Docker's default capabilities and a writable root; no-new-privileges, the limits and the network
+    policy stay, and host mounts are refused. Docker only."""
 
     @field_validator("allow")
     @classmethod

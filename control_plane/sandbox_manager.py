@@ -288,6 +288,11 @@ class SandboxManager:
             except SandboxError as exc:
                 log.warning("session %s: closing sandbox %s failed: %s", session_id, old.id, exc)
 
+    def detach(self, session_id: str) -> Sandbox | None:
+        """Forget the session's sandbox without closing it: whoever gave it (`replace`) still uses it."""
+        with self._lock:
+            return self._take(session_id)
+
     def pop_notices(self, session_id: str | None = None) -> list[str]:
         """What the backend said (a fallback), and what happened to this session's sandbox (an idle close)."""
         with self._lock:

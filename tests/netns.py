@@ -33,6 +33,7 @@ NAMES = {
     "git.hm14.test": UPSTREAM,
     "other.hm14.test": UPSTREAM,  # the same server, never on an allowlist
     "sub.wild.hm14.test": UPSTREAM,
+    "data.hm14.test": UPSTREAM,  # the built-in evaluation suite's allowed host (evals/net-fetch-allowed)
     "loop.hm14.test": "127.0.0.1",  # names that lead home: refused unless a CIDR rule names the range
     "ten.hm14.test": "10.14.0.1",
     "void.hm14.test": f"198.18.{SLOT}.9",  # on the test's link, but nobody answers there

@@ -31,6 +31,7 @@ PACKAGES = ("control_plane", "backends", "sandboxes")
 MAX_LINES = 500
 SURFACES = ("control_plane.cli", "control_plane.api", "control_plane.gateway", "control_plane.mcp")
 SURFACES += ("control_plane.scheduler", "control_plane.batch")  # unattended work drives the agent too
+SURFACES += ("control_plane.evals",)  # evaluation runs drive agents like batch runs
 CORE = (
     "control_plane.agent",
     "control_plane.models",

@@ -28,6 +28,7 @@ from ..store.semantic import SearchMode
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
+from .evals import router as evals_router
 from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(snapshots_router)
     app.include_router(watch_router)
     app.include_router(sandboxes_router)
+    app.include_router(evals_router)
 
     @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:

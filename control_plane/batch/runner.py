@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..agent.agent import Agent
-from ..agent.events import Event
+from ..agent.unattended import Tally, run_until
 from .prompts import BatchItem
 
 
@@ -114,31 +114,18 @@ class BatchRunner:
     async def one(self, item: BatchItem) -> BatchResult:
         """One prompt in a new session, to its end or its timeout; the sandbox is released after."""
         started = time.monotonic()
-        counts: Counter[str] = Counter()
-        errors: list[str] = []
-
-        def collect(event: Event) -> None:
-            if event.type == "tool_end":
-                counts["tool_calls"] += 1
-            elif event.type == "usage":
-                counts["prompt_tokens"] += event.prompt_tokens
-                counts["completion_tokens"] += event.completion_tokens
-            elif event.type == "error":
-                errors.append(event.message)
+        tally = Tally()
+        errors = tally.errors
 
         conversation = await asyncio.to_thread(
             self.agent.new_conversation, title=f"batch: {item.id}", source="batch", toolsets=item.toolsets
         )
         try:
-            turn = asyncio.create_task(conversation.run(item.prompt, collect))
-            done, _ = await asyncio.wait({turn}, timeout=self.timeout)
-            if not done:
-                conversation.interrupt()
-            end = await turn
+            end, timed_out = await run_until(conversation, item.prompt, tally, self.timeout)
         finally:
             await asyncio.to_thread(conversation.close)
         status = {"done": "completed", "budget": "budget", "error": "failed"}.get(end.reason, "failed")
-        if not done:
+        if timed_out:
             status = "timeout"
             errors.append(f"timed out after {self.timeout:g}s")
         return BatchResult(
@@ -148,9 +135,9 @@ class BatchRunner:
             final=end.content if end.reason == "done" else "",
             status=status,
             session_id=conversation.id,
-            tool_calls=counts["tool_calls"],
-            prompt_tokens=counts["prompt_tokens"],
-            completion_tokens=counts["completion_tokens"],
+            tool_calls=tally.tool_calls,
+            prompt_tokens=tally.prompt_tokens,
+            completion_tokens=tally.completion_tokens,
             duration_s=round(time.monotonic() - started, 3),
             error="; ".join(errors) or None,
         )

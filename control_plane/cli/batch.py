@@ -9,19 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from ..agent.agent import Agent
 from ..batch import BatchError, BatchResult, BatchRunner, finished_ids, read_prompts, write_summary
 from ..tools import TOOLS
 from .agent import BackendOption, ModelOption, agent_settings
+from .render import progress_bar
 
 app = typer.Typer(help="Batch runs: many prompts, each its own session and sandbox.", no_args_is_help=True)
 err = Console(stderr=True, highlight=False)
@@ -66,16 +59,7 @@ def run(
     settings = agent_settings(model, backend, **overrides)
     agent = Agent(settings)
     runner = BatchRunner(agent, results, workers=workers, timeout=timeout)
-    progress = Progress(
-        TextColumn("[bold]batch[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("[red]{task.fields[failed]} failed[/]"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-    )
+    progress = progress_bar("batch", err)
     task = progress.add_task("batch", total=len(items), completed=len(done), failed=0)
     failed = 0
 

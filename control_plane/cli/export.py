@@ -33,7 +33,9 @@ def _output(path: Path | None) -> Iterator[TextIO]:
 
 def export_sessions(
     ids: Annotated[list[str] | None, typer.Argument(help="Session ids (default: every session)")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="sharegpt, chatml, openai or md")] = "sharegpt",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="sharegpt, chatml, openai, rl (with rewards) or md")
+    ] = "sharegpt",
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write here instead of standard output")
     ] = None,
@@ -42,6 +44,9 @@ def export_sessions(
         list[str] | None, typer.Option(help="Only sessions from this source: cli, api, cron...")
     ] = None,
     min_tool_calls: Annotated[int, typer.Option(help="Drop trajectories with fewer tool calls")] = 0,
+    min_reward: Annotated[
+        float | None, typer.Option(help="Only evaluation attempts whose verifier gave at least this reward")
+    ] = None,
     only_success: Annotated[bool, typer.Option(help="Drop trajectories with a failed tool call")] = False,
     keep: Annotated[
         list[str] | None, typer.Option(help=f"Turn a default filter off: {', '.join(sorted(DEFAULT_CHECKS))}")
@@ -54,7 +59,7 @@ def export_sessions(
         err.print(f"[red]--keep: unknown filter(s) {', '.join(sorted(unknown))}[/]")
         raise typer.Exit(2)
     try:
-        selection = Selection(ids or (), parse_since(since) if since else None, source or ())
+        selection = Selection(ids or (), parse_since(since) if since else None, source or (), min_reward)
     except ValueError as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None

@@ -17,6 +17,7 @@ from . import (
     dev,
     docs,
     doctor,
+    evals,
     export,
     mcp,
     network,
@@ -55,6 +56,7 @@ skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(batch.app, name="batch")
+app.add_typer(evals.app, name="eval")
 agent_cli.sessions_app.command("export")(export.export_sessions)
 app.add_typer(snapshots_cli.app, name="snapshot")
 image_app = typer.Typer(help="Sandbox images.", no_args_is_help=True)

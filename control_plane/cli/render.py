@@ -6,6 +6,14 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from ..agent.display import describe_call
 from ..agent.events import (
@@ -147,3 +155,18 @@ def _gist(result: str) -> str:
     """The line of a failed tool's result that says most: its last one that is not our status line."""
     lines = [line for line in result.splitlines() if line.strip() and not line.startswith("[exit code")]
     return lines[-1][:160] if lines else ""
+
+
+def progress_bar(label: str, console: Console) -> Progress:
+    """A many-items run's bar (batch, eval): done of total, how many failed (the task's `failed`
+    field), time so far and the ETA."""
+    return Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[red]{task.fields[failed]} failed[/]"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )

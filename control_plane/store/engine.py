@@ -164,7 +164,8 @@ def _try_pg_trgm(engine: Engine) -> None:
         log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
 
 
-_TABLES = ["sessions", "messages", "tool_calls", "store_meta", "vector_indexes"]
+# create_all adds the new ones to an existing database
+_TABLES = ["sessions", "messages", "tool_calls", "store_meta", "vector_indexes", "eval_attempts"]
 
 
 def _safe(url: URL) -> str:

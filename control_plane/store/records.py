@@ -36,6 +36,20 @@ class SessionRecord(SQLModel, table=True):
     cost: float = 0.0
 
 
+class EvalAttemptRecord(SQLModel, table=True):
+    """An evaluation attempt's label on its session (source `eval`): which task, which attempt, the reward."""
+
+    __tablename__ = "eval_attempts"
+
+    session_id: str = Field(primary_key=True, foreign_key="sessions.id", ondelete="CASCADE")
+    run: str
+    """The run's id (its sandboxes' org.hermetic.eval label)."""
+    task: str
+    attempt: int
+    reward: float
+    passed: bool
+
+
 class MessageRecord(SQLModel, table=True):
     """One chat message as it was sent to or received from the model."""
 

@@ -21,7 +21,15 @@ from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
 from .pg_cache import VectorCopy
 from .query import terms
-from .records import ChatMessage, MessageRecord, SearchHit, SessionRecall, SessionRecord, ToolCallRecord
+from .records import (
+    ChatMessage,
+    EvalAttemptRecord,
+    MessageRecord,
+    SearchHit,
+    SessionRecall,
+    SessionRecord,
+    ToolCallRecord,
+)
 from .search import Filters, search_postgres, search_sqlite
 from .semantic import DEPTH, SearchMode, fuse, semantic_hits
 from .surroundings import Spot, surroundings
@@ -108,6 +116,14 @@ class Store:
         with self._write(f"create a session with parent {parent_id!r}") as conn:
             conn.execute(insert(SessionRecord).values(record.model_dump()))
         return record
+
+    def label_eval_attempt(self, label: EvalAttemptRecord) -> None:
+        """Record (or correct) which evaluation attempt a session was and the reward it earned."""
+        with self._write(f"label session {label.session_id!r} as an evaluation attempt") as conn:
+            conn.execute(
+                delete(EvalAttemptRecord).where(col(EvalAttemptRecord.session_id) == label.session_id)
+            )
+            conn.execute(insert(EvalAttemptRecord).values(label.model_dump()))
 
     def get_session(self, session_id: str, profile: str) -> SessionRecord | None:
         """The session, or None when it does not exist or belongs to another profile."""

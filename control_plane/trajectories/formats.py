@@ -71,7 +71,9 @@ def _text_turns(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _meta(t: Trajectory) -> dict[str, Any]:
-    return {"id": t.session.id, "source": t.session.source, "model": t.session.model}
+    """Who the trajectory is; an evaluation attempt's also its task, attempt and reward."""
+    meta = {"id": t.session.id, "source": t.session.source, "model": t.session.model}
+    return {**meta, **t.extra.get("eval", {})}
 
 
 def sharegpt(t: Trajectory, tools: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +94,21 @@ def openai(t: Trajectory, tools: dict[str, Any]) -> dict[str, Any]:
         **_meta(t),
         "messages": t.messages,
         "tools": [tools[name] for name in sorted(used) if name in tools],
+    }
+
+
+def rl(t: Trajectory, tools: dict[str, Any]) -> dict[str, Any]:
+    """One attempt for training on rewards: the whole conversation with its tools (`messages`, `tools`),
+    split as TRL's conversational prompt-completion (`prompt` up to the task, `completion` the agent's
+    work) with `label` (passed) for its unpaired-preference (KTO) trainer, and the verifier's `reward`."""
+    first_user = next((i for i, m in enumerate(t.messages) if m["role"] == "user"), len(t.messages) - 1)
+    label = t.extra.get("eval", {})
+    return {
+        **openai(t, tools),
+        "reward": label.get("reward"),
+        "label": label.get("passed"),
+        "prompt": t.messages[: first_user + 1],
+        "completion": t.messages[first_user + 1 :],
     }
 
 
@@ -135,4 +152,5 @@ FORMATS: dict[str, Callable[[Trajectory, dict[str, Any]], dict[str, Any]]] = {
     "sharegpt": sharegpt,
     "chatml": chatml,
     "openai": openai,
+    "rl": rl,
 }

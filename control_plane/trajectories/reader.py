@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from ..store import MessageRecord, SessionRecord, Store, ToolCallRecord
+from ..store import EvalAttemptRecord, MessageRecord, SessionRecord, Store, ToolCallRecord
 
 CHUNK = 500
 """Sessions whose messages one query fetches."""
@@ -41,6 +41,8 @@ class Selection:
     ids: Sequence[str] = ()
     since: float | None = None
     sources: Sequence[str] = ()
+    min_reward: float | None = None
+    """Only evaluation attempts (source eval) whose verifier gave at least this reward."""
 
 
 def parse_since(text: str, now: float | None = None) -> float:
@@ -64,6 +66,11 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
         query = query.where(col(SessionRecord.created_at) >= selection.since)
     if selection.sources:
         query = query.where(col(SessionRecord.source).in_(list(selection.sources)))
+    if selection.min_reward is not None:
+        labelled = sa_select(col(EvalAttemptRecord.session_id)).where(
+            col(EvalAttemptRecord.reward) >= selection.min_reward
+        )
+        query = query.where(col(SessionRecord.id).in_(labelled))
     with Session(store.engine, expire_on_commit=False) as db:
         sessions = list(db.exec(query.order_by(col(SessionRecord.created_at), col(SessionRecord.id))))
     m = MessageRecord
@@ -99,5 +106,14 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
             for session_id, ok in calls:
                 counted[session_id] += 1
                 failed[session_id] += not ok
+            e = EvalAttemptRecord
+            fields = ("run", "task", "attempt", "reward", "passed")
+            found = conn.execute(
+                sa_select(col(e.session_id), *(col(getattr(e, f)) for f in fields)).where(
+                    col(e.session_id).in_(ids)
+                )
+            )
+            labels = {row[0]: dict(zip(fields, row[1:], strict=True)) for row in found}
         for record in part:
-            yield Trajectory(record, by_session[record.id], failed[record.id], counted[record.id])
+            extra = {"eval": labels[record.id]} if record.id in labels else {}
+            yield Trajectory(record, by_session[record.id], failed[record.id], counted[record.id], extra)

@@ -1,0 +1,223 @@
+"""One attempt: a fresh sandbox from the task's image, the agent's turn (tests/ and solution/ not in the
+sandbox yet), then the verifier in the same sandbox with its own timeout, and the reward it wrote."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from backends import Backend, Sandbox, SandboxError, SandboxSpec
+from backends.docker import DockerBackend
+
+from .environment import TaskEnvironmentError, task_image
+from .results import AttemptResult, ErrorClass
+from .task import Task
+
+log = logging.getLogger("hermetic.evals")
+
+REWARD_FILE = "/logs/verifier/reward.txt"
+SETUP_TIMEOUT = 60.0
+EVAL_LABEL = "org.hermetic.eval"
+
+
+@dataclass
+class AgentOutcome:
+    """What the agent's turn reports: its own error, and what it used."""
+
+    error_class: ErrorClass | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    tool_calls: int = 0
+    session_id: str | None = None
+    log: list[str] = field(default_factory=list)
+
+
+class EvalAgent(Protocol):
+    def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+        """Work on the task in the sandbox until done or the task's agent timeout."""
+
+    def scored(self, result: AttemptResult, run: str) -> None:
+        """The attempt's result, verifier done, before it is written to results.jsonl."""
+
+
+class NopAgent:
+    """Does nothing: every verifier must give it 0."""
+
+    def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+        return AgentOutcome()
+
+    def scored(self, result: AttemptResult, run: str) -> None:
+        """Nothing of it is kept but the result line."""
+
+
+class OracleAgent(NopAgent):
+    """Runs the task's solution/solve.sh: every verifier must give it 1."""
+
+    def solve(self, task: Task, sandbox: Sandbox, workdir: str, attempt: int) -> AgentOutcome:
+        if task.oracle is None:
+            return AgentOutcome(
+                "environment-error", "solution/solve.sh: missing; the oracle has nothing to run"
+            )
+        place(sandbox, task.path / "solution")  # a fresh sandbox: nothing at /solution yet
+        env = task.config.solution.env
+        result = sandbox.run(
+            f"cd {shlex.quote(workdir)} && {_env(env)}bash /solution/solve.sh",
+            session="agent",
+            timeout=task.config.agent.timeout_sec,
+        )
+        outcome = AgentOutcome(log=[result.get("output", "")])
+        if result.get("timed_out"):
+            outcome.error_class = "agent-timeout"
+            outcome.error = f"solve.sh ran past the agent timeout of {task.config.agent.timeout_sec:g}s"
+        return outcome  # the verifier's set-up removes /solution
+
+
+def place(sandbox: Sandbox, source: Path) -> None:
+    """Copy a task's directory (solution/, tests/) into the sandbox at /NAME; the caller cleared it."""
+    sandbox.upload(source, "/")
+
+
+@dataclass
+class AttemptSetup:
+    backend: Backend
+    agent: EvalAgent
+    labels: dict[str, str]
+    network_full: bool = False
+    logs: Path | None = None
+    """Where each attempt's agent and verifier output go (DIR/logs/TASK/N/)."""
+    on_sandbox: Callable[[Sandbox], None] = lambda sandbox: None
+
+
+def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
+    """The whole attempt; every failure becomes the result's error class, never an exception."""
+    started = time.monotonic()
+    result = AttemptResult(
+        task=task.id, attempt=attempt, reward=0.0, passed=False, duration_s=0.0, tags=task.tags
+    )
+    try:
+        _attempt(setup, task, attempt, result)
+    except TaskEnvironmentError as exc:
+        result.error_class, result.error = "environment-error", str(exc)
+    except SandboxError as exc:
+        result.error_class, result.error = "sandbox-error", f"{type(exc).__name__}: {exc}"
+    result.duration_s = round(time.monotonic() - started, 3)
+    return result
+
+
+def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResult) -> None:
+    spec, workdir = _spec(setup, task)
+    with setup.backend.create(spec) as sandbox:
+        setup.on_sandbox(sandbox)
+        began = time.monotonic()
+        outcome = setup.agent.solve(task, sandbox, workdir, attempt)
+        result.agent_s = round(time.monotonic() - began, 3)
+        for name in ("error_class", "error", "prompt_tokens", "completion_tokens", "cost", "tool_calls"):
+            setattr(result, name, getattr(outcome, name))
+        result.session_id = outcome.session_id
+        _write_log(setup, task, attempt, "agent.txt", "\n".join(outcome.log))
+        if outcome.error_class in ("environment-error", "model-error"):
+            return
+        began = time.monotonic()
+        reward, problem, output = verify(sandbox, task, workdir)
+        result.verifier_s = round(time.monotonic() - began, 3)
+        _write_log(setup, task, attempt, "verifier.txt", output)
+        result.reward, result.passed = reward, reward >= 1.0
+        if problem is not None:
+            result.error_class, result.error = problem
+
+
+def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[ErrorClass, str] | None, str]:
+    """Place tests/ at /tests, run test.sh, read the reward: (reward, problem, output). What the agent
+    left at /tests, /solution or the reward file is removed first."""
+    cleared = sandbox.run(
+        f"rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier",
+        session="verifier",
+        timeout=SETUP_TIMEOUT,
+    )
+    if cleared.get("exit_code") != 0:
+        raise SandboxError(f"cannot prepare the verifier: {cleared.get('output', '').strip()}")
+    place(sandbox, task.path / "tests")
+    timeout = task.config.verifier.timeout_sec
+    ran = sandbox.run(
+        f"cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
+        session="verifier",
+        timeout=timeout,
+    )
+    output = ran.get("output", "")
+    if ran.get("timed_out"):
+        return 0.0, ("verifier-timeout", f"tests/test.sh ran past its timeout of {timeout:g}s"), output
+    read = sandbox.run(f"cat {REWARD_FILE}", session="verifier", timeout=SETUP_TIMEOUT)
+    if read.get("exit_code") != 0:
+        if ran.get("exit_code") == 0:  # Harbor's fallback: the exit status is the reward
+            return 1.0, None, output
+        return (
+            0.0,
+            ("verifier-error", f"tests/test.sh wrote no {REWARD_FILE} and exited {ran.get('exit_code')}"),
+            output,
+        )
+    text = read.get("output", "").strip()
+    try:
+        reward = float(text)
+    except ValueError:
+        reward = -1.0
+    if not 0.0 <= reward <= 1.0:
+        return 0.0, ("verifier-error", f"{REWARD_FILE} holds {text[:40]!r}, not a number from 0 to 1"), output
+    return reward, None, output
+
+
+def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
+    if not isinstance(setup.backend, DockerBackend):  # the others have no image builder, no task privileges
+        raise TaskEnvironmentError(
+            f"the {setup.backend.name} backend cannot run a task: it builds no image, and a task's "
+            "verifier needs /tests and /logs/verifier at the root of a filesystem it may write as the "
+            "image's user (privileges: task), which only --backend docker gives"
+        )
+    image, workdir = task_image(setup.backend.client, task)
+    env = task.config.environment
+    network, allow = "none", list(env.allow)
+    if env.allow_internet:
+        if allow:
+            network = "allowlist"
+        elif setup.network_full:
+            network = "full"
+        else:
+            raise TaskEnvironmentError(
+                "task.toml: allow_internet = true with no [environment] allow list; "
+                "name its hosts there, or pass --network full to let it out"
+            )
+    timeouts = task.config.agent.timeout_sec + task.config.verifier.timeout_sec
+    spec = SandboxSpec(
+        image=image,
+        privileges="task",
+        workdir=workdir,
+        cpus=env.cpus,
+        memory=f"{env.memory_mb}m",
+        disk=f"{min(env.storage_mb, 2048)}m",
+        pids=1024,
+        network=network,  # type: ignore[arg-type]
+        allow=allow if network == "allowlist" else [],
+        labels={**setup.labels, "org.hermetic.task": task.id},
+        ttl=int(timeouts + 4 * SETUP_TIMEOUT),
+    )
+    return spec, workdir
+
+
+def _env(env: dict[str, str]) -> str:
+    if not env:
+        return ""
+    return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
+
+
+def _write_log(setup: AttemptSetup, task: Task, attempt: int, name: str, text: str) -> None:
+    if setup.logs is None:
+        return
+    directory = setup.logs / task.id / str(attempt)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(text, encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Adds numbers given on the command line."""
