@@ -89,6 +89,9 @@ class Limits(BaseModel):
 
     max_iterations: int = Field(90, ge=1)
     """Model calls one user message may cause before the run stops and says so."""
+    max_tool_calls: int = Field(1000, ge=1)
+    """Tool calls one user message may cause, the model's own and those of its execute_code scripts;
+    past it a call is refused with a readable error (a script gets BudgetSpent)."""
     tool_timeout: float = Field(120.0, gt=0)
     """Default seconds a terminal command may run (the model may ask for up to max_tool_timeout)."""
     max_tool_timeout: float = Field(1800.0, gt=0)
@@ -323,10 +326,10 @@ class Settings(BaseSettings):
     pool: PoolSettings = PoolSettings()
     """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
     toolsets: Annotated[list[str], NoDecode] = [
-        "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
+        "terminal", "files", "code", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
-    """Which tool groups the model sees: terminal, files, browser, memory, recall, skills, delegate, todo,
-    clarify, network."""
+    """Which tool groups the model sees: terminal, files, code (execute_code), browser, memory, recall,
+    skills, delegate, todo, clarify, network."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()

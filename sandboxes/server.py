@@ -34,6 +34,7 @@ from .protocol import (
     raw_fields,
     response,
 )
+from .scripts import ScriptTable
 from .shells import ShellManager
 
 log = logging.getLogger("hermetic.runtime")
@@ -76,6 +77,7 @@ class Server:
         self.procs = ProcessTable(self.workspace, env)
         self.files = FileOps(self.workspace, roots)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
+        self.scripts = ScriptTable(self.workspace, env)
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
@@ -111,6 +113,7 @@ class Server:
                 path, lambda data: req.notify("fs.chunk", {"data": data})
             ),
             **self.browsers.methods(),
+            **self.scripts.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -278,6 +281,7 @@ class Server:
         self.browsers.close_all()
         self.shells.close_all()
         self.procs.kill_all()
+        self.scripts.cancel(None)
         os._exit(0)
 
     # -- shell -----------------------------------------------------------------------------

@@ -1,0 +1,221 @@
+"""Scripts that call the agent's tools (execute_code): a python3 child whose tool calls come back over
+a pair of pipes and leave through the runtime's channel, one request per event.
+
+`script.start` runs the script and answers with its first event; `script.reply` hands the result of
+a call back and answers with the next one. An event is a tool call the script makes, or its end. So
+each inner call costs one round trip on the channel the control plane already holds, and the script
+needs no network.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Callable
+
+from .output import OutputBuffer
+from .procutil import kill_session, prefer_for_oom_kill
+from .protocol import INVALID_PARAMS, NOT_FOUND, RpcError
+
+STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
+"""Holds hermetic_tools.py, the module a script imports; put first on the script's PYTHONPATH."""
+MAX_LINE = 64 * 1024 * 1024
+"""The longest tool call a script may write (its arguments); a longer one ends the script."""
+
+
+class ScriptRun:
+    """One running script: its process, the calls it has written and not yet had answered, its output."""
+
+    def __init__(
+        self, script: str, cwd: str, env: dict[str, str], tools: dict[str, Any], timeout: float, limit: int
+    ) -> None:
+        self.output = OutputBuffer(limit)
+        self.timed_out = False
+        self.cancelled = False
+        self.problem = ""  # the script broke the stub protocol
+        self._events: queue.Queue = queue.Queue()
+        self._exited = threading.Event()
+        self._dir = tempfile.mkdtemp(prefix="hermetic-script-")
+        path = os.path.join(self._dir, "script.py")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(script)
+        calls_r, calls_w = os.pipe()  # script -> runtime
+        replies_r, replies_w = os.pipe()  # runtime -> script
+        child_env = dict(env)
+        child_env.update(
+            PYTHONPATH=os.pathsep.join(p for p in (STUB_DIR, env.get("PYTHONPATH", "")) if p),
+            PYTHONUNBUFFERED="1",
+            HERMETIC_TOOLS_FDS="%d,%d" % (calls_w, replies_r),
+            HERMETIC_TOOLS=json.dumps(tools),
+        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, path],
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(calls_w, replies_r),
+                start_new_session=True,
+                preexec_fn=prefer_for_oom_kill,
+            )
+        finally:
+            os.close(calls_w)
+            os.close(replies_r)
+        self._calls = os.fdopen(calls_r, "rb")
+        self._replies = os.fdopen(replies_w, "wb")
+        self._timer = threading.Timer(timeout, self._time_out)
+        self._timer.daemon = True
+        self._timer.start()
+        reader = threading.Thread(target=self._read_calls, name="script-calls", daemon=True)
+        reader.start()
+        output = threading.Thread(target=self._read_output, name="script-out", daemon=True)
+        output.start()
+        threading.Thread(target=self._wait, args=(reader, output), name="script-wait", daemon=True).start()
+
+    # -- the script's side -------------------------------------------------------------------
+
+    def _read_calls(self) -> None:
+        while True:
+            line = self._calls.readline(MAX_LINE)
+            if not line:
+                return
+            try:
+                call = json.loads(line)
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                    raise ValueError("a call needs a tool name")
+                arguments = call.get("arguments") or {}
+                if not isinstance(arguments, dict):
+                    raise ValueError("a call's arguments must be an object")
+            except ValueError as exc:
+                self.problem = "the script wrote a malformed tool call (%s)" % exc
+                self.kill()
+                return
+            self._events.put({"event": "call", "name": call["name"], "arguments": arguments})
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            self.output.feed(chunk)
+
+    def _wait(self, reader: threading.Thread, output: threading.Thread) -> None:
+        self.proc.wait()
+        self._timer.cancel()
+        kill_session(self.proc.pid)  # what it left running in the background ends with it
+        reader.join()
+        output.join()
+        self._exited.set()
+        self._events.put(None)
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        self.kill()
+
+    def kill(self) -> None:
+        kill_session(self.proc.pid)
+
+    # -- the control plane's side ------------------------------------------------------------
+
+    def next_event(self) -> dict[str, Any]:
+        """The next call the script makes, or its end. Calls written by a script that was then killed
+        (timeout, cancel) are dropped: nobody is left to read their results."""
+        event = self._events.get()
+        if event is not None and not self._exited.is_set():
+            return event
+        self._exited.wait()
+        self._replies.close()
+        self._calls.close()
+        output, cut = self.output.result()
+        _remove(self._dir)
+        return {
+            "event": "done",
+            "output": output,
+            "truncated": cut,
+            "exit_code": self.proc.returncode,
+            "timed_out": self.timed_out,
+            "cancelled": self.cancelled,
+            "problem": self.problem,
+        }
+
+    def reply(self, result: dict[str, Any]) -> None:
+        try:
+            self._replies.write(json.dumps(result).encode("utf-8", "surrogatepass") + b"\n")
+            self._replies.flush()
+        except (OSError, ValueError):  # the script is gone (killed, or exited without reading)
+            pass
+
+
+class ScriptTable:
+    """The runs of this runtime by id, and the protocol methods over them."""
+
+    def __init__(self, workspace: str, env: dict[str, str]) -> None:
+        self._workspace = workspace
+        self._env = env
+        self._runs: dict[str, ScriptRun] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def methods(self) -> dict[str, Callable[..., Any]]:
+        return {"script.start": self.start, "script.reply": self.reply, "script.cancel": self.cancel}
+
+    def start(
+        self,
+        req: Any,
+        script: str,
+        tools: dict[str, Any] | None = None,
+        timeout: float = 300.0,
+        limit: int = 50000,
+        cwd: str | None = None,
+    ) -> dict[str, Any]:
+        """Run `script`; `tools` maps each tool it may call to its parameter names (for positional use)."""
+        if not isinstance(script, str) or not isinstance(tools or {}, dict):
+            raise RpcError(INVALID_PARAMS, "script must be a string and tools an object")
+        where = os.path.join(self._workspace, cwd) if cwd else self._workspace
+        run = ScriptRun(script, where, self._env, tools or {}, float(timeout), int(limit))
+        run_id = "s%d" % next(self._ids)
+        with self._lock:
+            self._runs[run_id] = run
+        return self._next(run_id, run)
+
+    def reply(self, req: Any, run: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Hand the script the result of the call it is waiting on; answers with its next event."""
+        script = self._get(run)
+        script.reply(result)
+        return self._next(run, script)
+
+    def cancel(self, req: Any, run: str | None = None) -> dict[str, Any]:
+        """Kill the script `run`, or every running one (the user interrupted the agent)."""
+        with self._lock:
+            runs = [s for r, s in self._runs.items() if run is None or r == run]
+        for script in runs:
+            script.cancelled = True
+            script.kill()
+        return {"cancelled": len(runs)}
+
+    def _next(self, run_id: str, run: ScriptRun) -> dict[str, Any]:
+        event = run.next_event()
+        if event["event"] == "done":
+            with self._lock:
+                self._runs.pop(run_id, None)
+        event["run"] = run_id
+        return event
+
+    def _get(self, run_id: str) -> ScriptRun:
+        with self._lock:
+            script = self._runs.get(run_id)
+        if script is None:
+            raise RpcError(NOT_FOUND, "no running script %r (it ended, or never started)" % run_id)
+        return script
+
+
+def _remove(path: str) -> None:
+    for name in os.listdir(path):
+        os.unlink(os.path.join(path, name))
+    os.rmdir(path)
