@@ -102,8 +102,10 @@ class ScriptRun:
 
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
-        for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        fd = self.proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
             self.output.feed(chunk)
+        self.proc.stdout.close()
 
     def _wait(self, reader: threading.Thread, output: threading.Thread) -> None:
         self.proc.wait()
