@@ -9,22 +9,20 @@ needs no network.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import queue
-import subprocess
-import sys
 import tempfile
 import threading
 from typing import Any, Callable
 
 from .output import OutputBuffer
-from .procutil import kill_session, prefer_for_oom_kill
+from .procutil import kill_session
 from .protocol import INVALID_PARAMS, NOT_FOUND, RpcError
+from .script_host import Host, Spares
 
-STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
-"""Holds hermetic_tools.py, the module a script imports; put first on the script's PYTHONPATH."""
 MAX_LINE = 64 * 1024 * 1024
 """The longest tool call a script may write (its arguments); a longer one ends the script."""
 
@@ -33,7 +31,7 @@ class ScriptRun:
     """One running script: its process, the calls it has written and not yet had answered, its output."""
 
     def __init__(
-        self, script: str, cwd: str, env: dict[str, str], tools: dict[str, Any], timeout: float, limit: int
+        self, host: Host, script: str, cwd: str, tools: dict[str, Any], timeout: float, limit: int
     ) -> None:
         self.output = OutputBuffer(limit)
         self.timed_out = False
@@ -45,32 +43,11 @@ class ScriptRun:
         path = os.path.join(self._dir, "script.py")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(script)
-        calls_r, calls_w = os.pipe()  # script -> runtime
-        replies_r, replies_w = os.pipe()  # runtime -> script
-        child_env = dict(env)
-        child_env.update(
-            PYTHONPATH=os.pathsep.join(p for p in (STUB_DIR, env.get("PYTHONPATH", "")) if p),
-            PYTHONUNBUFFERED="1",
-            HERMETIC_TOOLS_FDS="%d,%d" % (calls_w, replies_r),
-            HERMETIC_TOOLS=json.dumps(tools),
-        )
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, path],
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(calls_w, replies_r),
-                start_new_session=True,
-                preexec_fn=prefer_for_oom_kill,
-            )
-        finally:
-            os.close(calls_w)
-            os.close(replies_r)
-        self._calls = os.fdopen(calls_r, "rb")
-        self._replies = os.fdopen(replies_w, "wb")
+        self.proc = host.proc
+        self._calls = host.calls
+        self._replies = host.replies
+        with contextlib.suppress(OSError):  # it died waiting: its exit code and output say why
+            host.hand(path, cwd, tools)
         self._timer = threading.Timer(timeout, self._time_out)
         self._timer.daemon = True
         self._timer.start()
@@ -159,7 +136,7 @@ class ScriptTable:
 
     def __init__(self, workspace: str, env: dict[str, str]) -> None:
         self._workspace = workspace
-        self._env = env
+        self._spares = Spares(workspace, env)
         self._runs: dict[str, ScriptRun] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -180,7 +157,7 @@ class ScriptTable:
         if not isinstance(script, str) or not isinstance(tools or {}, dict):
             raise RpcError(INVALID_PARAMS, "script must be a string and tools an object")
         where = os.path.join(self._workspace, cwd) if cwd else self._workspace
-        run = ScriptRun(script, where, self._env, tools or {}, float(timeout), int(limit))
+        run = ScriptRun(self._spares.take(), script, where, tools or {}, float(timeout), int(limit))
         run_id = "s%d" % next(self._ids)
         with self._lock:
             self._runs[run_id] = run
@@ -200,6 +177,11 @@ class ScriptTable:
             script.cancelled = True
             script.kill()
         return {"cancelled": len(runs)}
+
+    def close(self) -> None:
+        """The runtime stops: kill the scripts and the spare interpreter."""
+        self.cancel(None)
+        self._spares.close()
 
     def _next(self, run_id: str, run: ScriptRun) -> dict[str, Any]:
         event = run.next_event()

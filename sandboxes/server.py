@@ -281,7 +281,7 @@ class Server:
         self.browsers.close_all()
         self.shells.close_all()
         self.procs.kill_all()
-        self.scripts.cancel(None)
+        self.scripts.close()
         os._exit(0)
 
     # -- shell -----------------------------------------------------------------------------

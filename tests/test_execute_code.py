@@ -5,6 +5,9 @@ rows, budget), and what the model reads next is the script's output and a log of
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -202,3 +205,31 @@ def test_execute_code_without_an_agent_loop_says_so() -> None:
 
 def _no_sandbox() -> Any:
     raise AssertionError("execute_code without call_tool must not make a sandbox")
+
+
+def test_a_failing_script_shows_its_own_traceback(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.load([{"tool_calls": [script("print('before')\nraise ValueError('boom')\n")]}, {"text": "ok"}])
+    conversation = agent_for(tmp_path, fake_llm, "local").new_conversation()
+    run(conversation, "go")
+    seen = tool_messages(fake_llm.requests[-1])[-1]
+    assert "before\nTraceback (most recent call last):\n" in seen and "ValueError: boom" in seen
+    assert 'script.py", line 2, in <module>' in seen and "<string>" not in seen  # not the host's frame
+    assert "[the script exited with code 1; 0 tool calls]" in seen
+    conversation.close()
+
+
+def test_the_toolbox_benchmark_runs_with_tiny_counts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.toolbox", "-n", "1", "--backends", "local", "--out", str(tmp_path)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(next(tmp_path.glob("*.json")).read_text())["figures"]
+    assert set(figures) == {
+        "hermetic local: 20 terminal calls, one per model step",
+        "hermetic local: 20 terminal calls in one execute_code",
+    }
+    assert "local: execute_code" in done.stdout and "faster than 20 separate calls" in done.stdout

@@ -1,0 +1,98 @@
+"""What execute_code saves, with the scripted model (so the model's own time is near zero): 20 terminal
+calls made by one script against the same 20 calls made one per model step through the loop, the whole
+turn timed. Target: the script >= 5x faster.
+
+    python -m bench.toolbox [-n 5] [--backends local,docker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from control_plane.agent.agent import Agent
+from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import load_settings
+
+from .stats import console, report
+
+CALLS = 20
+TARGET = 5.0
+SCRIPT = f"from hermetic_tools import terminal\nfor i in range({CALLS}):\n    terminal(f'echo {{i}}')\n"
+
+
+def terminal(i: int) -> dict[str, Any]:
+    return {"name": "terminal", "arguments": {"command": f"echo {i}"}}
+
+
+SEPARATE: list[dict[str, Any]] = [*({"tool_calls": [terminal(i)]} for i in range(CALLS)), {"text": "done"}]
+ONE_SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"name": "execute_code", "arguments": {"code": SCRIPT}}]},
+    {"text": "done"},
+]
+
+
+def turn_seconds(agent: Agent, server: FakeLLM, script: list[dict[str, Any]]) -> float:
+    """One turn of `script` in a conversation whose sandbox is already up (made by a warm-up call)."""
+    conversation = agent.new_conversation()
+    try:
+        server.load([{"tool_calls": [terminal(0)]}, {"text": "warm"}])
+        asyncio.run(conversation.run("warm up", lambda e: None))
+        server.load(script)
+        started = time.perf_counter()
+        end = asyncio.run(conversation.run("go", lambda e: None))
+        seconds = time.perf_counter() - started
+        assert end.reason == "done", f"the bench's turn ended {end.reason}"
+        return seconds
+    finally:
+        conversation.close()
+
+
+SEPARATE_LABEL = f"{CALLS} terminal calls, one per model step"
+SCRIPT_LABEL = f"{CALLS} terminal calls in one execute_code"
+
+
+def figures(backend: str, n: int) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {}
+    with FakeLLM() as server, tempfile.TemporaryDirectory() as root:
+        model = {"name": "openai/bench", "api_base": server.url, "api_key": "bench", "retries": 0}
+        settings = load_settings(root=root, model=model, backend=backend, learning={"enabled": False})
+        agent = Agent(settings)
+        try:
+            for label, script in ((SEPARATE_LABEL, SEPARATE), (SCRIPT_LABEL, ONE_SCRIPT)):
+                runs = [turn_seconds(agent, server, script) for _ in range(n + 1)]
+                results[f"hermetic {backend}: {label}"] = runs[1:]  # 1 warm-up
+        finally:
+            agent.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", "--iterations", type=int, default=5, help="samples per figure")
+    parser.add_argument("--backends", default="local,docker")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {}
+    for backend in args.backends.split(","):
+        results |= figures(backend, args.iterations)
+    path = report("The toolbox (scripted model)", dict(results), args.out, {"backends": args.backends})
+    for backend in args.backends.split(","):
+        separate = statistics.median(results[f"hermetic {backend}: {SEPARATE_LABEL}"])
+        script = statistics.median(results[f"hermetic {backend}: {SCRIPT_LABEL}"])
+        ratio = separate / script
+        verdict = "met" if ratio >= TARGET else "NOT met"
+        console().print(
+            f"{backend}: execute_code {ratio:.1f}x faster than {CALLS} separate calls "
+            f"(target >= {TARGET:g}x: {verdict})"
+        )
+    print(f"raw samples: {path}")
+
+
+if __name__ == "__main__":
+    main()
