@@ -37,11 +37,18 @@ ONE_SCRIPT: list[dict[str, Any]] = [
 ]
 
 
+WARM_UP: list[dict[str, Any]] = [
+    {"tool_calls": [{"name": "execute_code", "arguments": {"code": "print(1)"}}]},
+    {"text": "warm"},
+]
+
+
 def turn_seconds(agent: Agent, server: FakeLLM, script: list[dict[str, Any]]) -> float:
-    """One turn of `script` in a conversation whose sandbox is already up (made by a warm-up call)."""
+    """One turn of `script` in a conversation whose sandbox is already up and has run a script (so its
+    spare interpreter is ready: the first script of a sandbox pays the interpreter's start-up)."""
     conversation = agent.new_conversation()
     try:
-        server.load([{"tool_calls": [terminal(0)]}, {"text": "warm"}])
+        server.load(WARM_UP)
         asyncio.run(conversation.run("warm up", lambda e: None))
         server.load(script)
         started = time.perf_counter()

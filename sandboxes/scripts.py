@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import json
 import os
-import queue
 import tempfile
 import threading
 from typing import Any, Callable
@@ -37,7 +36,6 @@ class ScriptRun:
         self.timed_out = False
         self.cancelled = False
         self.problem = ""  # the script broke the stub protocol
-        self._events: queue.Queue = queue.Queue()
         self._exited = threading.Event()
         self._dir = tempfile.mkdtemp(prefix="hermetic-script-")
         path = os.path.join(self._dir, "script.py")
@@ -51,31 +49,11 @@ class ScriptRun:
         self._timer = threading.Timer(timeout, self._time_out)
         self._timer.daemon = True
         self._timer.start()
-        reader = threading.Thread(target=self._read_calls, name="script-calls", daemon=True)
-        reader.start()
         output = threading.Thread(target=self._read_output, name="script-out", daemon=True)
         output.start()
-        threading.Thread(target=self._wait, args=(reader, output), name="script-wait", daemon=True).start()
+        threading.Thread(target=self._wait, args=(output,), name="script-wait", daemon=True).start()
 
     # -- the script's side -------------------------------------------------------------------
-
-    def _read_calls(self) -> None:
-        while True:
-            line = self._calls.readline(MAX_LINE)
-            if not line:
-                return
-            try:
-                call = json.loads(line)
-                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                    raise ValueError("a call needs a tool name")
-                arguments = call.get("arguments") or {}
-                if not isinstance(arguments, dict):
-                    raise ValueError("a call's arguments must be an object")
-            except ValueError as exc:
-                self.problem = "the script wrote a malformed tool call (%s)" % exc
-                self.kill()
-                return
-            self._events.put({"event": "call", "name": call["name"], "arguments": arguments})
 
     def _read_output(self) -> None:
         assert self.proc.stdout is not None
@@ -84,14 +62,12 @@ class ScriptRun:
             self.output.feed(chunk)
         self.proc.stdout.close()
 
-    def _wait(self, reader: threading.Thread, output: threading.Thread) -> None:
+    def _wait(self, output: threading.Thread) -> None:
         self.proc.wait()
         self._timer.cancel()
         kill_session(self.proc.pid)  # what it left running in the background ends with it
-        reader.join()
         output.join()
         self._exited.set()
-        self._events.put(None)
 
     def _time_out(self) -> None:
         self.timed_out = True
@@ -103,11 +79,23 @@ class ScriptRun:
     # -- the control plane's side ------------------------------------------------------------
 
     def next_event(self) -> dict[str, Any]:
-        """The next call the script makes, or its end. Calls written by a script that was then killed
-        (timeout, cancel) are dropped: nobody is left to read their results."""
-        event = self._events.get()
-        if event is not None and not self._exited.is_set():
-            return event
+        """The next call the script makes, read on the caller's thread (no hand-off), or its end. Calls
+        written by a script that was then killed (timeout, cancel) are dropped: nobody would read them."""
+        for line in iter(lambda: self._calls.readline(MAX_LINE), b""):
+            if self.timed_out or self.cancelled or self.problem:
+                continue
+            try:
+                call = json.loads(line)
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                    raise ValueError("a call needs a tool name")
+                arguments = call.get("arguments") or {}
+                if not isinstance(arguments, dict):
+                    raise ValueError("a call's arguments must be an object")
+            except ValueError as exc:
+                self.problem = "the script wrote a malformed tool call (%s)" % exc
+                self.kill()
+                continue
+            return {"event": "call", "name": call["name"], "arguments": arguments}
         self._exited.wait()
         self._replies.close()
         self._calls.close()
