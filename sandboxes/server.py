@@ -17,6 +17,7 @@ from typing import Any, Callable
 from . import PROTOCOL_VERSION, __version__, code_hash, netbridge
 from .browser import BrowserManager
 from .files import FileOps
+from .kernel import Kernel
 from .procs import ProcessTable
 from .protocol import (
     INTERNAL_ERROR,
@@ -78,6 +79,7 @@ class Server:
         self.files = FileOps(self.workspace, roots)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
         self.scripts = ScriptTable(self.workspace, env)
+        self.kernel = Kernel(self.workspace, env)
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
@@ -114,6 +116,7 @@ class Server:
             ),
             **self.browsers.methods(),
             **self.scripts.methods(),
+            **self.kernel.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -282,6 +285,7 @@ class Server:
         self.shells.close_all()
         self.procs.kill_all()
         self.scripts.close()
+        self.kernel.shutdown()
         os._exit(0)
 
     # -- shell -----------------------------------------------------------------------------

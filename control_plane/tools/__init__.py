@@ -1,6 +1,19 @@
 """Built-in tools. Importing this package registers every tool module into TOOLS."""
 
-from . import browser, clarify, code, delegate, files, memory, network, session_search, skills, terminal, todo
+from . import (
+    browser,
+    clarify,
+    code,
+    delegate,
+    files,
+    memory,
+    network,
+    python_kernel,
+    session_search,
+    skills,
+    terminal,
+    todo,
+)
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
 
 __all__ = [
@@ -18,6 +31,7 @@ __all__ = [
     "invoke",
     "memory",
     "network",
+    "python_kernel",
     "session_search",
     "skills",
     "terminal",
