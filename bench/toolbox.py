@@ -1,6 +1,10 @@
-"""What execute_code saves, with the scripted model (so the model's own time is near zero): 20 terminal
-calls made by one script against the same 20 calls made one per model step through the loop, the whole
-turn timed. Target: the script >= 5x faster.
+"""The toolbox's figures.
+
+- execute_code, with the scripted model (so the model's own time is near zero): 20 terminal calls made
+  by one script against the same 20 calls made one per model step through the loop, the whole turn
+  timed. Target: the script >= 5x faster.
+- the python tool: `1+1` through the tool's handler to the sandbox's kernel and back, on a warm
+  kernel. Target: <= 20 ms on docker.
 
     python -m bench.toolbox [-n 5] [--backends local,docker]
 """
@@ -15,11 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends import SandboxSpec, create_backend
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
+from control_plane.settings import Limits, load_settings
+from control_plane.tools import TOOLS, ToolContext, invoke
+from images.build import ensure_image
 
-from .stats import console, report
+from .stats import console, report, sample
 
 CALLS = 20
 TARGET = 5.0
@@ -62,6 +69,22 @@ def turn_seconds(agent: Agent, server: FakeLLM, script: list[dict[str, Any]]) ->
 
 SEPARATE_LABEL = f"{CALLS} terminal calls, one per model step"
 SCRIPT_LABEL = f"{CALLS} terminal calls in one execute_code"
+KERNEL_LABEL = "python tool `1+1` round trip (warm kernel)"
+KERNEL_TARGET_MS = 20.0
+
+
+def kernel_round_trips(backend: str, n: int) -> list[float]:
+    """Seconds per python-tool call of `1+1`, through the handler, on a warm kernel."""
+    image = ensure_image("slim") if backend == "docker" else SandboxSpec().image
+    with create_backend(backend).create(SandboxSpec(image=image)) as sandbox:
+        ctx = ToolContext(session_id="bench", call_id="bench", limits=Limits(), get_sandbox=lambda: sandbox)
+        tool = TOOLS.get("python")
+
+        def once() -> None:
+            result = invoke(tool, "python", '{"code": "1+1"}', ctx)
+            assert result.ok and "Out: 2" in result.content, result.content
+
+        return sample(once, n, warmup=3)
 
 
 def figures(backend: str, n: int) -> dict[str, list[float]]:
@@ -76,6 +99,7 @@ def figures(backend: str, n: int) -> dict[str, list[float]]:
                 results[f"hermetic {backend}: {label}"] = runs[1:]  # 1 warm-up
         finally:
             agent.close()
+    results[f"hermetic {backend}: {KERNEL_LABEL}"] = kernel_round_trips(backend, n * 10)
     return results
 
 
@@ -94,6 +118,10 @@ def main() -> None:
         script = statistics.median(results[f"hermetic {backend}: {SCRIPT_LABEL}"])
         ratio = separate / script
         verdict = "met" if ratio >= TARGET else "NOT met"
+        kernel = statistics.median(results[f"hermetic {backend}: {KERNEL_LABEL}"]) * 1000
+        console().print(
+            f"{backend}: python tool `1+1` {kernel:.1f} ms (target <= {KERNEL_TARGET_MS:g} ms on docker)"
+        )
         console().print(
             f"{backend}: execute_code {ratio:.1f}x faster than {CALLS} separate calls "
             f"(target >= {TARGET:g}x: {verdict})"

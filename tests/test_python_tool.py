@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import sys
 import zlib
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from test_agent import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM
+from images.build import ensure_image
+from sandboxes.kernel import Kernel
+from sandboxes.protocol import KERNEL_UNAVAILABLE, RpcError
 
 
 def png(width: int = 4, height: int = 3) -> bytes:
@@ -50,7 +54,9 @@ def test_a_kernel_keeps_state_and_types_its_rich_output(
     tmp_path: Path, fake_llm: FakeLLM, backend: str
 ) -> None:
     fake_llm.load([{"tool_calls": [call("python", code=cell)]} for cell in CELLS] + [{"text": "done"}])
-    agent = Agent(settings_for(tmp_path, fake_llm.url, backend))
+    # docker: this recipe's own image by its content-hashed tag (the :slim alias is whoever built last)
+    image = {"sandbox": {"image": ensure_image("slim")}} if backend == "docker" else {}
+    agent = Agent(settings_for(tmp_path, fake_llm.url, backend, **image))
     conversation = agent.new_conversation()
     end, _ = run(conversation, "go")
     assert end.reason == "done"
@@ -100,3 +106,14 @@ def test_a_cell_over_its_timeout_is_interrupted_and_the_kernel_lives_on(
     assert "error: the Python kernel died while running this cell" in died
     assert back == "[a new kernel was started]\nOut: 'back'\n"
     conversation.close()
+
+
+def test_a_sandbox_without_a_kernel_says_how_to_get_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "jupyter_client.manager", None)  # the import fails, as without it
+    kernel = Kernel(str(tmp_path), {"PATH": "/usr/bin:/bin"})
+    with pytest.raises(RpcError) as caught:
+        kernel.run(None, "1+1")
+    assert caught.value.code == KERNEL_UNAVAILABLE
+    assert "needs ipykernel (Debian: apt-get install python3-ipykernel" in caught.value.message
