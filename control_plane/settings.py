@@ -27,6 +27,7 @@ from .chat_settings import GatewaySettings
 from .env_lists import comma_list
 from .keys import load_env_file
 from .surface_settings import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
+from .web.settings import WebSettings
 
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -328,8 +329,9 @@ class Settings(BaseSettings):
     toolsets: Annotated[list[str], NoDecode] = [
         "terminal", "files", "code", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
-    """Which tool groups the model sees: terminal, files, code (execute_code), browser, memory, recall,
-    skills, delegate, todo, clarify, network."""
+    """Which tool groups the model sees: terminal, files, code (execute_code, python), browser, memory,
+    recall, skills, delegate, todo, clarify, network, web (web_search; off by default: queries go to a
+    third party)."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
@@ -344,6 +346,8 @@ class Settings(BaseSettings):
     network: NetworkConfig = NetworkConfig()  # HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
+    web: WebSettings = WebSettings()
+    """The web toolset: HERMETIC_WEB__SEARCH__PROVIDER=brave, HERMETIC_WEB__SEARCH__BRAVE_API_KEY=..."""
     agent: AgentSettings = AgentSettings()
     """HERMETIC_AGENT__MAX_CHILDREN=4, HERMETIC_AGENT__MAX_DEPTH=2, HERMETIC_AGENT__CHILD_ITERATIONS=50"""
     openai: OpenAISettings = OpenAISettings()

@@ -13,6 +13,7 @@ from . import (
     skills,
     terminal,
     todo,
+    web,
 )
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
 
@@ -37,4 +38,5 @@ __all__ = [
     "terminal",
     "todo",
     "tool",
+    "web",
 ]
