@@ -36,7 +36,24 @@ class SearchSettings(BaseModel):
         return [key.get_secret_value() for key in found if key is not None and key.get_secret_value()]
 
 
+class ExtractSettings(BaseModel):
+    """web_extract's bounds (HERMETIC_WEB__EXTRACT__MAX_CHARS=...). Which hosts it reaches is the
+    profile's egress policy: `sandbox.network` and `sandbox.allow`, as for the sandboxes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_chars: int = Field(15_000, ge=500)
+    """Characters of one page the model reads (with `focus`, the paragraphs that mention it first)."""
+    max_bytes: int = Field(5_000_000, ge=10_000)
+    """Bytes of one page that are downloaded; the rest is not read (the page is said to be cut)."""
+    timeout: float = Field(15.0, gt=0)
+    """Seconds to connect, and between bytes, per page."""
+    ca_file: str | None = None
+    """Extra CA certificates (PEM) to trust for https, e.g. a corporate proxy's; the system's otherwise."""
+
+
 class WebSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     search: SearchSettings = SearchSettings()
+    extract: ExtractSettings = ExtractSettings()
