@@ -97,7 +97,8 @@ class ScriptRun:
                 continue
             return {"event": "call", "name": call["name"], "arguments": arguments}
         self._exited.wait()
-        self._replies.close()
+        with contextlib.suppress(OSError):  # a reply the killed script never read: nothing to flush to
+            self._replies.close()
         self._calls.close()
         output, cut = self.output.result()
         _remove(self._dir)

@@ -38,7 +38,7 @@ from .events import (
 from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 from .questions import Questions
 from .skill_reviews import review_skills
-from .tool_call import run_tool_call
+from .tool_call import run_tool_call, tool_start
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -309,7 +309,7 @@ class Conversation:
                 if not steers:
                     return TurnEnd(reason="done", content=reply.content, iterations=iteration)
             else:
-                await self._tool_batch(reply.tool_calls, emit_threadsafe)
+                await self._tool_batch(reply.tool_calls, emit, emit_threadsafe)
                 if self._cancelled.is_set():
                     return TurnEnd(reason="interrupted", iterations=iteration)
                 with self._lock:
@@ -367,14 +367,14 @@ class Conversation:
 
     # -- tools -----------------------------------------------------------------------------
 
-    async def _tool_batch(self, calls: list[ToolCall], emit_threadsafe: Emit) -> None:
+    async def _tool_batch(self, calls: list[ToolCall], emit: Emit, emit_threadsafe: Emit) -> None:
         """Run the calls, parallel-safe neighbours together, and append their results in call order."""
         results: dict[str, str] = {}
         limit = asyncio.Semaphore(self.agent.settings.limits.parallel_tools)
 
         async def one(call: ToolCall) -> None:
             async with limit:
-                results[call.id] = await self._call_tool(call, emit_threadsafe)
+                results[call.id] = await self._call_tool(call, emit, emit_threadsafe)
 
         for group in groups(calls, self.tools):
             if self._cancelled.is_set():
@@ -384,7 +384,8 @@ class Conversation:
             content = results.get(call.id, NOT_RUN)
             self._append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
-    async def _call_tool(self, call: ToolCall, emit_threadsafe: Emit) -> str:
+    async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
+        emit(tool_start(call))
         ctx = self._context(call.id, emit_threadsafe)
         outcome = await asyncio.to_thread(
             run_tool_call,
@@ -435,6 +436,7 @@ class Conversation:
 
         def call_tool(name: str, arguments: dict[str, Any]) -> ToolOutcome:
             inner = ToolCall(id=f"{call_id}.{next(numbers)}", name=name, arguments=json.dumps(arguments))
+            emit_threadsafe(tool_start(inner))
             ctx = self._context(inner.id, emit_threadsafe)
             tool = self.tools.get(name)
             return run_tool_call(self.agent, tool, inner, ctx, self._budget, emit_threadsafe, self._write)

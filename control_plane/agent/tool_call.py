@@ -1,6 +1,7 @@
 """The one path of a tool call, whoever asks for it (the loop for the model, execute_code for a script):
-budget, start event, checkpoint, the sandbox held in use, invoke, notices, redaction, clipping, the
-audit row, end event."""
+budget, checkpoint, the sandbox held in use, invoke, notices, redaction, clipping, the audit row, end
+event. The caller emits `tool_start(call)` first, from its own thread (the loop announces a parallel
+batch's calls before any of them runs)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ def run_tool_call(
     """Run one call in this (worker) thread; `emit` must be safe to call from it, `write` queues a
     database write. Every failure is a result the caller can read."""
     arguments = parsed(call.arguments)
-    emit(ToolStart(call_id=call.id, name=call.name, arguments=arguments))
     started_at = time.time()
     started = time.perf_counter()
     spent = not budget.take_tool_call()
@@ -76,6 +76,10 @@ def run_tool_call(
         )
     )
     return ToolOutcome(content, result.ok, result.exit_code, duration, spent)
+
+
+def tool_start(call: ToolCall) -> ToolStart:
+    return ToolStart(call_id=call.id, name=call.name, arguments=parsed(call.arguments))
 
 
 def _execute(

@@ -81,15 +81,7 @@ class SearXNG(Provider):
         return client.get(self.settings.searxng_url.rstrip("/") + "/search", params=params)
 
     def _results(self, body: Any) -> list[SearchResult]:
-        return [
-            SearchResult(
-                title=item.get("title") or item["url"],
-                url=item["url"],
-                snippet=item.get("content") or "",
-                date=item.get("publishedDate"),
-            )
-            for item in body["results"]
-        ]
+        return _shaped(body["results"], "content", "publishedDate")
 
 
 class Brave(Provider):
@@ -110,16 +102,7 @@ class Brave(Provider):
         )
 
     def _results(self, body: Any) -> list[SearchResult]:
-        items = (body.get("web") or {}).get("results", [])
-        return [
-            SearchResult(
-                title=item.get("title") or item["url"],
-                url=item["url"],
-                snippet=item.get("description") or "",
-                date=item.get("page_age") or item.get("age"),
-            )
-            for item in items
-        ]
+        return _shaped((body.get("web") or {}).get("results", []), "description", "page_age", "age")
 
 
 class Tavily(Provider):
@@ -138,15 +121,7 @@ class Tavily(Provider):
         return client.post(self.settings.tavily_url.rstrip("/") + "/search", json=payload, headers=headers)
 
     def _results(self, body: Any) -> list[SearchResult]:
-        return [
-            SearchResult(
-                title=item.get("title") or item["url"],
-                url=item["url"],
-                snippet=item.get("content") or "",
-                date=item.get("published_date"),
-            )
-            for item in body["results"]
-        ]
+        return _shaped(body["results"], "content", "published_date")
 
 
 class Exa(Provider):
@@ -171,15 +146,24 @@ class Exa(Provider):
         )
 
     def _results(self, body: Any) -> list[SearchResult]:
-        return [
-            SearchResult(
-                title=item.get("title") or item["url"],
-                url=item["url"],
-                snippet=" ... ".join(item.get("highlights") or []) or (item.get("text") or "")[:500],
-                date=item.get("publishedDate"),
-            )
+        items = [
+            {**item, "snippet": " ... ".join(item.get("highlights") or []) or (item.get("text") or "")[:500]}
             for item in body["results"]
         ]
+        return _shaped(items, "snippet", "publishedDate")
+
+
+def _shaped(items: list[dict[str, Any]], snippet: str, *dates: str) -> list[SearchResult]:
+    """A provider's result items as SearchResults: its field for the snippet, its fields for the date."""
+    return [
+        SearchResult(
+            title=item.get("title") or item["url"],
+            url=item["url"],
+            snippet=item.get(snippet) or "",
+            date=next((item[key] for key in dates if item.get(key)), None),
+        )
+        for item in items
+    ]
 
 
 PROVIDERS: dict[str, type[Provider]] = {cls.name: cls for cls in (SearXNG, Brave, Tavily, Exa)}
