@@ -424,9 +424,24 @@ class Conversation:
             todo=self.todo,
             delegate=self._delegator(call_id, emit_threadsafe),
             call_tool=self._inner_calls(call_id, emit_threadsafe),
+            ask_model=self._ask_model,
             tools=self.tools,
             settings=agent.settings,
         )
+
+    def _ask_model(self, system: str, text: str) -> str | None:
+        """From a handler's thread: one model call on the running turn's loop, counted in its budget."""
+        if self._loop is None or not self._budget.take():
+            return None
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        work = asyncio.run_coroutine_threadsafe(
+            self.router.complete(messages, None, stream=False), self._loop
+        )
+        try:
+            return work.result().content or None
+        except ModelError as exc:
+            log.warning("session %s: a tool's model call failed: %s", self.id, exc)
+            return None
 
     def _inner_calls(
         self, call_id: str, emit_threadsafe: Emit
