@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Literal, TypedDict
 
 from .output import OutputBuffer
 from .procutil import kill_session
@@ -26,12 +26,53 @@ MAX_LINE = 64 * 1024 * 1024
 """The longest tool call a script may write (its arguments); a longer one ends the script."""
 
 
+class CallEvent(TypedDict):
+    """script.start / script.reply answer: the script calls a tool and waits for its result."""
+
+    event: Literal["call"]
+    run: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class DoneEvent(TypedDict):
+    """script.start / script.reply answer: the script has ended (its process and what it started)."""
+
+    event: Literal["done"]
+    run: str
+    output: str
+    truncated: bool
+    exit_code: int | None
+    timed_out: bool
+    cancelled: bool
+    problem: str
+    """Why the runtime stopped it, when the script broke the stub's protocol; else empty."""
+
+
+class CallReply(TypedDict, total=False):
+    """script.reply's `result`: what the script's call returns (or raises: refused, spent)."""
+
+    ok: bool
+    content: str
+    exit_code: int | None
+    spent: bool
+    refused: bool
+
+
 class ScriptRun:
     """One running script: its process, the calls it has written and not yet had answered, its output."""
 
     def __init__(
-        self, host: Host, script: str, cwd: str, tools: dict[str, Any], timeout: float, limit: int
+        self,
+        run_id: str,
+        host: Host,
+        script: str,
+        cwd: str,
+        tools: dict[str, Any],
+        timeout: float,
+        limit: int,
     ) -> None:
+        self.id = run_id
         self.output = OutputBuffer(limit)
         self.timed_out = False
         self.cancelled = False
@@ -78,7 +119,7 @@ class ScriptRun:
 
     # -- the control plane's side ------------------------------------------------------------
 
-    def next_event(self) -> dict[str, Any]:
+    def next_event(self) -> CallEvent | DoneEvent:
         """The next call the script makes, read on the caller's thread (no hand-off), or its end. Calls
         written by a script that was then killed (timeout, cancel) are dropped: nobody would read them."""
         for line in iter(lambda: self._calls.readline(MAX_LINE), b""):
@@ -95,7 +136,7 @@ class ScriptRun:
                 self.problem = "the script wrote a malformed tool call (%s)" % exc
                 self.kill()
                 continue
-            return {"event": "call", "name": call["name"], "arguments": arguments}
+            return {"event": "call", "run": self.id, "name": call["name"], "arguments": arguments}
         self._exited.wait()
         with contextlib.suppress(OSError):  # a reply the killed script never read: nothing to flush to
             self._replies.close()
@@ -104,6 +145,7 @@ class ScriptRun:
         _remove(self._dir)
         return {
             "event": "done",
+            "run": self.id,
             "output": output,
             "truncated": cut,
             "exit_code": self.proc.returncode,
@@ -112,7 +154,7 @@ class ScriptRun:
             "problem": self.problem,
         }
 
-    def reply(self, result: dict[str, Any]) -> None:
+    def reply(self, result: CallReply) -> None:
         try:
             self._replies.write(json.dumps(result).encode("utf-8", "surrogatepass") + b"\n")
             self._replies.flush()
@@ -141,22 +183,22 @@ class ScriptTable:
         timeout: float = 300.0,
         limit: int = 50000,
         cwd: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallEvent | DoneEvent:
         """Run `script`; `tools` maps each tool it may call to its parameter names (for positional use)."""
         if not isinstance(script, str) or not isinstance(tools or {}, dict):
             raise RpcError(INVALID_PARAMS, "script must be a string and tools an object")
         where = os.path.join(self._workspace, cwd) if cwd else self._workspace
-        run = ScriptRun(self._spares.take(), script, where, tools or {}, float(timeout), int(limit))
         run_id = "s%d" % next(self._ids)
+        run = ScriptRun(run_id, self._spares.take(), script, where, tools or {}, float(timeout), int(limit))
         with self._lock:
             self._runs[run_id] = run
-        return self._next(run_id, run)
+        return self._next(run)
 
-    def reply(self, req: Any, run: str, result: dict[str, Any]) -> dict[str, Any]:
+    def reply(self, req: Any, run: str, result: CallReply) -> CallEvent | DoneEvent:
         """Hand the script the result of the call it is waiting on; answers with its next event."""
         script = self._get(run)
         script.reply(result)
-        return self._next(run, script)
+        return self._next(script)
 
     def cancel(self, req: Any, run: str | None = None) -> dict[str, Any]:
         """Kill the script `run`, or every running one (the user interrupted the agent)."""
@@ -172,12 +214,11 @@ class ScriptTable:
         self.cancel(None)
         self._spares.close()
 
-    def _next(self, run_id: str, run: ScriptRun) -> dict[str, Any]:
+    def _next(self, run: ScriptRun) -> CallEvent | DoneEvent:
         event = run.next_event()
         if event["event"] == "done":
             with self._lock:
-                self._runs.pop(run_id, None)
-        event["run"] = run_id
+                self._runs.pop(run.id, None)
         return event
 
     def _get(self, run_id: str) -> ScriptRun:

@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sandboxes.scripts import CallEvent, CallReply, DoneEvent
+
 from .registry import ToolContext, ToolOutcome, ToolResult, tool
 
 REFUSED = {
@@ -49,14 +51,14 @@ def execute_code(ctx: ToolContext, args: ExecuteCodeArgs) -> ToolResult:
     wait = timeout + 30  # the runtime ends the script at `timeout`; no event comes later than that
     limit = ctx.limits.tool_output * 3 // 4  # the rest is for the log of calls
     params = {"script": args.code, "tools": tools, "timeout": timeout, "limit": limit}
-    event = sandbox.call("script.start", params, timeout=wait)
+    event: CallEvent | DoneEvent = sandbox.call("script.start", params, timeout=wait)
     calls: list[InnerCall] = []
     while event["event"] == "call":
         name, arguments = event["name"], event["arguments"]
         if name in REFUSED:
             reason = f"{name} cannot be called from a script: {REFUSED[name]}"
             calls.append(InnerCall(name, arguments, None))
-            reply: dict[str, Any] = {"refused": True, "ok": False, "content": reason}
+            reply: CallReply = {"refused": True, "ok": False, "content": reason}
         else:
             outcome = ctx.call_tool(name, arguments)
             calls.append(InnerCall(name, arguments, outcome))
@@ -87,7 +89,7 @@ class InnerCall:
         return f"{self.name} {shown} -> {state}{code}, {self.outcome.duration_ms:.0f} ms"
 
 
-def _result(done: dict[str, Any], calls: list[InnerCall], timeout: float) -> ToolResult:
+def _result(done: DoneEvent, calls: list[InnerCall], timeout: float) -> ToolResult:
     """The script's output, then how it ended and a compact log of its calls."""
     code = done["exit_code"]
     if done["timed_out"]:
