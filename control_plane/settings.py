@@ -58,6 +58,8 @@ class ModelSettings(BaseModel):
     """Tried in order when the primary fails after its retries (a plain string is a model name)."""
     timeout: float = Field(120.0, gt=0)
     """Seconds for one model call."""
+    vision: bool | None = None
+    """The primary model accepts images (vision_analyze); None: as litellm's model table says."""
     retries: int = Field(3, ge=0)
     """Retries per model on rate limits, timeouts and 5xx, with exponential backoff and jitter."""
     backoff: float = Field(1.0, gt=0)

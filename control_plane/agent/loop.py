@@ -429,11 +429,14 @@ class Conversation:
             settings=agent.settings,
         )
 
-    def _ask_model(self, system: str, text: str) -> str | None:
-        """From a handler's thread: one model call on the running turn's loop, counted in its budget."""
+    def _ask_model(self, system: str, text: str, images: tuple[str, ...] = ()) -> str | None:
+        """From a handler's thread: one model call on the running turn's loop, counted in its budget;
+        `images` (data URLs) go with the text as content parts."""
         if self._loop is None or not self._budget.take():
             return None
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        parts = [{"type": "image_url", "image_url": {"url": url}} for url in images]
+        content: Any = [{"type": "text", "text": text}, *parts] if parts else text
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
         work = asyncio.run_coroutine_threadsafe(
             self.router.complete(messages, None, stream=False), self._loop
         )

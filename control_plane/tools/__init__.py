@@ -13,6 +13,7 @@ from . import (
     skills,
     terminal,
     todo,
+    vision,
     web,
 )
 from .registry import TOOLS, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
@@ -38,5 +39,6 @@ __all__ = [
     "terminal",
     "todo",
     "tool",
+    "vision",
     "web",
 ]

@@ -85,9 +85,10 @@ class ToolContext:
     call_tool: Callable[[str, dict[str, Any]], ToolOutcome] | None = None
     """Run another call (tool name, arguments) through the agent's one path, counted in the turn's
     budget (execute_code's inner calls); None where nothing runs such calls (MCP)."""
-    ask_model: Callable[[str, str], str | None] | None = None
-    """Ask the session's model one question outside the conversation (system prompt, user text): its
-    answer, None when the turn's budget is spent or the model failed (web_extract's summaries)."""
+    ask_model: Callable[..., str | None] | None = None
+    """Ask the session's model one question outside the conversation: (system prompt, user text,
+    images=[data URLs]) -> its answer, None when the turn's budget is spent or the model failed
+    (web_extract's summaries, vision_analyze)."""
     tools: dict[str, Tool[Any]] = field(default_factory=dict)
     """The tools this conversation offers (what call_tool may reach)."""
     settings: Settings | None = None

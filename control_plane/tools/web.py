@@ -94,6 +94,7 @@ def web_extract(ctx: ToolContext, args: WebExtractArgs) -> ToolResult:
             limits.timeout,
             limits.max_bytes,
             ctx.session_id,
+            "web_extract",
         )
     except FetchRefused as exc:
         return ToolResult(f"error: {exc}", ok=False)

@@ -43,13 +43,16 @@ class Page:
 
 
 class Fetcher:
-    """One session's fetches: `spec` is its sandbox settings (network, allow), `audit` the log file."""
+    """One session's fetches for `tool`: `spec` is its sandbox settings (network, allow), `audit` the
+    log file."""
 
-    def __init__(self, spec: SandboxSpec, audit: Path, timeout: float, max_bytes: int, session: str) -> None:
+    def __init__(
+        self, spec: SandboxSpec, audit: Path, timeout: float, max_bytes: int, session: str, tool: str
+    ) -> None:
         if spec.network == "none":
             raise FetchRefused(
-                "web_extract is refused: this profile's sandboxes have `network: none`, and web_extract "
-                "obeys the same egress policy. To allow it, set `sandbox.network: allowlist` and list the "
+                f"{tool} is refused: this profile's sandboxes have `network: none`, and {tool} fetches "
+                "under the same egress policy. To allow it, set `sandbox.network: allowlist` and list the "
                 "hosts in `sandbox.allow` (config.yaml), or `network: full`"
             )
         self._policy = Policy(spec.allow if spec.network == "allowlist" else [])
