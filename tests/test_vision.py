@@ -98,3 +98,30 @@ def test_bad_images_and_a_model_without_vision_are_readable_errors(tmp_path: Pat
         "error: the model openai/scripted does not accept images: switch to a vision model"
     )
     blind.close()
+
+
+def test_browser_vision_shows_the_model_the_page_in_the_sandboxs_browser(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    page = "data:text/html,<html><body style='background:rgb(0,0,255)'><h1>Blue page</h1></body></html>"
+    fake_llm.load(
+        [
+            {"tool_calls": [call("browser_navigate", url=page)]},
+            {"tool_calls": [call("browser_vision", question="Which colour is the background?")]},
+            {"match": "Which colour is the background?", "text": "Blue."},
+            {"text": "done"},
+        ]
+    )
+    settings = settings_for(
+        tmp_path, fake_llm.url, "local", model={"vision": True}, toolsets=["vision", "browser"]
+    )
+    conversation = Agent(settings).new_conversation()
+    end, _ = run(conversation, "look")
+    assert end.reason == "done"
+    navigated, looked = tool_messages(fake_llm.requests[-1])
+    assert "Blue page" in navigated
+    assert looked.startswith("[PNG ") and looked.endswith("]\nBlue.")
+    url = fake_llm.requests[2]["messages"][1]["content"][1]["image_url"]["url"]
+    shot = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    assert shot.getpixel((shot.width - 5, shot.height - 5)) == (0, 0, 255)  # the page as rendered
+    conversation.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import litellm
@@ -38,13 +39,34 @@ class VisionArgs(BaseModel):
     question: str = Field(min_length=1, max_length=2000, description="What to find out from the image.")
 
 
+class BrowserVisionArgs(BaseModel):
+    question: str = Field(
+        min_length=1, max_length=2000, description="What to find out from the page as seen."
+    )
+
+
 @tool("vision_analyze", toolset="vision")
 def vision_analyze(ctx: ToolContext, args: VisionArgs) -> ToolResult:
     """Look at an image (a file in the sandbox: a screenshot, a chart, a photo; or an image URL) and
     answer a question about it. Needs a model that accepts images."""
+    remote = args.source.startswith(("http://", "https://"))
+    read = (lambda: _fetch(ctx, args.source)) if remote else (lambda: _file(ctx, args.source))
+    return _look(ctx, args.source, args.question, read)
+
+
+@tool("browser_vision", toolset="vision")
+def browser_vision(ctx: ToolContext, args: BrowserVisionArgs) -> ToolResult:
+    """Screenshot the sandbox's browser (the page you navigated to) and answer a question about what it
+    shows: layout, charts, images, what the accessibility snapshot cannot say. Needs a vision model."""
+    return _look(ctx, "the browser's page", args.question, lambda: _screenshot(ctx))
+
+
+def _look(ctx: ToolContext, source: str, question: str, read: Callable[[], bytes]) -> ToolResult:
     settings = ctx.settings
     if settings is None or ctx.ask_model is None:
-        return ToolResult("error: vision_analyze needs the agent's model (no agent runs this call)", ok=False)
+        return ToolResult(
+            "error: looking at images needs the agent's model (no agent runs this call)", ok=False
+        )
     if not accepts_images(settings.model.name, settings.model.vision):
         return ToolResult(
             f"error: the model {settings.model.name} does not accept images: switch to a vision model, or "
@@ -52,15 +74,10 @@ def vision_analyze(ctx: ToolContext, args: VisionArgs) -> ToolResult:
             ok=False,
         )
     try:
-        raw = (
-            _fetch(ctx, args.source)
-            if args.source.startswith(("http://", "https://"))
-            else _file(ctx, args.source)
-        )
-        url, described = data_url(raw)
+        url, described = data_url(read())
     except (ImageError, FetchRefused, FetchFailed) as exc:
-        return ToolResult(f"error: {args.source}: {exc}", ok=False)
-    answer = ctx.ask_model(SYSTEM, args.question, (url,))
+        return ToolResult(f"error: {source}: {exc}", ok=False)
+    answer = ctx.ask_model(SYSTEM, question, (url,))
     if answer is None:
         return ToolResult(
             "error: the model gave no answer (its call failed, or the turn's budget is spent)", ok=False
@@ -119,6 +136,11 @@ def _file(ctx: ToolContext, path: str) -> bytes:
         raise ImageError(f"not a file of at most {MAX_BYTES:,} bytes")
     with tempfile.TemporaryDirectory() as where:
         return Path(sandbox.download(path, where)).read_bytes()
+
+
+def _screenshot(ctx: ToolContext) -> bytes:
+    shot = ctx.sandbox.call("browser.screenshot", {"full_page": False}, timeout=60)
+    return base64.b64decode(shot["png"])
 
 
 def _fetch(ctx: ToolContext, url: str) -> bytes:
