@@ -332,8 +332,8 @@ class Settings(BaseSettings):
         "terminal", "files", "code", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
     """Which tool groups the model sees: terminal, files, code (execute_code, python), browser, memory,
-    recall, skills, delegate, todo, clarify, network, web (web_search; off by default: queries go to a
-    third party)."""
+    recall, skills, delegate, todo, clarify, network, web (web_search, web_extract; off by default:
+    queries and pages cross the seal), vision (vision_analyze, browser_vision: for a vision model)."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
