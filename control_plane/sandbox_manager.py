@@ -311,11 +311,12 @@ class SandboxManager:
             return self._sandboxes.get(session_id)
 
     def interrupt(self, session_id: str) -> None:
-        """Stop what the session's shell is running (the agent was interrupted)."""
+        """Stop what the session's shell and its execute_code scripts run (the agent was interrupted)."""
         sandbox = self.peek(session_id)
         if sandbox is not None:
             try:
                 sandbox.call("shell.interrupt", {"session": "default"}, timeout=10)
+                sandbox.call("script.cancel", timeout=10)
             except SandboxError as exc:
                 log.warning("session %s: interrupt failed: %s", session_id, exc)
 

@@ -27,6 +27,7 @@ from .chat_settings import GatewaySettings
 from .env_lists import comma_list
 from .keys import load_env_file
 from .surface_settings import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
+from .web.settings import WebSettings
 
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -57,6 +58,8 @@ class ModelSettings(BaseModel):
     """Tried in order when the primary fails after its retries (a plain string is a model name)."""
     timeout: float = Field(120.0, gt=0)
     """Seconds for one model call."""
+    vision: bool | None = None
+    """The primary model accepts images (vision_analyze); None: as litellm's model table says."""
     retries: int = Field(3, ge=0)
     """Retries per model on rate limits, timeouts and 5xx, with exponential backoff and jitter."""
     backoff: float = Field(1.0, gt=0)
@@ -89,6 +92,9 @@ class Limits(BaseModel):
 
     max_iterations: int = Field(90, ge=1)
     """Model calls one user message may cause before the run stops and says so."""
+    max_tool_calls: int = Field(1000, ge=1)
+    """Tool calls one user message may cause, the model's own and those of its execute_code scripts;
+    past it a call is refused with a readable error (a script gets BudgetSpent)."""
     tool_timeout: float = Field(120.0, gt=0)
     """Default seconds a terminal command may run (the model may ask for up to max_tool_timeout)."""
     max_tool_timeout: float = Field(1800.0, gt=0)
@@ -399,9 +405,10 @@ class Settings(BaseSettings):
     pool: PoolSettings = PoolSettings()
     """HERMETIC_POOL__SIZE=1 keeps a warm sandbox for the next session; HERMETIC_POOL__IDLE_SECONDS=600"""
     toolsets: Annotated[list[str], NoDecode] = [
-        "terminal", "files", "memory", "recall", "skills", "delegate", "todo", "clarify"
+        "terminal", "files", "code", "memory", "recall", "skills", "delegate", "todo", "clarify"
     ]  # fmt: skip
-    """Which tool groups the model sees (`hermetic run --help` lists every one the tool registry has)."""
+    """Which tool groups the model sees (`hermetic run --help` lists every one the tool registry has); web
+    and vision are off by default: queries, pages and images cross the seal."""
     limits: Limits = Limits()
     learning: LearningSettings = LearningSettings()
     memory: MemorySettings = MemorySettings()
@@ -416,6 +423,8 @@ class Settings(BaseSettings):
     network: NetworkConfig = NetworkConfig()  # HERMETIC_NETWORK__CONNECT_TIMEOUT=10, ...
     skill_install: SkillInstallSettings = SkillInstallSettings()
     """HERMETIC_SKILL_INSTALL__MAX_BYTES=..., HERMETIC_SKILL_INSTALL__MAX_FILES=..."""
+    web: WebSettings = WebSettings()
+    """The web toolset: HERMETIC_WEB__SEARCH__PROVIDER=brave, HERMETIC_WEB__SEARCH__BRAVE_API_KEY=..."""
     agent: AgentSettings = AgentSettings()
     """HERMETIC_AGENT__MAX_CHILDREN=4, HERMETIC_AGENT__MAX_DEPTH=2, HERMETIC_AGENT__CHILD_ITERATIONS=50"""
     openai: OpenAISettings = OpenAISettings()

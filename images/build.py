@@ -44,12 +44,13 @@ SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 SLIM_PACKAGES = ("python3", "bash", "coreutils", "procps", "git", "ripgrep", "curl",
                  "ca-certificates", "tini")  # fmt: skip
+KERNEL_EXTRAS = ("python3-ipykernel",)  # the python tool's Jupyter kernel (sandboxes/kernel.py)
 BROWSER_EXTRAS = ("chromium", "fonts-liberation", "libatomic1")
 NODE_EXTRAS = ("nodejs",)  # Debian's Node.js (18 on bookworm): MCP servers installed from npm run on it
 SERVICE_EXTRAS = ("haproxy", "postgresql")  # the compose deployment's offline images (images/services.py)
 PACKAGES = {
-    "slim": SLIM_PACKAGES,
-    "browser": SLIM_PACKAGES + BROWSER_EXTRAS,
+    "slim": SLIM_PACKAGES + KERNEL_EXTRAS,
+    "browser": SLIM_PACKAGES + KERNEL_EXTRAS + BROWSER_EXTRAS,
     "node": SLIM_PACKAGES + NODE_EXTRAS,
     "service": SLIM_PACKAGES + SERVICE_EXTRAS,
 }

@@ -30,6 +30,9 @@ IO_ERROR = 1012
 BROWSER_ERROR = 1013
 SESSION_IDLE = 1014
 
+# The python tool's kernel (sandboxes/kernel.py).
+KERNEL_UNAVAILABLE = 1030
+
 
 class RpcError(Exception):
     """An error reported to the caller as a JSON-RPC error object."""

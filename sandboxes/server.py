@@ -17,6 +17,7 @@ from typing import Any, Callable
 from . import PROTOCOL_VERSION, __version__, code_hash, netbridge, usage
 from .browser import BrowserManager
 from .files import FileOps
+from .kernel import Kernel
 from .procs import ProcessTable
 from .protocol import (
     INTERNAL_ERROR,
@@ -34,6 +35,7 @@ from .protocol import (
     raw_fields,
     response,
 )
+from .scripts import ScriptTable
 from .shells import ShellManager
 from .terminals import TerminalTable
 from .watch import WatchTable
@@ -80,6 +82,8 @@ class Server:
         self.procs = ProcessTable(self.workspace, env)
         self.terminals = TerminalTable(self.workspace, env)
         self.browsers = BrowserManager(idle=float(os.environ.get("HERMETIC_BROWSER_IDLE", "300")))
+        self.scripts = ScriptTable(self.workspace, env)
+        self.kernel = Kernel(self.workspace, env)
         self.methods: dict[str, Callable[..., Any]] = {
             "sys.hello": self.sys_hello,
             "sys.ping": lambda req: {"pong": True},
@@ -118,6 +122,8 @@ class Server:
             **self.browsers.methods(),
             **self.terminals.methods(),
             **self.watches.methods(),
+            **self.scripts.methods(),
+            **self.kernel.methods(),
         }
 
     # -- transport -------------------------------------------------------------------------
@@ -295,6 +301,8 @@ class Server:
         self.terminals.close_all()
         self.watches.close_all()
         self.procs.kill_all()
+        self.scripts.close()
+        self.kernel.shutdown()
         os._exit(0)
 
     # -- shell -----------------------------------------------------------------------------

@@ -176,6 +176,7 @@ def known_secrets(settings: Settings) -> list[str]:
     """Values the model must never see back: model keys, the profile's .env, and sandbox variables named
     like secrets."""
     keys = [endpoint.api_key.get_secret_value() for endpoint in settings.model.chain if endpoint.api_key]
+    keys += settings.web.search.keys()
     given = {
         **{name: os.environ.get(name, "") for name in settings.sandbox.env_allow},
         **settings.sandbox.env,

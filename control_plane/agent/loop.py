@@ -8,16 +8,16 @@ run (the model call is cancelled, running commands are interrupted, the history 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any
 
 from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
-from ..safety.redaction import clip
-from ..tools import Tool, ToolContext, ToolResult, invoke
+from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.todo import plan_block
 from .base import AgentBase
 from .budget import Budget
@@ -30,15 +30,14 @@ from .events import (
     Event,
     Notice,
     TodoItem,
-    ToolEnd,
     ToolProgress,
-    ToolStart,
     TurnEnd,
     UserMessage,
 )
 from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 from .questions import Questions
 from .skill_reviews import review_skills
+from .tool_call import run_tool_call, tool_start
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -279,7 +278,7 @@ class Conversation:
         self._write(agent.store.add_message, self.id, {"role": "user", "content": text})
         emit(UserMessage(content=text))
         limit = self.max_iterations or agent.settings.limits.max_iterations
-        self._budget = budget = Budget(limit, self.parent_budget)
+        self._budget = budget = Budget(limit, self.parent_budget, agent.settings.limits.max_tool_calls)
         iteration = 0
         while budget.take():
             iteration += 1
@@ -390,15 +389,30 @@ class Conversation:
             self._append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
 
     async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
+        emit(tool_start(call))
+        ctx = self._context(call.id, emit_threadsafe)
+        outcome = await asyncio.to_thread(
+            run_tool_call,
+            self.agent,
+            self.tools.get(call.name),
+            call,
+            ctx,
+            self._budget,
+            emit_threadsafe,
+            self._write,
+        )
+        self._turn_record.tool_done(call.name, outcome.ok, parsed(call.arguments))
+        return outcome.content
+
+    def _context(self, call_id: str, emit_threadsafe: Emit) -> ToolContext:
+        """What a handler of this conversation's call may use (execute_code's inner calls get their own)."""
         agent = self.agent
-        tool = self.tools.get(call.name)
-        emit(ToolStart(call_id=call.id, name=call.name, arguments=parsed(call.arguments)))
-        ctx = ToolContext(
+        return ToolContext(
             session_id=self.id,
-            call_id=call.id,
+            call_id=call_id,
             limits=agent.settings.limits,
             get_sandbox=lambda: agent.sandboxes.get(self.id),
-            progress=lambda text: emit_threadsafe(ToolProgress(call_id=call.id, text=agent.redact(text))),
+            progress=lambda text: emit_threadsafe(ToolProgress(call_id=call_id, text=agent.redact(text))),
             cancelled=self._cancelled,
             profile=agent.settings.profile,
             store=agent.store,
@@ -412,68 +426,50 @@ class Conversation:
             ),
             emit=emit_threadsafe,
             todo=self.todo,
-            delegate=self._delegator(call.id, emit_threadsafe),
+            delegate=self._delegator(call_id, emit_threadsafe),
+            call_tool=self._inner_calls(call_id, emit_threadsafe),
+            ask_model=self._ask_model,
+            tools=self.tools,
             settings=agent.settings,
         )
-        started = time.perf_counter()
-        result, notices = await asyncio.to_thread(self._execute, tool, call, ctx)
-        duration = (time.perf_counter() - started) * 1000
-        self._turn_record.tool_done(call.name, result.ok, parsed(call.arguments))
-        for notice in notices:
-            emit(Notice(message=notice))
-        prefix = "".join(f"[notice: {notice}]\n" for notice in notices)
-        content = clip(agent.redact(prefix + result.content), agent.settings.limits.tool_output)
-        emit(
-            ToolEnd(
-                call_id=call.id,
-                name=call.name,
-                ok=result.ok,
-                result=content,
-                duration_ms=duration,
-                exit_code=result.exit_code,
-            )
+
+    def _ask_model(self, system: str, text: str, images: tuple[str, ...] = ()) -> str | None:
+        """From a handler's thread: one model call on the running turn's loop, counted in its budget;
+        `images` (data URLs) go with the text as content parts."""
+        if self._loop is None or not self._budget.take():
+            return None
+        parts = [{"type": "image_url", "image_url": {"url": url}} for url in images]
+        content: Any = [{"type": "text", "text": text}, *parts] if parts else text
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
+        work = asyncio.run_coroutine_threadsafe(
+            self.router.complete(messages, None, stream=False), self._loop
         )
-        return content
+        try:
+            return work.result().content or None
+        except ModelError as exc:
+            log.warning("session %s: a tool's model call failed: %s", self.id, exc)
+            return None
+
+    def _inner_calls(
+        self, call_id: str, emit_threadsafe: Emit
+    ) -> Callable[[str, dict[str, Any]], ToolOutcome]:
+        """Runs the calls a script makes from inside `call_id` (execute_code), in the caller's thread."""
+        numbers = itertools.count(1)
+
+        def call_tool(name: str, arguments: dict[str, Any]) -> ToolOutcome:
+            inner = ToolCall(id=f"{call_id}.{next(numbers)}", name=name, arguments=json.dumps(arguments))
+            emit_threadsafe(tool_start(inner))
+            ctx = self._context(inner.id, emit_threadsafe)
+            tool = self.tools.get(name)
+            return run_tool_call(self.agent, tool, inner, ctx, self._budget, emit_threadsafe, self._write)
+
+        return call_tool
 
     def _delegator(self, call_id: str, emit: Emit) -> Callable[[Any], ToolResult] | None:
         """The delegate call's runner, when this conversation may start children (agent.max_depth)."""
         if not may_delegate(self.agent.settings.agent.max_depth, self.depth):
             return None
         return lambda args: delegate_batch(self, call_id, args, self._budget, emit, self._cancelled)
-
-    def _execute(
-        self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext
-    ) -> tuple[ToolResult, list[str]]:
-        """In a worker thread: the call itself, the sandbox's notices, and the audit row."""
-        agent = self.agent
-        started_at = time.time()
-        started = time.perf_counter()
-        if tool is not None:
-            agent.checkpoints.before_tool_call(self.id, call.name, ctx.turn_state, ctx.notify)
-        try:
-            with agent.sandboxes.using(self.id):
-                result = invoke(tool, call.name, call.arguments, ctx)
-        except Exception as exc:  # a tool's bug must not end the run
-            log.exception("tool %s failed", call.name)
-            result = ToolResult(f"error: {call.name} failed: {type(exc).__name__}: {exc}", ok=False)
-        duration = (time.perf_counter() - started) * 1000
-        sandbox = agent.sandboxes.peek(self.id)
-        notices = agent.sandboxes.pop_notices(self.id) + (sandbox.pop_notices() if sandbox else [])
-        self._write(
-            agent.store.record_tool_call,
-            self.id,
-            call_id=call.id,
-            tool=call.name,
-            arguments=parsed(call.arguments),
-            backend=agent.sandboxes.backend.name if sandbox else None,
-            sandbox_id=sandbox.id if sandbox else None,
-            started_at=started_at,
-            duration_ms=duration,
-            exit_code=result.exit_code,
-            ok=result.ok,
-            error=None if result.ok else result.content[:2000],
-        )
-        return result, notices
 
     def _append(self, message: dict[str, Any], **usage: Any) -> None:
         self.history.append(message)

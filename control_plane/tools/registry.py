@@ -37,6 +37,19 @@ class ToolResult:
     exit_code: int | None = None
 
 
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A call run through the agent's one path (agent/tool_call.py): what the model would have seen."""
+
+    content: str
+    """Redacted and clipped, notices first."""
+    ok: bool
+    exit_code: int | None
+    duration_ms: float
+    spent: bool = False
+    """Not run: the turn's tool-call budget is spent."""
+
+
 @dataclass
 class ToolContext:
     """What a handler may use: the session's sandbox (created on first use), limits, progress output."""
@@ -69,6 +82,15 @@ class ToolContext:
     """The session's plan (the todo tool), kept by the conversation across turns."""
     delegate: Callable[[Any], ToolResult] | None = None
     """Run a delegate call's child agents (agent/delegation.py); None where delegation is not possible."""
+    call_tool: Callable[[str, dict[str, Any]], ToolOutcome] | None = None
+    """Run another call (tool name, arguments) through the agent's one path, counted in the turn's
+    budget (execute_code's inner calls); None where nothing runs such calls (MCP)."""
+    ask_model: Callable[..., str | None] | None = None
+    """Ask the session's model one question outside the conversation: (system prompt, user text,
+    images=[data URLs]) -> its answer, None when the turn's budget is spent or the model failed
+    (web_extract's summaries, vision_analyze)."""
+    tools: dict[str, Tool[Any]] = field(default_factory=dict)
+    """The tools this conversation offers (what call_tool may reach)."""
     settings: Settings | None = None
     """The agent's settings (the schedule tool reads the profile's time zone and delivery policy; the
     network tools read network.* and write the profile's allowlist)."""

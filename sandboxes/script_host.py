@@ -1,0 +1,116 @@
+"""A python3 started ahead of time for the next execute_code script: it has paid the interpreter's
+start-up (tens of ms) before the script arrives, and is handed the script over a pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+from .procutil import prefer_for_oom_kill
+
+STUB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stub")
+"""Holds hermetic_tools.py, the module a script imports; put first on the script's PYTHONPATH."""
+
+# Waits for one JSON line on stdin (the script's path, working directory, tools), then runs the script
+# as __main__; a traceback starts at the script's own frame, not at this one.
+HOST = r"""
+import json, os, sys, threading, traceback
+order = sys.stdin.readline()
+if not order:
+    sys.exit(0)
+order = json.loads(order)
+os.environ["HERMETIC_TOOLS"] = json.dumps(order["tools"])
+os.chdir(order["cwd"])
+devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(devnull, 0)
+sys.argv = [order["path"]]
+sys.path[0] = os.path.dirname(order["path"])
+def hook(kind, value, tb):
+    traceback.print_exception(kind, value, tb.tb_next if tb is not None else tb)
+sys.excepthook = hook
+with open(order["path"], encoding="utf-8") as fh:
+    code = compile(fh.read(), order["path"], "exec")
+del order, devnull, hook, fh
+exec(code, {"__name__": "__main__", "__file__": sys.argv[0], "__builtins__": __builtins__})
+"""
+
+
+class Host:
+    """One waiting interpreter, with the two pipes of the tool calls its script will make."""
+
+    def __init__(self, cwd: str, env: dict[str, str]) -> None:
+        calls_r, calls_w = os.pipe()  # script -> runtime
+        replies_r, replies_w = os.pipe()  # runtime -> script
+        child_env = dict(env)
+        child_env.update(
+            PYTHONPATH=os.pathsep.join(p for p in (STUB_DIR, env.get("PYTHONPATH", "")) if p),
+            PYTHONUNBUFFERED="1",
+            HERMETIC_TOOLS_FDS="%d,%d" % (calls_w, replies_r),
+        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", HOST],
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(calls_w, replies_r),
+                start_new_session=True,
+                preexec_fn=prefer_for_oom_kill,
+            )
+        finally:
+            os.close(calls_w)
+            os.close(replies_r)
+        self.calls = os.fdopen(calls_r, "rb")
+        self.replies = os.fdopen(replies_w, "wb")
+
+    def hand(self, path: str, cwd: str, tools: dict[str, object]) -> None:
+        """Give it its script; raises OSError when it died waiting (the caller takes a fresh one)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"path": path, "cwd": cwd, "tools": tools}).encode() + b"\n")
+        self.proc.stdin.close()
+
+    def discard(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.calls, self.replies, self.proc.stdout, self.proc.stdin):
+            if pipe is not None:
+                pipe.close()
+
+
+class Spares:
+    """Keeps one Host ready; made on first use, then again in the background after each take."""
+
+    def __init__(self, cwd: str, env: dict[str, str]) -> None:
+        self._cwd = cwd
+        self._env = env
+        self._spare: Host | None = None
+        self._lock = threading.Lock()
+
+    def take(self) -> Host:
+        with self._lock:
+            host, self._spare = self._spare, None
+        threading.Thread(target=self._refill, name="script-spare", daemon=True).start()
+        if host is not None and host.proc.poll() is None:
+            return host
+        if host is not None:
+            host.discard()
+        return Host(self._cwd, self._env)
+
+    def _refill(self) -> None:
+        host = Host(self._cwd, self._env)
+        with self._lock:
+            if self._spare is None:
+                self._spare, host = host, None  # type: ignore[assignment]
+        if host is not None:
+            host.discard()
+
+    def close(self) -> None:
+        with self._lock:
+            host, self._spare = self._spare, None
+        if host is not None:
+            host.discard()
