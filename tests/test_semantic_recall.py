@@ -19,9 +19,9 @@ from hermetic_cli import hermetic
 from paraphrases import TOPICS
 from sqlalchemy import text
 
+from control_plane.memory_settings import EmbeddingSettings
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.recall.embeddings import Embedder, EmbeddingError, LiteLLMEmbedder, WordLlamaEmbedder
-from control_plane.settings import EmbeddingSettings
 from control_plane.store import Store, StoreError
 
 P = "default"

@@ -22,8 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..memory_settings import MemorySettings
 from ..safety.threats import Finding, scan
-from ..settings import MemorySettings
 
 Target = Literal["memory", "user"]
 FILES: dict[Target, str] = {"memory": "MEMORY.md", "user": "USER.md"}

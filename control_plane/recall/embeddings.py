@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..settings import EmbeddingSettings
+from ..memory_settings import EmbeddingSettings
 
 Vectors = npt.NDArray[np.float32]
 MAX_CHARS = 2000
