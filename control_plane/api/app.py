@@ -1,5 +1,6 @@
-"""The HTTP API: sessions, messages, live events over SSE. Every route but /health needs a bearer
-token, and a token sees only its own profile's sessions (another profile's are 404, not 403)."""
+"""The HTTP API: sessions, messages, live events over SSE, and the web console at /. Every route but
+/health needs a bearer token or a console sign-in, and it sees only its own profile's sessions
+(another profile's are 404, not 403)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ from ..models.router import warm_up
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
+from .console import ConsoleHeaders, assets
+from .console import router as console_router
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth
+from .signins import SignInStore
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
@@ -62,7 +66,7 @@ class Health(BaseModel):
     status: str
     version: str
     profile: Status | None = None
-    """The caller's profile (with a valid bearer token only)."""
+    """The caller's profile (with a valid bearer token or console sign-in only)."""
 
 
 class SessionDetail(BaseModel):
@@ -93,6 +97,11 @@ def create_app(
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
     app.state.hub = hub
     app.state.tokens = tokens
+    app.state.signins = SignInStore(root)
+    app.state.signin_lifetime = base.api.console_signin_hours * 3600
+    app.add_middleware(ConsoleHeaders)
+    app.include_router(console_router)
+    app.mount("/assets", assets(), name="assets")
 
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
