@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from served_app import scripted_profiles, serve_app
+from served_app import serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update"]
@@ -47,11 +48,16 @@ def chromium() -> Iterator[Browser]:
 
 
 @contextlib.contextmanager
-def served_console(root: Path, shots: Path, **overrides: Any) -> Iterator[Console]:
-    """The app for profile alpha under `root` (the scripted model; `overrides` as load_settings takes
-    them) with one token, served on 127.0.0.1."""
+def served_console(root: Path, shots: Path, backend: str = "local", **overrides: Any) -> Iterator[Console]:
+    """The app for profile alpha under `root` (the scripted model, `backend`; `overrides` as
+    load_settings takes them) with one token, served on 127.0.0.1."""
     with FakeLLM() as llm:
-        app = create_app(root, scripted_profiles(root, llm.url, **overrides))
+        model = {"name": "openai/scripted", "api_base": llm.url, "api_key": "k-123456", "retries": 0}
+
+        def settings_for(profile: str) -> Settings:
+            return load_settings(profile, root=root, model=model, backend=backend, **overrides)
+
+        app = create_app(root, settings_for)
         token = TokenStore(root).create("alpha", "console test")
         with serve_app(app) as url:
             yield Console(url, token, app, llm, root, shots)

@@ -1,0 +1,140 @@
+"""The web console's pages in real Chromium against a served app with the scripted model: a chat turn
+whose tool call streams (local and docker), a network approval answered inline, sessions listed,
+searched and deep-linked, a skill's verification log, phone width and dark mode. Each page's
+screenshot is written as an artifact (tests/console_browser.py says where)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conftest import get_backend
+from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
+from playwright.sync_api import Browser, Page, expect
+from test_network_cli import _script, web  # noqa: F401 (the fixture)
+from test_skills import add
+
+WAIT = "echo first-line; while [ ! -e go ]; do sleep 0.05; done; echo second-line"
+"""A command whose first line is out while it still runs: the test lets it finish (creates `go`)."""
+
+
+@pytest.fixture(scope="module", params=["local", "docker"])
+def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    get_backend(request.param)  # skips, saying why, where the backend cannot run
+    settings = {"sandbox": {"network": "allowlist"}, "toolsets": ["terminal", "network"]}
+    root = tmp_path_factory.mktemp(f"console-{request.param}")
+    with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(console: Console, browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    sign_in(page, console)
+    yield page
+    context.close()
+
+
+def backend_of(console: Console) -> str:
+    return str(console.agent().settings.backend)
+
+
+def test_a_chat_turn_streams_its_tool_call(console: Console, page: Page) -> None:
+    console.llm.load(
+        [{"tool_calls": [{"name": "terminal", "arguments": {"command": WAIT}}]}, {"text": "All done."}]
+    )
+    page.get_by_role("button", name="New chat").click()
+    expect(page.get_by_label("Message (while a turn runs, it steers it)")).to_be_visible()
+    session_id = page.url.rsplit("/", 1)[1]
+    page.get_by_label("Message").fill("run the waiting command")
+    page.get_by_label("Message").press("Control+Enter")
+    call = page.locator("details.tool")
+    expect(call.locator(".output")).to_contain_text("first-line")  # streamed while it runs
+    expect(call.locator(".state")).to_have_text("running")
+    expect(page.get_by_role("status").filter(has_text="running")).to_be_visible()
+    shot(page, console, f"chat-streaming-{backend_of(console)}")
+    sandbox = console.agent().sandboxes.peek(session_id)
+    assert sandbox is not None
+    sandbox.call("fs.write", {"path": "go", "content": ""})
+    expect(page.locator(".msg.assistant .text")).to_have_text("All done.")
+    expect(call.locator(".state")).to_contain_text("ok")
+    assert call.get_attribute("open") is None  # folded once done
+    call.locator("summary").click()
+    expect(call.locator(".output")).to_contain_text("second-line")
+    expect(page.locator("#run-state")).to_have_text("idle")
+    expect(page.locator("#counts")).not_to_have_text("0 in · 0 out")
+    shot(page, console, f"chat-done-{backend_of(console)}")
+
+    page.reload()  # the deep link shows the stored conversation: the call folded, its result kept
+    expect(page.locator("details.tool .output")).to_contain_text("second-line", use_inner_text=False)
+    expect(page.locator(".msg.user .text")).to_have_text("run the waiting command")
+
+
+def test_a_network_approval_is_answered_inline(console: Console, page: Page, web: int) -> None:  # noqa: F811
+    console.llm.load(_script(web))
+    page.get_by_role("button", name="New chat").click()
+    page.get_by_label("Message").fill("fetch the greeting")
+    page.get_by_role("button", name="Send").click()
+    question = page.get_by_role("group", name="Question: ")
+    expect(question).to_contain_text("127.0.0.1")
+    expect(question.get_by_role("button", name="once")).to_be_focused()  # the keyboard lands on it
+    shot(page, console, f"approval-{backend_of(console)}")
+    question.get_by_role("button", name="once").click()
+    expect(question).to_contain_text("answered: once (user)")
+    expect(question.get_by_role("button")).to_have_count(0)
+    expect(page.locator(".msg.assistant .text")).to_have_text("fetched")
+    outputs = page.locator("details.tool .output")
+    expect(outputs.last).to_contain_text("hello from the host", use_inner_text=False)
+
+
+def test_sessions_are_listed_searched_and_deep_linked(console: Console, page: Page) -> None:
+    agent = console.agent()
+    store = agent.store
+    for n in range(3):
+        conversation = agent.new_conversation(title=f"listed session {n}", source="cron")
+        message = {"role": "user", "content": f"please remember the word zanzibar{n}"}
+        store.add_message(conversation.id, message)
+    page.reload()
+    expect(page.get_by_role("link", name="listed session 2")).to_be_visible()
+    expect(page.get_by_role("row", name="listed session 1").get_by_text("cron")).to_be_visible()
+    shot(page, console, f"sessions-{backend_of(console)}")
+    page.get_by_label("Search sessions").fill("zanzibar1")
+    page.get_by_label("Search sessions").press("Enter")
+    expect(page.locator("mark")).to_have_text("zanzibar1")
+    expect(page.get_by_role("link", name="listed session 1")).to_be_visible()
+    expect(page.get_by_role("link", name="listed session 2")).to_have_count(0)
+    assert "q=zanzibar1" in page.url  # a search is a link too
+    page.get_by_role("link", name="listed session 1").click()
+    expect(page.get_by_role("heading", name="listed session 1")).to_be_visible()
+    expect(page.locator(".msg.user .text")).to_have_text("please remember the word zanzibar1")
+
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    page.goto(console.url + "/#/sessions")
+    page.get_by_role("button", name="Dark or light theme").click()
+    expect(page.get_by_role("link", name="listed session 0")).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways on a phone ({width}px)"
+    shot(page, console, f"sessions-phone-theme-{backend_of(console)}")
+
+
+def test_a_skill_shows_its_verification_log(console: Console, page: Page) -> None:
+    add(console.agent().skills, "tidy-logs", "Rotate and compress old log files.")
+    page.get_by_role("link", name="Skills").click()
+    expect(page.get_by_role("cell", name="Rotate and compress old log files.")).to_be_visible()
+    page.get_by_role("link", name="tidy-logs").click()
+    version = page.locator("details.version").first
+    expect(version).to_have_attribute("open", "")
+    expect(version.get_by_role("heading", name="Verification log")).to_be_visible()
+    expect(version.locator(".verdict")).to_contain_text("pass")
+    expect(version.locator(".checks li").first).to_be_visible()
+    shot(page, console, f"skill-{backend_of(console)}")
+    page.get_by_role("link", name="Settings").click()
+    expect(page.get_by_role("definition").filter(has_text=backend_of(console))).to_be_visible()
+    shot(page, console, f"settings-{backend_of(console)}")
