@@ -74,7 +74,7 @@ def sign_in(page: Page, url: str, token: str) -> None:
 def first_render(page: Page, url: str, loads: int) -> list[float]:
     """Milliseconds from navigation start to the first session row, as the page's clock has it (an
     upper bound: it includes the moment Playwright takes to see the row)."""
-    samples = []
+    samples: list[float] = []
     for _ in range(loads):
         page.goto(f"{url}/?load={len(samples)}#/sessions", wait_until="commit")  # a new document each time
         page.locator("table.list tbody tr").first.wait_for()  # the policy forbids wait_for_function's eval
