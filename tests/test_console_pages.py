@@ -176,3 +176,29 @@ def test_a_cron_job_is_added_and_paused(console: Console, page: Page) -> None:
     shot(page, console, f"schedules-{backend_of(console)}")
     jobs = page.evaluate("fetch('/cron/jobs').then(r => r.json())")
     assert [(job["name"], job["paused"]) for job in jobs] == [("nightly report", True)]
+
+
+def test_a_checkpoint_is_rolled_back_and_the_session_forked(console: Console, page: Page) -> None:
+    console.llm.load(
+        [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo later > two.txt"}}]},
+            {"text": "wrote two"},
+        ]
+    )
+    page.get_by_role("button", name="New chat").click()
+    session_id = page.url.rsplit("/", 1)[1]
+    page.get_by_label("Message").fill("write two.txt")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".msg.assistant .text")).to_have_text("wrote two")
+    page.get_by_text("Sandbox and checkpoints").click()
+    page.get_by_role("button", name="Snapshot the sandbox").click()
+    expect(page.get_by_role("status").filter(has_text="Snapshot")).to_contain_text("taken")
+    page.get_by_role("button", name="Roll back to checkpoint 1").click()
+    expect(page.get_by_role("status").filter(has_text="Rolled back")).to_contain_text("checkpoint 1 (now)")
+    shot(page, console, f"checkpoints-{backend_of(console)}")
+    sandbox = console.agent().sandboxes.get(session_id)  # started from the checkpoint
+    assert sandbox.run("test -e two.txt")["exit_code"] == 1  # as it was before the write
+
+    page.get_by_role("button", name="Fork this session").click()
+    expect(page).not_to_have_url(f"{console.url}/#/sessions/{session_id}")
+    expect(page.locator(".msg.user .text")).to_have_text("write two.txt")  # the history came along

@@ -3,6 +3,7 @@
 import { api, follow } from "../api.js";
 import { Conversation } from "../conversation.js";
 import { clear, h, notice, time, tokens } from "../dom.js";
+import { sandboxSection } from "../session_sandbox.js";
 
 async function render(view, [sessionId]) {
   let detail;
@@ -83,6 +84,7 @@ async function render(view, [sessionId]) {
         ([term, value]) => [h("dt", {}, term), h("dd", {}, value)],
       ),
     ),
+    sandboxSection(sessionId).section,
     conversation.el,
     composer,
   );
