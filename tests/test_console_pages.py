@@ -6,6 +6,7 @@ screenshot is written as an artifact (tests/console_browser.py says where)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import get_backend
@@ -202,3 +203,24 @@ def test_a_checkpoint_is_rolled_back_and_the_session_forked(console: Console, pa
     page.get_by_role("button", name="Fork this session").click()
     expect(page).not_to_have_url(f"{console.url}/#/sessions/{session_id}")
     expect(page.locator(".msg.user .text")).to_have_text("write two.txt")  # the history came along
+
+
+def test_a_file_uploaded_in_the_browser_is_in_the_sandbox(console: Console, page: Page) -> None:
+    session_id = console.agent().new_conversation(title="files", source="api").id
+    sandbox = console.agent().sandboxes.get(session_id)
+    sandbox.run("mkdir -p data && echo from-the-sandbox > data/made-here.txt")
+    page.goto(f"{console.url}/#/sessions/{session_id}")
+    page.get_by_text("Sandbox and checkpoints").click()
+    page.get_by_role("link", name="Files in the sandbox").click()
+    page.get_by_role("link", name="data/").click()
+    expect(page.get_by_role("link", name="made-here.txt")).to_be_visible()
+    payload = {"name": "notes <b>.txt", "mimeType": "text/plain", "buffer": b"uploaded through the console\n"}
+    page.get_by_label("Upload into data").set_input_files(payload)
+    page.get_by_role("button", name="Upload", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("Uploaded notes <b>.txt (29 bytes)")
+    expect(page.get_by_role("link", name="notes <b>.txt")).to_be_visible()
+    shot(page, console, f"sandbox-files-{backend_of(console)}")
+    assert sandbox.run("cat 'data/notes <b>.txt'")["output"] == "uploaded through the console\n"
+    with page.expect_download() as download:
+        page.get_by_role("link", name="made-here.txt").click()
+    assert Path(download.value.path()).read_bytes() == b"from-the-sandbox\n"

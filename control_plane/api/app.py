@@ -27,6 +27,7 @@ from .console import ConsoleHeaders, assets
 from .console import router as console_router
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
+from .files import router as files_router
 from .memory import router as memory_router
 from .network import router as network_router
 from .openai import router as openai_router
@@ -108,6 +109,7 @@ def create_app(
     app.include_router(skills_router)
     app.include_router(network_router)
     app.include_router(memory_router)
+    app.include_router(files_router)
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)

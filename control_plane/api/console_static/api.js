@@ -26,15 +26,17 @@ function detailOf(data) {
   return "";
 }
 
+// `body`: sent as JSON, or as it is when it is FormData (a file upload).
 export async function api(method, path, body) {
   const headers = {};
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const form = body instanceof FormData;
+  if (body !== undefined && !form) headers["Content-Type"] = "application/json";
   if (method !== "GET" && csrfToken) headers["X-CSRF-Token"] = csrfToken;
   const response = await fetch(path, {
     method,
     headers,
     credentials: "same-origin",
-    body: body === undefined ? undefined : JSON.stringify(body),
+    body: body === undefined || form ? body : JSON.stringify(body),
   });
   const type = response.headers.get("content-type") || "";
   const data = type.includes("json") ? await response.json() : null;

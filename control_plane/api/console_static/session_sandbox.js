@@ -48,6 +48,7 @@ export function sandboxSection(sessionId) {
       { class: "toolbar" },
       h("button", { type: "button", onclick: snapshot }, "Snapshot the sandbox"),
       h("button", { type: "button", onclick: fork }, "Fork this session"),
+      h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}/sandbox` }, "Files in the sandbox"),
     ),
     list,
     status,
