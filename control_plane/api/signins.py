@@ -4,20 +4,16 @@ A sign-in is revoked by logging out, by its expiry, or by revoking the API token
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request
 from pydantic import BaseModel
 
-from .tokens import digest
+from .tokens import DigestFile, digest
 
 COOKIE = "hermetic_signin"
 CSRF_HEADER = "X-CSRF-Token"
@@ -33,24 +29,10 @@ class SignIn(BaseModel):
     expires_at: float
 
 
-class SignInStore:
+class SignInStore(DigestFile):
     def __init__(self, root: Path) -> None:
-        self.path = root / "console-signins.json"
+        super().__init__(root / "console-signins.json")
         self._lock = threading.Lock()
-
-    def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _save(self, data: dict[str, dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".console-signins-")
-        with os.fdopen(fd, "w") as fh:  # mkstemp makes it 0600
-            json.dump(data, fh)
-        os.replace(tmp, self.path)
 
     def create(self, profile: str, token_digest: str, lifetime: float) -> tuple[str, SignIn]:
         """A new sign-in for `profile` lasting `lifetime` seconds: the cookie value (never stored in

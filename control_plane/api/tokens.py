@@ -20,9 +20,12 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class TokenStore:
-    def __init__(self, root: Path) -> None:
-        self.path = root / "api-tokens.json"
+class DigestFile:
+    """A JSON object of records keyed by a secret's SHA-256, readable by its owner only, replaced
+    atomically on every change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     def _load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -33,10 +36,15 @@ class TokenStore:
 
     def _save(self, data: dict[str, dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".api-tokens-")
-        with os.fdopen(fd, "w") as fh:  # mkstemp makes it 0600: tokens never readable by others
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem}-")
+        with os.fdopen(fd, "w") as fh:  # mkstemp makes it 0600: never readable by others
             json.dump(data, fh, indent=2)
         os.replace(tmp, self.path)
+
+
+class TokenStore(DigestFile):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / "api-tokens.json")
 
     def create(self, profile: str, name: str = "") -> str:
         """A new token for `profile`; shown once, never stored in clear."""
