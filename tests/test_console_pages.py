@@ -13,6 +13,7 @@ from conftest import get_backend
 from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
 from playwright.sync_api import Browser, Page, expect
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
+from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
 from test_skills import add
 
 WAIT = "echo first-line; while [ ! -e go ]; do sleep 0.05; done; echo second-line"
@@ -224,3 +225,31 @@ def test_a_file_uploaded_in_the_browser_is_in_the_sandbox(console: Console, page
     with page.expect_download() as download:
         page.get_by_role("link", name="made-here.txt").click()
     assert Path(download.value.path()).read_bytes() == b"from-the-sandbox\n"
+
+
+def test_a_skill_is_installed_after_its_finding_is_accepted(
+    console: Console, page: Page, tmp_path: Path
+) -> None:
+    skill = write_skill(
+        tmp_path / "src" / "prompt-migration",
+        "name: prompt-migration\ndescription: Migrates prompts.",
+        files={"references/guide.md": MIGRATION_GUIDE},
+    )
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "skill.tar.gz").write_bytes(tar_of(skill, "prompt-migration"))
+    with http_server(tmp_path / "site") as site:
+        page.get_by_role("link", name="Skills").click()
+        page.get_by_label("Install from a URL or TAP/NAME").fill(f"{site}/skill.tar.gz")
+        page.get_by_role("button", name="Review").click()
+        card = page.locator("li.card", has_text="prompt-migration")
+        expect(card).to_contain_text("threats: references/guide.md: injection/ignore-instructions")
+        expect(card.locator(".badge")).to_have_text("fail")
+        shot(page, console, f"skill-install-review-{backend_of(console)}")
+        card.get_by_label("Accept finding").check()
+        page.get_by_role("button", name="Install", exact=True).click()
+        installed = page.get_by_role("status").filter(has_text="Installed")
+        expect(installed).to_have_text("Installed: prompt-migration")
+    row = page.get_by_role("row", name="prompt-migration")
+    expect(row.get_by_role("cell", name="installed")).to_be_visible()
+    provenance = console.agent().skills.info("prompt-migration").provenance or ""
+    assert "accepted findings: 1" in provenance

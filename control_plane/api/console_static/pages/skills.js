@@ -2,10 +2,11 @@
 // and every version with the gate's verification log (each check's output) and its diff.
 import { api } from "../api.js";
 import { clear, h, notice, time } from "../dom.js";
+import { installForm } from "./skill_install.js";
 
 const percent = (rate) => `${Math.round(rate * 100)}%`;
 
-async function renderList(view) {
+async function renderList(view, _params, _query, message = "") {
   clear(view, h("h1", {}, "Skills"), h("p", { class: "muted" }, "Loading…"));
   let skills;
   try {
@@ -30,6 +31,8 @@ async function renderList(view) {
   clear(
     view,
     h("h1", {}, "Skills"),
+    message ? notice(message, "ok") : null,
+    installForm((installed) => renderList(view, _params, _query, installed)),
     skills.length
       ? h(
           "table",
