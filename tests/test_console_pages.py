@@ -253,3 +253,18 @@ def test_a_skill_is_installed_after_its_finding_is_accepted(
     expect(row.get_by_role("cell", name="installed")).to_be_visible()
     provenance = console.agent().skills.info("prompt-migration").provenance or ""
     assert "accepted findings: 1" in provenance
+
+
+def test_a_running_turn_is_steered_and_interrupted(console: Console, page: Page) -> None:
+    console.llm.load([{"tool_calls": [{"name": "terminal", "arguments": {"command": WAIT}}]}, {"text": "ok"}])
+    page.get_by_role("button", name="New chat").click()
+    page.get_by_label("Message").fill("wait for go")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("details.tool .state")).to_have_text("running")
+    page.get_by_label("Message").fill("also say hi")  # sent while the turn runs: it steers it
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator(".msg.notice .text")).to_contain_text("Steering the running turn")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(page.locator(".msg.notice .text").last).to_have_text("turn ended: interrupted")
+    expect(page.locator("#run-state")).to_have_text("idle")
+    expect(page.get_by_role("button", name="Interrupt")).to_be_disabled()

@@ -62,6 +62,7 @@ async function render(view, [sessionId]) {
       input.value = "";
       clear(problem);
       if (posted.status === "started") listen(posted.after);
+      else conversation.message("notice", `Steering the running turn (after its current tool calls): ${content}`);
     } catch (error) {
       clear(problem, notice(error.message));
     }
