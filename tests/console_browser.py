@@ -21,6 +21,7 @@ from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
+expect.set_options(timeout=15_000)  # the machine's cores are shared: a page may take a while, not fail
 ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update"]
 
 

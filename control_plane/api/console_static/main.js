@@ -18,6 +18,14 @@ function route() {
   return { path, query: new URLSearchParams(search || "") };
 }
 
+// Each render gets a fresh element: a page still awaiting the server when the user moves on (or
+// is signed out) writes into its own detached element, never over the page shown now.
+function fresh() {
+  const el = h("div", { class: "page" });
+  view.replaceChildren(el);
+  return el;
+}
+
 async function show() {
   if (leave) leave();
   leave = null;
@@ -25,7 +33,7 @@ async function show() {
   logout.hidden = !me;
   nav.hidden = !me;
   if (!me) {
-    renderSignIn(view, (signin) => setMe(signin));
+    renderSignIn(fresh(), (signin) => setMe(signin));
     return;
   }
   const { path, query } = route();
@@ -36,10 +44,13 @@ async function show() {
       link.toggleAttribute("aria-current", link.dataset.page === page.nav);
     }
     document.title = `${page.nav} · Hermetic console`;
-    leave = (await page.render(view, match.slice(1).map(decodeURIComponent), query)) || null;
+    const el = fresh();
+    const cleanup = (await page.render(el, match.slice(1).map(decodeURIComponent), query)) || null;
+    if (el.isConnected) leave = cleanup;
+    else if (cleanup) cleanup();
     return;
   }
-  clear(view, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/sessions" }, "Back to the sessions")));
+  clear(fresh(), h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/sessions" }, "Back to the sessions")));
 }
 
 function setMe(signin) {
