@@ -19,6 +19,8 @@ class APISettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = 8765
+    console_signin_hours: float = Field(12.0, gt=0, le=24 * 90)
+    """How long a console sign-in (the cookie an API token is exchanged for) lasts; logout ends it sooner."""
 
 
 class OpenAISettings(BaseModel):

@@ -1,5 +1,6 @@
-"""The HTTP API: sessions, messages, live events over SSE. Every route but /health needs a bearer
-token, and a token sees only its own profile's sessions (another profile's are 404, not 403)."""
+"""The HTTP API: sessions, messages, live events over SSE, and the web console at /. Every route but
+/health needs a bearer token or a console sign-in, and it sees only its own profile's sessions
+(another profile's are 404, not 403)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,19 @@ from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
+from .console import ConsoleHeaders, assets
+from .console import router as console_router
 from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
 from .evals import router as evals_router
+from .files import router as files_router
+from .memory import router as memory_router
 from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
 from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth, sandbox_limited
 from .sandboxes import router as sandboxes_router
+from .signins import SignInStore
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
@@ -70,7 +76,7 @@ class Health(BaseModel):
     status: str
     version: str
     profile: Status | None = None
-    """The caller's profile (with a valid bearer token only)."""
+    """The caller's profile (with a valid bearer token or console sign-in only)."""
 
 
 class SessionDetail(BaseModel):
@@ -101,6 +107,11 @@ def create_app(
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
     app.state.hub = hub
     app.state.tokens = tokens
+    app.state.signins = SignInStore(root)
+    app.state.signin_lifetime = base.api.console_signin_hours * 3600
+    app.add_middleware(ConsoleHeaders)
+    app.include_router(console_router)
+    app.mount("/assets", assets(), name="assets")
 
     @app.exception_handler(SandboxLimit)  # from any route that needs a sandbox, however deep
     async def too_many_sandboxes(request: Request, exc: SandboxLimit) -> Response:
@@ -115,6 +126,8 @@ def create_app(
     app.include_router(skill_sources_router)  # before /skills/{name}: /skills/outdated is not a name
     app.include_router(skills_router)
     app.include_router(network_router)
+    app.include_router(memory_router)
+    app.include_router(files_router)
     app.include_router(openai_router)
     app.include_router(cron_router)
     app.include_router(snapshots_router)

@@ -26,6 +26,8 @@ Title = Annotated[str, _text(0, 200)]
 MessageText = Annotated[str, _text(1, 200_000)]
 """What a user sends the agent in one message."""
 SearchText = Annotated[str, _text(1, 1000)]
+TokenText = Annotated[str, _text(1, 200)]
+"""An API token as a user pastes it."""
 AnswerText = Annotated[str, _text(1, 10_000)]
 """An answer to a question of a running turn (a choice, or free text)."""
 RelativePath = Annotated[str, _text(1, 1024)]
@@ -50,7 +52,8 @@ class ErrorBody(BaseModel):
 
 DESCRIPTIONS = {
     400: "The request was refused (the message says why)",
-    401: "No valid bearer token",
+    401: "No valid bearer token or console sign-in",
+    403: "A cross-site request (its Origin is not this server)",
     404: "No such session, skill or tap in the token's profile",
     409: "A conflict with what is there now, or semantic search off or failing (the message says which)",
     429: "A limit of the profile is reached; retry after Retry-After seconds",

@@ -1,5 +1,5 @@
-"""The profiles this server has open (each its agent and live sessions), and the bearer-token
-dependency that gives a route the caller's profile."""
+"""The profiles this server has open (each its agent and live sessions), and the one auth dependency
+that gives a route the caller's profile (a bearer token or a console sign-in cookie)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from backends import SandboxError
 
@@ -22,6 +22,7 @@ from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId
 from .conversation_keys import ConversationKeys
+from .signins import COOKIE, CSRF_HEADER, csrf_ok
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
@@ -184,18 +185,33 @@ class Hub:
 
 
 _bearer = HTTPBearer(auto_error=False)
+_signin_cookie = APIKeyCookie(name=COOKIE, auto_error=False, description="A console sign-in (/auth/login)")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+Cookie = Annotated[str | None, Depends(_signin_cookie)]
+_UNAUTHORIZED = "a valid bearer token is required (create one: hermetic token create --profile NAME)"
+_NO_CSRF = f"a console sign-in needs a same-origin request with its {CSRF_HEADER} header to change anything"
 
 
-def current_profile(
-    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Profile:
-    profile = request.app.state.tokens.profile_of(creds.credentials) if creds else None
+def _caller(request: Request, creds: HTTPAuthorizationCredentials | None, cookie: str | None) -> str | None:
+    """The profile of the request's bearer token or, without one, of its console sign-in cookie (one
+    way in for every route). A cookie on a state-changing request without its CSRF token is a 401."""
+    tokens = request.app.state.tokens
+    if creds is not None:
+        return tokens.profile_of(creds.credentials)  # type: ignore[no-any-return]
+    found = request.app.state.signins.get(cookie) if cookie else None
+    if found is None:
+        return None
+    signin, token = found
+    if not csrf_ok(request, signin):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, _NO_CSRF)
+    return tokens.profile_of_digest(token)  # type: ignore[no-any-return]
+
+
+def current_profile(request: Request, creds: Bearer, cookie: Cookie) -> Profile:
+    profile = _caller(request, creds, cookie)
     if profile is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "a valid bearer token is required (create one: hermetic token create --profile NAME)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        challenge = {"WWW-Authenticate": "Bearer"}
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, _UNAUTHORIZED, headers=challenge)
     hub: Hub = request.app.state.hub
     return hub.profile(profile)
 
@@ -203,11 +219,12 @@ def current_profile(
 Auth = Annotated[Profile, Depends(current_profile)]
 
 
-def optional_profile(
-    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Profile | None:
-    """The caller's profile when the request carries a valid token, else None (never a 401)."""
-    name = request.app.state.tokens.profile_of(creds.credentials) if creds else None
+def optional_profile(request: Request, creds: Bearer, cookie: Cookie) -> Profile | None:
+    """The caller's profile when the request carries a valid token or sign-in, else None (never a 401)."""
+    try:
+        name = _caller(request, creds, cookie)
+    except HTTPException:
+        return None
     return request.app.state.hub.profile(name) if name else None
 
 

@@ -355,8 +355,12 @@ def token_revoke(token_id: Annotated[str, typer.Argument(help="The id shown by `
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8765)")] = None,
+    open_console: Annotated[
+        bool, typer.Option("--open", help="Open the web console in a browser once the server listens")
+    ] = False,
 ) -> None:
-    """Serve the HTTP API (OpenAPI at /docs). Creates a first token when there is none."""
+    """Serve the HTTP API (OpenAPI at /docs) and the web console at /. Creates a first token when
+    there is none."""
     import uvicorn
 
     from ..api.app import create_app
@@ -372,12 +376,33 @@ def serve(
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
     config = uvicorn.Config(create_app(settings.root), host=host, port=port or settings.api.port)
+    server_class = _opening(config) if open_console else uvicorn.Server
     if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
         from .gateway import serve_beside
 
-        serve_beside(settings, config)
+        serve_beside(settings, config, server_class)
     else:
-        uvicorn.Server(config).run()
+        server_class(config).run()
+
+
+def _opening(config: Any) -> type[Any]:
+    """A uvicorn server that opens the console in the user's browser ($BROWSER or the system's)
+    once its socket listens, so the first page load cannot race the bind."""
+    import webbrowser
+
+    import uvicorn
+
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    url = f"http://{f'[{host}]' if ':' in host else host}:{config.port}/"
+
+    class Opening(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                err.print(f"console: {url}")
+                webbrowser.open(url)
+
+    return Opening
 
 
 def _loopback(host: str) -> bool:

@@ -86,12 +86,12 @@ async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) 
         gateway.store.close()
 
 
-def serve_beside(settings: Settings, config: uvicorn.Config) -> None:
+def serve_beside(settings: Settings, config: uvicorn.Config, base: type[uvicorn.Server]) -> None:
     """`hermetic serve` with `gateway.in_serve`: the API and the gateway in one process and event loop;
-    Ctrl-C (or SIGTERM) ends both, the gateway cleanly (its turns interrupted, its locks released)."""
-    import uvicorn
+    Ctrl-C (or SIGTERM) ends both, the gateway cleanly (its turns interrupted, its locks released).
+    `base`: uvicorn.Server or a subclass of it (one that opens the console)."""
 
-    class Server(uvicorn.Server):
+    class Server(base):  # type: ignore[valid-type,misc]
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             # uvicorn's own re-raises the signal once it has shut down, which would cut the gateway's

@@ -137,6 +137,11 @@ class Memory:
         usage = self._usage(target, entries)
         return Outcome(True, self._listing(target, entries, usage), usage, warn=self._warn(usage))
 
+    def entries(self, target: Target) -> list[tuple[str, tuple[Finding, ...]]]:
+        """Every entry as it is on disk with its threat findings (withheld from the prompt when there
+        are any): what the owner sees to review them. Raises MemoryFileError."""
+        return [(entry.text, entry.findings) for entry in self._load(target)]
+
     def problems(self) -> list[str]:
         """What to tell the user at session start: withheld entries and unreadable files."""
         found: list[str] = []

@@ -1,0 +1,85 @@
+"""The web console served for a test: the API app (scripted model) on a loopback port, one headless
+Chromium (Debian's /usr/bin/chromium driven by Playwright), sign-in, and screenshots as artifacts
+(under HERMETIC_ARTIFACTS when set, else the test session's temporary directory)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from served_app import serve_app
+
+from control_plane.api.app import create_app
+from control_plane.api.tokens import TokenStore
+from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import Settings, load_settings
+
+CHROMIUM = "/usr/bin/chromium"
+expect.set_options(timeout=15_000)  # the machine's cores are shared: a page may take a while, not fail
+ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update"]
+
+
+@dataclass
+class Console:
+    url: str
+    token: str
+    app: Any
+    llm: FakeLLM
+    root: Path
+    shots: Path
+
+    def agent(self) -> Any:
+        return self.app.state.hub.profile("alpha").agent
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def served_console(root: Path, shots: Path, backend: str = "local", **overrides: Any) -> Iterator[Console]:
+    """The app for profile alpha under `root` (the scripted model, `backend`; `overrides` as
+    load_settings takes them) with one token, served on 127.0.0.1."""
+    with FakeLLM() as llm:
+        model = {"name": "openai/scripted", "api_base": llm.url, "api_key": "k-123456", "retries": 0}
+
+        def settings_for(profile: str) -> Settings:
+            return load_settings(profile, root=root, model=model, backend=backend, **overrides)
+
+        app = create_app(root, settings_for)
+        token = TokenStore(root).create("alpha", "console test")
+        with serve_app(app) as url:
+            yield Console(url, token, app, llm, root, shots)
+        app.state.hub.close()
+
+
+def artifacts(factory: pytest.TempPathFactory) -> Path:
+    base = os.environ.get("HERMETIC_ARTIFACTS")
+    shots = (Path(base) if base else factory.getbasetemp()) / "console-screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
+def sign_in(page: Page, console: Console, path: str = "/") -> None:
+    page.goto(console.url + path)
+    page.get_by_label("API token").fill(console.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+
+
+def shot(page: Page, console: Console, name: str) -> Path:
+    path = console.shots / f"{name}.png"
+    page.screenshot(path=path, full_page=True)
+    return path
