@@ -92,6 +92,11 @@ class DockerBackend(Backend):
                 "network allowlist on docker needs dockerd on this machine (DOCKER_HOST is not a unix "
                 "socket): the egress socket's directory is bind-mounted from here"
             )
+        if spec.workspace and not self.local_daemon:
+            raise UnsupportedSpec(
+                "a host directory as the workspace needs dockerd on this machine (DOCKER_HOST is not a "
+                "unix socket): it is bind-mounted from here"
+            )
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
@@ -177,7 +182,10 @@ class DockerSandbox(Sandbox):
         """Create and start the container with the low-level API: `containers.run` adds an inspect
         call, and a separate volume create adds another, for nothing."""
         spec = self.spec
-        mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
+        if spec.workspace:  # a host directory (an editor's project): bind-mounted, never removed
+            mounts = [Mount(spec.workdir, spec.workspace, type="bind", read_only=False)]
+        else:
+            mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
