@@ -1,0 +1,26 @@
+"""A host directory as the sandbox's workspace (an editor's project, `hermetic acp`): mounted
+read-write at the workdir on local and docker, and left in place when the sandbox closes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import get_backend
+
+from backends import SandboxSpec
+
+
+@pytest.mark.parametrize("name", ["local", "docker"])
+def test_a_host_directory_is_the_workspace(name: str, tmp_path: Path) -> None:
+    backend = get_backend(name)
+    project = tmp_path / "project"
+    project.mkdir(mode=0o777)
+    project.chmod(0o777)  # the container's user writes here too
+    (project / "in.txt").write_text("from the editor\n")
+    with backend.create(SandboxSpec(workspace=str(project))) as sandbox:
+        result = sandbox.run("cat /workspace/in.txt && echo from-the-sandbox > /workspace/out.txt && pwd")
+        assert result["exit_code"] == 0, result
+        assert "from the editor" in result["output"] and "/workspace" in result["output"]
+    assert (project / "out.txt").read_text() == "from-the-sandbox\n"
+    assert (project / "in.txt").read_text() == "from the editor\n"
