@@ -94,6 +94,11 @@ async def acp_process(env: dict[str, str], editor: Editor) -> AsyncIterator[Clie
         yield conn
 
 
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    """A scripted model turn that calls one tool."""
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
 def run(coroutine: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 180))
 
@@ -108,17 +113,9 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
     plan = [{"id": "1", "content": "rewrite the notes", "status": "in_progress"}]
     fake_llm.load(
         [
-            {"tool_calls": [{"name": "todo", "arguments": {"items": plan}}]},
-            {
-                "tool_calls": [
-                    {"name": "patch", "arguments": {"path": "notes.md", "old": "old", "new": "new"}}
-                ]
-            },
-            {
-                "tool_calls": [
-                    {"name": "terminal", "arguments": {"command": "cat notes.md; echo from-sandbox"}}
-                ]
-            },
+            call("todo", items=plan),
+            call("patch", path="notes.md", old="old", new="new"),
+            call("terminal", command="cat notes.md; echo from-sandbox"),
             {"text": "The notes now say new line."},
         ]
     )
@@ -187,11 +184,7 @@ def test_cancel_stops_a_running_command(tmp_path: Path, fake_llm: FakeLLM) -> No
     env = scripted_env(tmp_path / "home", fake_llm.url)
     fake_llm.load(
         [
-            {
-                "tool_calls": [
-                    {"name": "terminal", "arguments": {"command": "echo started; sleep 120; touch late"}}
-                ]
-            },
+            call("terminal", command="echo started; sleep 120; touch late"),
             {"text": "after the cancel"},
         ]
     )
@@ -226,15 +219,10 @@ def test_a_denied_host_and_a_clarify_pick(tmp_path: Path, fake_llm: FakeLLM) -> 
         HERMETIC_SANDBOX__NETWORK="allowlist",
         HERMETIC_TOOLSETS="terminal,network,clarify",
     )
-    ask = {"host": "pypi.example.test", "port": 443, "reason": "to install a package"}
     fake_llm.load(
         [
-            {"tool_calls": [{"name": "network_request", "arguments": ask}]},
-            {
-                "tool_calls": [
-                    {"name": "clarify", "arguments": {"question": "Which one?", "choices": ["red", "blue"]}}
-                ]
-            },
+            call("network_request", host="pypi.example.test", port=443, reason="to install a package"),
+            call("clarify", question="Which one?", choices=["red", "blue"]),
             {"text": "ok"},
         ]
     )
@@ -254,6 +242,8 @@ def test_a_denied_host_and_a_clarify_pick(tmp_path: Path, fake_llm: FakeLLM) -> 
     run(session())
     assert str(editor.asked[0].title).startswith("The agent asks to reach pypi.example.test:443")
     assert editor.asked[1].title == "Which one?"
+    started = {start.title.split(":")[0]: start.tool_call_id for start in editor.of(ToolCallStart)}
+    assert [call.tool_call_id for call in editor.asked] == [started["network_request"], started["clarify"]]
     tool_results = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
     assert "did not allow pypi.example.test:443" in tool_results[0]
     assert tool_results[1] == "the user answered: blue"

@@ -23,7 +23,8 @@ KINDS: dict[str, PermissionOptionKind] = {
 NAMES = {"once": "Allow once", "yes": "Allow", "always": "Always allow", "no": "Deny"}
 
 
-async def ask_editor(client: Client, conversation: Conversation, question: Question) -> None:
+async def ask_editor(client: Client, conversation: Conversation, question: Question, call_id: str) -> None:
+    """Ask on behalf of the tool call `call_id` (the editor shows the request with that call)."""
     if not question.choices:
         conversation.questions.decline(question.id)
         return
@@ -39,7 +40,7 @@ async def ask_editor(client: Client, conversation: Conversation, question: Quest
     try:
         reply = await client.request_permission(
             session_id=conversation.id,
-            tool_call=ToolCallUpdate(tool_call_id=f"question-{question.id}", title=question.prompt),
+            tool_call=ToolCallUpdate(tool_call_id=call_id, title=question.prompt),
             options=options,
         )
     except Exception:  # the editor failed to answer: no

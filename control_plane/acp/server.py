@@ -121,11 +121,11 @@ class HermeticAcp:
                 await self._send(session_id, update_agent_message_text(done.text))
                 return PromptResponse(stop_reason="end_turn")
         updates = Updates(session.workspace, self.agent.settings.sandbox.workdir)
-        queue: asyncio.Queue[SessionUpdate | Question | None] = asyncio.Queue()
+        queue: asyncio.Queue[SessionUpdate | tuple[Question, str] | None] = asyncio.Queue()
 
         def emit(event: Event) -> None:  # on this loop, in order; translated now (a diff reads the file now)
             if isinstance(event, Question) and not event.delegate_call:
-                queue.put_nowait(event)
+                queue.put_nowait((event, updates.asking_call() or f"question-{event.id}"))
             for update in updates.of(event):
                 queue.put_nowait(update)
 
@@ -194,17 +194,19 @@ class HermeticAcp:
             )
         return session
 
-    def _ask(self, session: _Session, question: Question) -> None:
+    def _ask(self, session: _Session, question: Question, call_id: str) -> None:
         assert self.client is not None
-        task = asyncio.create_task(ask_editor(self.client, session.conversation, question))
+        task = asyncio.create_task(ask_editor(self.client, session.conversation, question, call_id))
         session.asks.add(task)
         task.add_done_callback(session.asks.discard)
 
-    async def _drain(self, session: _Session, queue: asyncio.Queue[SessionUpdate | Question | None]) -> None:
+    async def _drain(
+        self, session: _Session, queue: asyncio.Queue[SessionUpdate | tuple[Question, str] | None]
+    ) -> None:
         """Send a turn's updates in order; a question is asked after the updates before it are out."""
         while (item := await queue.get()) is not None:
-            if isinstance(item, Question):
-                self._ask(session, item)
+            if isinstance(item, tuple):
+                self._ask(session, *item)
             else:
                 await self._send(session.conversation.id, item)
 

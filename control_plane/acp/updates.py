@@ -35,6 +35,8 @@ KINDS: dict[str, ToolKind] = {
     "todo": "think",
 }
 EDITS = ("write_file", "patch")
+ASKING = ("network_request", "expose_port", "clarify")
+"""The tools that put a question to the user (approvals, clarify)."""
 OUTPUT_TAIL = 20_000
 """Characters of a running command's output an update carries (each replaces the last)."""
 PLAN_STATUS = {"pending": "pending", "in_progress": "in_progress", "done": "completed"}
@@ -47,6 +49,8 @@ class Updates:
         self.workspace = workspace
         self.workdir = workdir.rstrip("/")
         self._output: dict[str, str] = {}
+        self._running: dict[str, str] = {}
+        """The tool calls started and not ended: call id -> tool name."""
 
     def of(self, event: Event) -> list[SessionUpdate]:
         if event.delegate_call:  # a child agent's steps: its parent's delegate call reports the outcome
@@ -54,11 +58,13 @@ class Updates:
         if isinstance(event, TextDelta):
             return [update_agent_message_text(event.text)]
         if isinstance(event, ToolStart):
+            self._running[event.call_id] = event.name
             return [self._start(event)]
         if isinstance(event, ToolProgress):
             self._output[event.call_id] = (self._output.get(event.call_id, "") + event.text)[-OUTPUT_TAIL:]
             return [update_tool_call(event.call_id, content=[_text(self._output[event.call_id])])]
         if isinstance(event, ToolEnd):
+            self._running.pop(event.call_id, None)
             output = self._output.pop(event.call_id, None)
             content = None if event.name in EDITS and event.ok else [_text(output or event.result)]
             status: ToolCallStatus = "completed" if event.ok else "failed"
@@ -72,6 +78,11 @@ class Updates:
         if isinstance(event, Notice | Error):
             return [update_agent_message_text(f"\n\n> {event.message}\n\n")]
         return []
+
+    def asking_call(self) -> str | None:
+        """The running call a question comes from (the latest asking tool), for the permission request."""
+        asking = [call_id for call_id, name in self._running.items() if name in ASKING]
+        return asking[-1] if asking else None
 
     def _start(self, event: ToolStart) -> SessionUpdate:
         args: dict[str, Any] = event.arguments if isinstance(event.arguments, dict) else {}
