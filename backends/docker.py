@@ -40,7 +40,8 @@ SANDBOX_LABEL = "org.hermetic.sandbox"
 OWNER_LABEL = "org.hermetic.owner"
 EXPIRES_LABEL = "org.hermetic.expires"
 RUNTIME_HASH_LABEL = "org.hermetic.runtime-hash"
-HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid=1000,gid=1000,mode=0755"
+HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid={uid},gid={gid},mode=0755"
+SANDBOX_UID = 1000
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """host:pid:run. The run tells this process from an earlier one with the same pid on the same host: in a
 container the control plane is pid 1 after every restart, and its predecessor's sandboxes are orphans."""
@@ -204,13 +205,17 @@ class DockerSandbox(Sandbox):
             **(self.egress.env if self.egress is not None else {}),
             **(self.ingress.env if self.ingress is not None else {}),
         )
+        uid, gid = _owner(spec.workspace)
         api = self._client.api
         host_config = api.create_host_config(
             init=True,  # reaps zombies: every browser close would otherwise leave some
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777", "/home/sandbox": HOME_TMPFS},
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777",
+                "/home/sandbox": HOME_TMPFS.format(uid=uid, gid=gid),
+            },
             mounts=mounts,
             network_mode="bridge" if spec.network == "full" else "none",
             pids_limit=spec.pids,
@@ -226,7 +231,7 @@ class DockerSandbox(Sandbox):
             name=self.id,
             stdin_open=True,  # with detach=False (the default): StdinOnce, so the stream's end is EOF
             hostname="sandbox",
-            user="1000:1000",
+            user=f"{uid}:{gid}",
             environment=env,
             working_dir=spec.workdir,
             labels=self.labels,
@@ -338,3 +343,13 @@ def _quietly(action: Any) -> None:
         action()
     except (NotFound, APIError) as exc:
         log.debug("ignored: %s", exc)
+
+
+def _owner(workspace: str | None) -> tuple[int, int]:
+    """Who the container runs as: the owner of a bind-mounted workspace (so the user's files stay the
+    user's), else the image's sandbox user; never root."""
+    if workspace:
+        info = os.stat(workspace)
+        if info.st_uid != 0:
+            return info.st_uid, info.st_gid
+    return SANDBOX_UID, SANDBOX_UID
