@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ class HermeticAcp:
         self.client: Client | None = None
         self.client_capabilities = ClientCapabilities()
         self.sessions: dict[str, _Session] = {}
+        self._pending: set[asyncio.Future[None]] = set()
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
@@ -183,8 +185,13 @@ class HermeticAcp:
         ]
         # after the response to session/new (or load) is out: the session exists for the editor then
         asyncio.get_running_loop().call_soon(
-            lambda: asyncio.ensure_future(self._send(conversation.id, update_available_commands(commands)))
+            self._later, self._send(conversation.id, update_available_commands(commands))
         )
+
+    def _later(self, send: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(send)
+        self._pending.add(task)  # held until done: the loop keeps only weak references to tasks
+        task.add_done_callback(self._pending.discard)
 
     def _session(self, session_id: str) -> _Session:
         session = self.sessions.get(session_id)
