@@ -14,6 +14,7 @@ from typing import Any, cast
 from acp import (
     PROTOCOL_VERSION,
     Client,
+    RequestError,
     resource_link_block,
     spawn_agent_process,
     text_block,
@@ -30,6 +31,7 @@ from acp.schema import (
     FileSystemCapabilities,
     Implementation,
     PermissionOption,
+    ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
@@ -50,6 +52,9 @@ class Editor:
         self.updates: list[Any] = []
         self.asked: list[ToolCallUpdate] = []
         self.choose = choose
+        self.buffers: dict[str, str] = {}
+        """Unsaved editor buffers by path: fs/read_text_file answers from them."""
+        self.written: dict[str, str] = {}
         self._changed = asyncio.Condition()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
@@ -65,6 +70,19 @@ class Editor:
         if chosen is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen))
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> ReadTextFileResponse:
+        text = self.buffers.get(path)
+        if text is None:
+            raise RequestError.resource_not_found(path)
+        lines = text.splitlines(keepends=True)[(line or 1) - 1 :]
+        return ReadTextFileResponse(content="".join(lines[:limit] if limit else lines))
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> None:
+        self.written[path] = content
+        Path(path).write_text(content)  # the editor saves it
 
     async def wait_for(self, test: Callable[[Any], bool]) -> Any:
         async with self._changed:
@@ -109,17 +127,21 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "notes.md").write_text("old line\n")
-    env = scripted_env(tmp_path / "home", fake_llm.url)
+    env = scripted_env(tmp_path / "home", fake_llm.url, HERMETIC_LEARNING__ENABLED="false")  # no review turns
     plan = [{"id": "1", "content": "rewrite the notes", "status": "in_progress"}]
     fake_llm.load(
         [
             call("todo", items=plan),
             call("patch", path="notes.md", old="old", new="new"),
-            call("terminal", command="cat notes.md; echo from-sandbox"),
+            call("read_file", path="draft.md"),
+            call("write_file", path="/workspace/made.md", content="made through the editor\n"),
+            call("terminal", command="cat notes.md made.md; echo from-sandbox"),
             {"text": "The notes now say new line."},
         ]
     )
     editor = Editor(lambda options: None)
+    (project / "draft.md").write_text("saved text\n")
+    editor.buffers[str(project / "draft.md")] = "unsaved text\nsecond line\n"
 
     async def session() -> str:
         async with acp_process(env, editor) as conn:
@@ -159,7 +181,12 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
     assert "new line" in ends[-1].content[0].content.text
     assert "The notes now say new line." in editor.text()
     assert f"session {session_id}" in editor.text()  # /status answered without the model
-    assert len(fake_llm.requests) == 4
+    assert len(fake_llm.requests) == 6
+    results = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert results[2].startswith("     1\tunsaved text\n     2\tsecond line")  # the editor's buffer
+    assert editor.written == {str(project / "made.md"): "made through the editor\n"}
+    assert "through the editor" in results[3]
+    assert "made through the editor" in ends[-1].content[0].content.text  # the sandbox sees the file
 
     loaded = Editor(lambda options: None)
     fake_llm.load([{"text": "Still here."}])

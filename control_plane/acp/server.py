@@ -38,6 +38,7 @@ from ..agent.agent import Agent
 from ..agent.commands import HELP, run_command
 from ..agent.events import Event, Question
 from ..agent.loop import Busy, Conversation
+from .editor_files import EditorFiles
 from .permissions import ask_editor
 from .prompt import prompt_text
 from .updates import Updates
@@ -171,6 +172,15 @@ class HermeticAcp:
 
     def _open(self, conversation: Conversation, workspace: Path) -> None:
         self.agent.sandboxes.use_workspace(conversation.id, str(workspace))
+        assert self.client is not None
+        files = EditorFiles(
+            self.client,
+            conversation.id,
+            workspace,
+            self.agent.settings.sandbox.workdir,
+            asyncio.get_running_loop(),
+        )
+        conversation.tools = files.tools(conversation.tools, self.client_capabilities)
         self.sessions[conversation.id] = _Session(conversation, workspace)
         commands = [
             AvailableCommand(

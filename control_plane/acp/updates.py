@@ -87,7 +87,7 @@ class Updates:
     def _start(self, event: ToolStart) -> SessionUpdate:
         args: dict[str, Any] = event.arguments if isinstance(event.arguments, dict) else {}
         given = args.get("path")
-        path = self.host_path(given) if isinstance(given, str) else None
+        path = host_path(given, self.workspace, self.workdir) if isinstance(given, str) else None
         content: list[ToolCallContentVariant] | None = None
         if event.name in EDITS and path is not None:
             content = _diff(event.name, path, args)
@@ -101,13 +101,15 @@ class Updates:
             raw_input=event.arguments,
         )
 
-    def host_path(self, path: str) -> Path | None:
-        """Where a sandbox path is in the editor's directory; None when it is outside the workspace."""
-        inside = path[len(self.workdir) :].lstrip("/") if path.startswith(self.workdir + "/") else path
-        if inside.startswith("/"):
-            return None
-        resolved = (self.workspace / inside).resolve()
-        return resolved if resolved.is_relative_to(self.workspace) else None
+
+def host_path(path: str, workspace: Path, workdir: str) -> Path | None:
+    """Where a sandbox path is in the editor's directory; None when it is outside the workspace."""
+    workdir = workdir.rstrip("/")
+    inside = path[len(workdir) :].lstrip("/") if path == workdir or path.startswith(workdir + "/") else path
+    if inside.startswith("/"):
+        return None
+    resolved = (workspace / inside).resolve()
+    return resolved if resolved.is_relative_to(workspace) else None
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
