@@ -40,7 +40,10 @@ from acp.schema import (
 )
 from hermetic_cli import scripted_env
 
+from control_plane.acp.server import HermeticAcp
+from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import load_settings
 
 ZED = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
 
@@ -319,3 +322,18 @@ def test_bad_messages_get_errors_and_the_process_lives_on(tmp_path: Path, fake_l
         assert await asyncio.wait_for(process.wait(), 60) == 0
 
     run(session())
+
+
+def test_backends_that_cannot_mount_the_editors_directory_refuse_it(tmp_path: Path) -> None:
+    """ssh sandboxes live on another machine (nothing is synced): session/new says so. In process: the
+    ssh backend is built without connecting, so no host is needed to see the refusal."""
+    ssh = {"host": "127.0.0.1", "port": 22, "user": "nobody"}
+    agent = Agent(load_settings(root=tmp_path, backend="ssh", ssh=ssh))
+    try:
+        asyncio.run(HermeticAcp(agent).new_session(cwd=str(tmp_path), mcp_servers=[]))
+    except RequestError as exc:
+        assert exc.code == -32602 and "ssh backend runs sandboxes on another machine" in json.dumps(exc.data)
+    else:
+        raise AssertionError("session/new on the ssh backend succeeded")
+    finally:
+        agent.close()

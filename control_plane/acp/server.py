@@ -33,6 +33,8 @@ from acp.schema import (
     UnstructuredCommandInput,
 )
 
+from backends import SandboxError
+
 from .. import __version__
 from ..agent.agent import Agent
 from ..agent.commands import HELP, run_command
@@ -160,7 +162,10 @@ class HermeticAcp:
         path = Path(cwd)
         if not path.is_absolute() or not path.is_dir():
             raise RequestError.invalid_params({"cwd": f"{cwd!r} is not an absolute path to a directory"})
-        backend = await asyncio.to_thread(lambda: self.agent.sandboxes.backend.name)
+        try:
+            backend = await asyncio.to_thread(lambda: self.agent.sandboxes.backend.name)
+        except SandboxError as exc:  # BackendUnavailable among them: no sandbox can start
+            raise RequestError.internal_error({"backend": str(exc)}) from None
         if backend not in BIND_BACKENDS:
             raise RequestError.invalid_params(
                 {
