@@ -42,7 +42,8 @@ SANDBOX_LABEL = "org.hermetic.sandbox"
 OWNER_LABEL = "org.hermetic.owner"
 EXPIRES_LABEL = "org.hermetic.expires"
 RUNTIME_HASH_LABEL = "org.hermetic.runtime-hash"
-HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid=1000,gid=1000,mode=0755"
+HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid={uid},gid={gid},mode=0755"
+SANDBOX_UID = 1000
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """host:pid:run. The run tells this process from an earlier one with the same pid on the same host: in a
 container the control plane is pid 1 after every restart, and its predecessor's sandboxes are orphans."""
@@ -94,6 +95,11 @@ class DockerBackend(Backend):
             raise UnsupportedSpec(
                 "network allowlist on docker needs dockerd on this machine (DOCKER_HOST is not a unix "
                 "socket): the egress socket's directory is bind-mounted from here"
+            )
+        if spec.workspace and not self.local_daemon:
+            raise UnsupportedSpec(
+                "a host directory as the workspace needs dockerd on this machine (DOCKER_HOST is not a "
+                "unix socket): it is bind-mounted from here"
             )
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
@@ -191,9 +197,14 @@ class DockerSandbox(Sandbox):
         call, and a separate volume create adds another, for nothing."""
         spec = self.spec
         task = spec.privileges == "task"  # an evaluation task's image: its user, default capabilities
-        # A task's workdir stays in the image's writable layer, as the task built it: no volume to create,
-        # fill from the image and remove per attempt (so no snapshots of such a sandbox).
-        mounts = [] if task else [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
+        if spec.workspace:  # a host directory (an editor's project): bind-mounted, never removed
+            mounts = [Mount(spec.workdir, spec.workspace, type="bind", read_only=False)]
+        elif task:
+            # A task's workdir stays in the image's writable layer, as the task built it: no volume to
+            # create, fill from the image and remove per attempt (so no snapshots of such a sandbox).
+            mounts = []
+        else:
+            mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
         if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
             if self.egress is None:
@@ -212,11 +223,12 @@ class DockerSandbox(Sandbox):
             **(self.egress.env if self.egress is not None else {}),
             **(self.ingress.env if self.ingress is not None else {}),
         )
+        uid, gid = _owner(spec.workspace)
         tmpfs = {"/tmp": f"rw,nosuid,nodev,size={spec.disk_bytes},mode=1777"}
         if task:
             env.update(HERMETIC_ROOTS="/", HOME="/root")
         else:
-            tmpfs["/home/sandbox"] = HOME_TMPFS
+            tmpfs["/home/sandbox"] = HOME_TMPFS.format(uid=uid, gid=gid)
         api = self._client.api
         host_config = api.create_host_config(
             init=True,  # reaps zombies: every browser close would otherwise leave some
@@ -239,7 +251,7 @@ class DockerSandbox(Sandbox):
             name=self.id,
             stdin_open=True,  # with detach=False (the default): StdinOnce, so the stream's end is EOF
             hostname="sandbox",
-            user=None if task else "1000:1000",
+            user=None if task else f"{uid}:{gid}",
             environment=env,
             working_dir=spec.workdir,
             labels=self.labels,
@@ -358,3 +370,13 @@ def _quietly(action: Any) -> None:
         action()
     except (NotFound, APIError) as exc:
         log.debug("ignored: %s", exc)
+
+
+def _owner(workspace: str | None) -> tuple[int, int]:
+    """Who the container runs as: the owner of a bind-mounted workspace (so the user's files stay the
+    user's), else the image's sandbox user; never root."""
+    if workspace:
+        info = os.stat(workspace)
+        if info.st_uid != 0:
+            return info.st_uid, info.st_gid
+    return SANDBOX_UID, SANDBOX_UID

@@ -69,7 +69,8 @@ class SandboxSpec(BaseModel):
     workdir: str = "/workspace"
     """The writable workspace and the shells' starting directory."""
     workspace: str | None = None
-    """Host directory to use as the workspace (local: bind-mounted); default: a fresh one."""
+    """Host directory to use as the workspace (local, docker: bind-mounted, left in place on close; ssh: a
+    path on the remote host); default: a fresh one."""
     output_limit: int = Field(50_000, ge=200)
     """Characters of command output the model sees before head+tail truncation."""
     from_snapshot: str | None = None

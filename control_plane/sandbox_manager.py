@@ -98,6 +98,8 @@ class SandboxManager:
         self._busy: dict[str, int] = {}
         self._idle_closed: set[str] = set()  # sessions whose next sandbox gets the notice
         self._session_notices: dict[str, list[str]] = {}
+        self._workspaces: dict[str, str] = {}
+        """Host directories some sessions use as their workspace (an editor's project, `hermetic acp`)."""
         self._reaper: threading.Thread | None = None
         self._closing = False
         self.notices: list[str] = []
@@ -124,6 +126,13 @@ class SandboxManager:
                     self._pool.prefill(base_spec(self.settings))
             return self._backend
 
+    def use_workspace(self, session_id: str, directory: str) -> None:
+        """Give the session's next sandbox this host directory as its workspace, mounted read-write
+        (local: bind-mounted by bubblewrap; docker: a bind mount, dockerd on this machine only). The
+        directory is the user's: closing the sandbox leaves it in place."""
+        with self._lock:
+            self._workspaces[session_id] = directory
+
     def prefill(self) -> None:
         """Build the backend now, so the warm pool (when configured) is ready before the first session."""
         _ = self.backend
@@ -147,7 +156,11 @@ class SandboxManager:
                 self._admit()
             backend = self.backend
             sandbox, notice = self._from_pending(session_id)
-            if sandbox is None and self._pool is not None:
+            workspace = self._workspaces.get(session_id)
+            if sandbox is None and workspace is not None:  # its own directory: never a warm sandbox
+                spec = session_spec(self.settings, session_id).model_copy(update={"workspace": workspace})
+                sandbox = backend.create(spec)
+            elif sandbox is None and self._pool is not None:
                 sandbox = self._pool.acquire(base_spec(self.settings))
             elif sandbox is None:
                 sandbox = backend.create(session_spec(self.settings, session_id))

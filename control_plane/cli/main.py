@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..keys import KeyFileError
+from . import acp as acp_cli
 from . import agent as agent_cli
 from . import (
     batch,
@@ -54,6 +55,7 @@ app.add_typer(config_cli.persona_app, name="persona")
 app.add_typer(gateway_cli.app, name="gateway")
 skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
+app.command("acp")(acp_cli.acp)
 app.add_typer(cron.app, name="cron")
 app.add_typer(batch.app, name="batch")
 app.add_typer(evals.app, name="eval")

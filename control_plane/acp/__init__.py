@@ -1,0 +1,1 @@
+"""The Agent Client Protocol surface (`hermetic acp`): the agent for editors over stdio."""
