@@ -10,9 +10,11 @@ workspace volume kept. The container's log driver is `none`: the stream never la
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import socket
+import tarfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +33,7 @@ from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
 from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
 from .errors import BackendUnavailable, UnsupportedSpec
-from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, forget, open_ingress
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, SYSTEM_CA_FILE, Egress, forget, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
 from .stats import cgroup_dirs_of
@@ -83,6 +85,7 @@ class DockerBackend(Backend):
                 "or set DOCKER_HOST"
             ) from exc
         self._runtime_hashes: dict[str, str] = {}
+        self._ca_files: dict[str, bytes | None] = {}
         endpoint = self.config.base_url or os.environ.get("DOCKER_HOST") or "unix://"
         self.local_daemon = endpoint.startswith("unix://")
         """Whether dockerd shares this machine's filesystem, so a host directory can be bind-mounted:
@@ -130,6 +133,23 @@ class DockerBackend(Backend):
             labels = self.client.images.get(image).labels or {}
             self._runtime_hashes[image] = labels.get(RUNTIME_HASH_LABEL, "")
         return self._runtime_hashes[image]
+
+    def system_ca_file(self, image: str) -> bytes | None:
+        """The image's own SYSTEM_CA_FILE (None when it has none), read from a container created and
+        removed for it, never started; cached per image."""
+        if image not in self._ca_files:
+            created = self.client.api.create_container(image, command=["true"], labels={MANAGED_LABEL: "1"})
+            try:
+                stream, _ = self.client.api.get_archive(created["Id"], SYSTEM_CA_FILE)
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                    member = tar.next()
+                    found = tar.extractfile(member) if member is not None else None  # None: a link
+                    self._ca_files[image] = found.read() if found is not None else None
+            except NotFound:
+                self._ca_files[image] = None
+            finally:
+                _quietly(lambda: self.client.api.remove_container(created["Id"], force=True))
+        return self._ca_files[image]
 
     def reap(self) -> int:
         """Remove containers and volumes of dead control planes on this host, past their ttl, or stopped."""
@@ -210,6 +230,10 @@ class DockerSandbox(Sandbox):
             if self.egress is None:
                 self.egress = Egress.attach(self.id, spec.allow, spec.credentials)
             mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
+            system = self._backend.system_ca_file(spec.image) if self.egress.credentials else None
+            store = self.egress.trust_store(system) if system is not None else None
+            if store is not None:  # the image's own bundle plus the sandbox CA, over the image's
+                mounts.append(Mount(SYSTEM_CA_FILE, str(store), type="bind", read_only=True))
         if self.ingress is None and self._backend.local_daemon:
             self.ingress = open_ingress(self.id)
         if self.ingress is not None:

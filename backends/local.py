@@ -21,7 +21,7 @@ from .base import Backend, Sandbox, new_sandbox_id
 from .cgroups import CgroupLimits, cgroup_controller
 from .channel import Channel, PipeTransport
 from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
-from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, Egress, open_ingress
+from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, SYSTEM_CA_FILE, Egress, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
 from .workspace_copy import copy_into, parse_saved, save_copy
@@ -201,6 +201,10 @@ class LocalSandbox(Sandbox):
             str(etc / "group"),
             "/etc/group",
         ]
+        system = Path(SYSTEM_CA_FILE)  # the host's /etc/ssl is the sandbox's: its bundle plus the CA
+        store = self.egress.trust_store(system.read_bytes()) if self.egress and system.is_file() else None
+        if store is not None:
+            args += ["--ro-bind", str(store), SYSTEM_CA_FILE]
         args += [
             "--proc",
             "/proc",

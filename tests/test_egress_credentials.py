@@ -186,3 +186,31 @@ def test_a_credential_needs_an_allowed_host_a_variable_and_its_value() -> None:
     unset = Credential(host="pypi.hm14.test", header="X-Key", value="${HM14_UNSET}")
     with pytest.raises(PolicyError, match="needs HM14_UNSET: set it in the profile's .env"):
         unset.resolve()
+
+
+BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+IGNORE_CA_VARIABLES = (
+    "env -u SSL_CERT_FILE -u REQUESTS_CA_BUNDLE -u CURL_CA_BUNDLE -u PIP_CERT -u GIT_SSL_CAINFO"
+)
+DEFAULT_CONTEXT = (
+    "import ssl, urllib.request as u; "
+    "print(u.urlopen('https://pypi.hm14.test/auth', context=ssl.create_default_context()).read().decode())"
+)
+
+
+def test_the_system_trust_store_holds_the_sandbox_ca(injected: tuple[Sandbox, list[str]]) -> None:
+    """Clients that ignore every CA variable read /etc/ssl/certs/ca-certificates.crt: it is the sandbox's
+    untouched bundle plus the CA (read-only), and a sandbox without credentials keeps the untouched one."""
+    curl = _sh(injected, f"{IGNORE_CA_VARIABLES} curl -sS https://pypi.hm14.test/auth")
+    assert curl == f"auth-sha256={DIGEST}\n"
+    python = _sh(injected, f'{IGNORE_CA_VARIABLES} python3 -c "{DEFAULT_CONTEXT}"')
+    assert python.strip() == f"auth-sha256={DIGEST}"
+    size = "$(stat -c %s /run/hermetic/ca.pem)"
+    assert _sh(injected, f"tail -c {size} {BUNDLE} | cmp - /run/hermetic/ca.pem && echo ends-with-ca") == (
+        "ends-with-ca\n"
+    )
+    assert _sh(injected, f"touch {BUNDLE} 2>/dev/null || echo read-only") == "read-only\n"
+    without_ca = _sh(injected, f"head -c -{size} {BUNDLE} | sha256sum")
+    with get_backend(injected[0].backend).create(SandboxSpec(image="hermetic-sandbox:node")) as plain:
+        untouched = str(plain.run(f"sha256sum < {BUNDLE}")["output"])
+    assert untouched == without_ca

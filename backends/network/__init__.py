@@ -40,6 +40,10 @@ class NetworkConfig(BaseModel):
 NET_ROOT = Path.home() / ".hermetic" / "net"
 """Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
 SANDBOX_NET_DIR = "/run/hermetic"
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+"""Debian's (and OpenSSL's default) CA file: with credentials, a bundle adding the sandbox CA is bound
+read-only over it, for programs that ignore the CA variables."""
+TRUST_STORE_NAME = "ca-certificates.crt"
 
 
 def net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
@@ -110,6 +114,17 @@ class Egress:
             env.update(dict.fromkeys(credential.variables, PLACEHOLDER))
         return env
 
+    def trust_store(self, system: bytes) -> Path | None:
+        """With credentials, `system` (the sandbox's own CA file) plus the sandbox CA, written in the
+        socket directory for the backend to bind read-only at SYSTEM_CA_FILE; None without credentials."""
+        if not self.credentials:
+            return None
+        bundle = self.socket_dir / TRUST_STORE_NAME
+        ca = (self.socket_dir / CA_NAME).read_bytes()
+        bundle.write_bytes(system.rstrip(b"\n") + b"\n" + ca if system.strip() else ca)
+        bundle.chmod(0o644)
+        return bundle
+
     def allow(self, rules: list[str]) -> None:
         """Widen this sandbox's allowlist from now on (an approval answered "once"). Raises PolicyError."""
         egress_proxy().allow(self.sandbox_id, rules)
@@ -136,6 +151,7 @@ __all__ = [
     "PolicyError",
     "SANDBOX_INGRESS_DIR",
     "SANDBOX_NET_DIR",
+    "SYSTEM_CA_FILE",
     "audit_path",
     "exposures",
     "forget",
