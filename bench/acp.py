@@ -21,7 +21,8 @@ from acp.schema import AgentMessageChunk
 
 from control_plane.models.fake_llm import FakeLLM
 
-from .protocols import added, first_content
+from .openai_stream import first_content
+from .protocols import added
 from .stats import Results, report
 
 TARGET_MS = 20.0

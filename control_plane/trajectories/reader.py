@@ -107,13 +107,13 @@ def read(store: Store, profile: str, selection: Selection, chunk: int = CHUNK) -
                 counted[session_id] += 1
                 failed[session_id] += not ok
             e = EvalAttemptRecord
-            fields = ("run", "task", "attempt", "reward", "passed")
+            label_fields = ("run", "task", "attempt", "reward", "passed")
             found = conn.execute(
-                sa_select(col(e.session_id), *(col(getattr(e, f)) for f in fields)).where(
+                sa_select(col(e.session_id), *(col(getattr(e, f)) for f in label_fields)).where(
                     col(e.session_id).in_(ids)
                 )
             )
-            labels = {row[0]: dict(zip(fields, row[1:], strict=True)) for row in found}
+            labels = {row[0]: dict(zip(label_fields, row[1:], strict=True)) for row in found}
         for record in part:
             extra = {"eval": labels[record.id]} if record.id in labels else {}
             yield Trajectory(record, by_session[record.id], failed[record.id], counted[record.id], extra)
