@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip"
+PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip ngircd"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
