@@ -1,7 +1,9 @@
-"""`python -m bench.gateway`: the messaging gateway over the Telegram stand-in (tests/telegram_standin.py,
-python-telegram-bot as the client) with the scripted model: time from an inbound update to the agent's
-first model request, from the model's last token to the final edit, and N chats x M messages at once
-(each chat sends its next message when the last answer is in): throughput and latency.
+"""`python -m bench.gateway [--platform all|telegram|irc]`: the messaging gateway over the Telegram
+stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
+from an inbound update to the agent's first model request, from the model's last token to the final
+edit, and N chats x M messages at once
+(each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
+against a real ngIRCd, are bench/gateway_irc.py's.
 """
 
 from __future__ import annotations
@@ -141,10 +143,19 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
+    parser.add_argument("--platform", choices=["all", "telegram", "irc"], default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
-    results = collect(args.chats, args.messages, args.singles)
-    report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+    if args.platform in ("all", "telegram"):
+        results = collect(args.chats, args.messages, args.singles)
+        report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+    if args.platform in ("all", "irc"):
+        from . import gateway_irc
+
+        results = gateway_irc.collect(args.chats, args.messages, args.singles)
+        report(
+            "gateway (IRC on a real ngIRCd, scripted model)", results, args.out, {"section": "gateway-irc"}
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import pytest
 
 NGIRCD = "/usr/sbin/ngircd"
 PASSWORD = "server-secret"
+OPERATOR = "op"
+"""An IRC operator (`OPER op server-secret`), who can KILL a connection."""
 T = TypeVar("T")
 
 
@@ -42,6 +44,7 @@ class Ngircd:
             f"Password = {PASSWORD}\nMotdFile = {self.dir / 'motd'}\nPidFile = {self.dir / 'pid'}\n"
             "[Limits]\nMaxConnectionsIP = 0\nMaxNickLength = 30\nPingTimeout = 120\n"
             "[Options]\nDNS = no\nIdent = no\nPAM = no\n"
+            f"[Operator]\nName = {OPERATOR}\nPassword = {PASSWORD}\n"
         )
         self.proc = subprocess.Popen(
             [NGIRCD, "-n", "-f", str(self.dir / "ngircd.conf")],
@@ -71,7 +74,7 @@ class Ngircd:
 
 
 @pytest.fixture(scope="session")
-def ngircd() -> Iterator[Ngircd]:
+def irc_server() -> Iterator[Ngircd]:
     server = Ngircd()
     yield server
     server.close()
@@ -114,6 +117,16 @@ class IrcUser:
         while not texts or words not in texts[-1]:
             texts.append(self.heard.get(timeout=timeout)[2])
         return texts
+
+    def wait_online(self, nick: str, timeout: float = 60) -> None:
+        """Until `nick` is on the server (asked with ISON, the way clients watch for a friend)."""
+
+        def online() -> bool:
+            self.send(f"ISON {nick}")
+            time.sleep(0.2)
+            return any(f" 303 {self.nick} :{nick}" in line for line in self.lines[-20:])
+
+        wait_for(online, timeout)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

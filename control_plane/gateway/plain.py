@@ -12,7 +12,7 @@ from markdown_it.token import Token
 from mdit_plain.renderer import RendererPlain
 
 
-class _Renderer(RendererPlain):  # type: ignore[misc]  (mdit-plain ships no types)
+class _Renderer(RendererPlain):  # type: ignore[misc]  # mdit-plain ships no types
     def render_list_item_open(self, tokens: Sequence[Token], i: int, options: Any, env: Any) -> str:
         token = tokens[i]
         return f"\n{token.info}. " if token.info else "\n- "
