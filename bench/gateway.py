@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from telegram_standin import TOKEN, TelegramStandin  # the one stand-in, kept with the tests (bench/__init__)
 
@@ -25,6 +27,7 @@ from control_plane.settings import load_settings
 
 from .stats import Figure, Results, report
 
+T = TypeVar("T")
 REPLY = "Here is the answer you asked for, written out over a few words, done."
 
 
@@ -80,53 +83,70 @@ def _final(answers: Answers, standin: TelegramStandin, chat: int, count: int) ->
     return changes[-1]
 
 
+@contextlib.contextmanager
+def serving(gateway: Gateway) -> Iterator[Answers]:
+    """The gateway receiving on an event loop of its own thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    answers = Answers(gateway)
+    asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
+    try:
+        yield answers
+    finally:
+        asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        gateway.agent.close()
+        gateway.store.close()
+
+
+def at_once(chats: Sequence[T], talk: Callable[[T], list[float]]) -> tuple[list[float], float]:
+    """Each chat's `talk` in a thread of its own, all at once: every latency they return, and the
+    seconds the whole took."""
+    found: list[list[float]] = [[] for _ in chats]
+
+    def run(n: int) -> None:
+        found[n] = talk(chats[n])
+
+    began = time.perf_counter()
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(len(chats))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return [latency for one in found for latency in one], time.perf_counter() - began
+
+
 def collect(chats: int, messages: int, singles: int) -> Results:
     users = [7000 + n for n in range(chats)]
     with tempfile.TemporaryDirectory(prefix="hm15-bench-") as tmp, FakeLLM() as llm:
         standin = TelegramStandin()
         llm.load([{"text": REPLY}] * (singles + chats * messages + 10))  # one turn per message
-        gateway = create_gateway(_settings(Path(tmp), llm, standin, users))
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-        answers = Answers(gateway)
-        asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
         try:
-            standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
-            _final(answers, standin, users[0], 1)
-            to_model, to_edit = [], []
-            for n in range(2, singles + 2):  # one chat, one message at a time
-                sent = time.perf_counter()
-                standin.user_says(users[0], f"question {n}")
-                edited = _final(answers, standin, users[0], n)
-                received, last_byte = llm.timeline[-1]
-                to_model.append(received - sent)
-                to_edit.append(edited - last_byte)
-            latencies: list[float] = []
-            lock = threading.Lock()
-
-            def chat(user: int) -> None:
-                start = singles + 1 if user == users[0] else 0
-                for k in range(1, messages + 1):
+            with serving(create_gateway(_settings(Path(tmp), llm, standin, users))) as answers:
+                standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
+                _final(answers, standin, users[0], 1)
+                to_model, to_edit = [], []
+                for n in range(2, singles + 2):  # one chat, one message at a time
                     sent = time.perf_counter()
-                    standin.user_says(user, f"message {k}")
-                    done = _final(answers, standin, user, start + k)
-                    with lock:
-                        latencies.append(done - sent)
+                    standin.user_says(users[0], f"question {n}")
+                    edited = _final(answers, standin, users[0], n)
+                    received, last_byte = llm.timeline[-1]
+                    to_model.append(received - sent)
+                    to_edit.append(edited - last_byte)
 
-            began = time.perf_counter()
-            workers = [threading.Thread(target=chat, args=(u,)) for u in users]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            took = time.perf_counter() - began
+                def chat(user: int) -> list[float]:
+                    start = singles + 1 if user == users[0] else 0
+                    latencies = []
+                    for k in range(1, messages + 1):
+                        sent = time.perf_counter()
+                        standin.user_says(user, f"message {k}")
+                        latencies.append(_final(answers, standin, user, start + k) - sent)
+                    return latencies
+
+                latencies, took = at_once(users, chat)
         finally:
-            asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-            gateway.agent.close()
-            gateway.store.close()
             standin.close()
     rate = len(latencies) / took
     return {

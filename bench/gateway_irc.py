@@ -6,9 +6,7 @@ penalty throttling of each client's reading applies on top."""
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
-from .gateway import REPLY, Answers
+from .gateway import REPLY, Answers, at_once, serving
 from .stats import Figure, Results
 
 
@@ -40,51 +38,35 @@ def _answered(answers: Answers, chat: str, count: int) -> None:
 def collect(chats: int, messages: int, singles: int) -> Results:
     server = Ngircd()
     names = [f"user{n}" for n in range(chats)]
+    users: list[IrcUser] = []
     with tempfile.TemporaryDirectory(prefix="hm-bench-irc-") as tmp, FakeLLM() as llm:
         llm.load([{"text": REPLY}] * (singles + chats * messages + 10))
-        gateway = create_gateway(_settings(Path(tmp), llm, server, names))
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-        answers = Answers(gateway)
-        users = [IrcUser(server, name) for name in names]
-        asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
         try:
-            first = users[0]
-            first.wait_online("benchbot")
-            first.say("benchbot", "warm up")  # the first turn pays one-time imports: not sampled
-            _answered(answers, first.nick, 1)
-            to_model: list[float] = []
-            for n in range(2, singles + 2):
-                sent = time.perf_counter()
-                first.say("benchbot", f"question {n}")
-                _answered(answers, first.nick, n)
-                to_model.append(llm.timeline[-1][0] - sent)
-            latencies: list[float] = []
-            lock = threading.Lock()
-
-            def chat(user: IrcUser) -> None:
-                start = singles + 1 if user is first else 0
-                for k in range(1, messages + 1):
+            users = [IrcUser(server, name) for name in names]
+            with serving(create_gateway(_settings(Path(tmp), llm, server, names))) as answers:
+                first = users[0]
+                first.wait_online("benchbot")
+                first.say("benchbot", "warm up")  # the first turn pays one-time imports: not sampled
+                _answered(answers, first.nick, 1)
+                to_model: list[float] = []
+                for n in range(2, singles + 2):
                     sent = time.perf_counter()
-                    user.say("benchbot", f"message {k}")
-                    _answered(answers, user.nick, start + k)
-                    with lock:
-                        latencies.append(time.perf_counter() - sent)
+                    first.say("benchbot", f"question {n}")
+                    _answered(answers, first.nick, n)
+                    to_model.append(llm.timeline[-1][0] - sent)
 
-            began = time.perf_counter()
-            workers = [threading.Thread(target=chat, args=(u,)) for u in users]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            took = time.perf_counter() - began
+                def chat(user: IrcUser) -> list[float]:
+                    start = singles + 1 if user is first else 0
+                    latencies = []
+                    for k in range(1, messages + 1):
+                        sent = time.perf_counter()
+                        user.say("benchbot", f"message {k}")
+                        _answered(answers, user.nick, start + k)
+                        latencies.append(time.perf_counter() - sent)
+                    return latencies
+
+                latencies, took = at_once(users, chat)
         finally:
-            asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-            gateway.agent.close()
-            gateway.store.close()
             for user in users:
                 user.close()
             server.close()
