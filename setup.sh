@@ -19,6 +19,10 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
+# ngircd is for the tests, which start their own on loopback: Debian's service (all interfaces) stays off
+if [ -d /run/systemd/system ] && systemctl is-enabled ngircd >/dev/null 2>&1; then
+  $SUDO systemctl disable --now ngircd >/dev/null 2>&1 || true
+fi
 
 if ! docker info >/dev/null 2>&1; then
   echo "setup: starting dockerd"
