@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel"
+PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel ngircd"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
@@ -18,6 +18,10 @@ if [ -n "$missing" ]; then
   echo "setup: installing$missing"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# ngircd is for the tests, which start their own on loopback: Debian's service (all interfaces) stays off
+if [ -d /run/systemd/system ] && systemctl is-enabled ngircd >/dev/null 2>&1; then
+  $SUDO systemctl disable --now ngircd >/dev/null 2>&1 || true
 fi
 
 if ! docker info >/dev/null 2>&1; then

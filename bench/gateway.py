@@ -1,19 +1,23 @@
-"""`python -m bench.gateway`: the messaging gateway over the Telegram stand-in (tests/telegram_standin.py,
-python-telegram-bot as the client) with the scripted model: time from an inbound update to the agent's
-first model request, from the model's last token to the final edit, and N chats x M messages at once
-(each chat sends its next message when the last answer is in): throughput and latency.
+"""`python -m bench.gateway [--platform all|telegram|irc]`: the messaging gateway over the Telegram
+stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
+from an inbound update to the agent's first model request, from the model's last token to the final
+edit, and N chats x M messages at once
+(each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
+against a real ngIRCd, are bench/gateway_irc.py's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from telegram_standin import TOKEN, TelegramStandin  # the one stand-in, kept with the tests (bench/__init__)
 
@@ -23,6 +27,7 @@ from control_plane.settings import load_settings
 
 from .stats import Figure, Results, report
 
+T = TypeVar("T")
 REPLY = "Here is the answer you asked for, written out over a few words, done."
 
 
@@ -78,53 +83,70 @@ def _final(answers: Answers, standin: TelegramStandin, chat: int, count: int) ->
     return changes[-1]
 
 
+@contextlib.contextmanager
+def serving(gateway: Gateway) -> Iterator[Answers]:
+    """The gateway receiving on an event loop of its own thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    answers = Answers(gateway)
+    asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
+    try:
+        yield answers
+    finally:
+        asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        gateway.agent.close()
+        gateway.store.close()
+
+
+def at_once(chats: Sequence[T], talk: Callable[[T], list[float]]) -> tuple[list[float], float]:
+    """Each chat's `talk` in a thread of its own, all at once: every latency they return, and the
+    seconds the whole took."""
+    found: list[list[float]] = [[] for _ in chats]
+
+    def run(n: int) -> None:
+        found[n] = talk(chats[n])
+
+    began = time.perf_counter()
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(len(chats))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return [latency for one in found for latency in one], time.perf_counter() - began
+
+
 def collect(chats: int, messages: int, singles: int) -> Results:
     users = [7000 + n for n in range(chats)]
     with tempfile.TemporaryDirectory(prefix="hm15-bench-") as tmp, FakeLLM() as llm:
         standin = TelegramStandin()
         llm.load([{"text": REPLY}] * (singles + chats * messages + 10))  # one turn per message
-        gateway = create_gateway(_settings(Path(tmp), llm, standin, users))
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-        answers = Answers(gateway)
-        asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(60)
         try:
-            standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
-            _final(answers, standin, users[0], 1)
-            to_model, to_edit = [], []
-            for n in range(2, singles + 2):  # one chat, one message at a time
-                sent = time.perf_counter()
-                standin.user_says(users[0], f"question {n}")
-                edited = _final(answers, standin, users[0], n)
-                received, last_byte = llm.timeline[-1]
-                to_model.append(received - sent)
-                to_edit.append(edited - last_byte)
-            latencies: list[float] = []
-            lock = threading.Lock()
-
-            def chat(user: int) -> None:
-                start = singles + 1 if user == users[0] else 0
-                for k in range(1, messages + 1):
+            with serving(create_gateway(_settings(Path(tmp), llm, standin, users))) as answers:
+                standin.user_says(users[0], "warm up")  # the first turn pays one-time imports: not sampled
+                _final(answers, standin, users[0], 1)
+                to_model, to_edit = [], []
+                for n in range(2, singles + 2):  # one chat, one message at a time
                     sent = time.perf_counter()
-                    standin.user_says(user, f"message {k}")
-                    done = _final(answers, standin, user, start + k)
-                    with lock:
-                        latencies.append(done - sent)
+                    standin.user_says(users[0], f"question {n}")
+                    edited = _final(answers, standin, users[0], n)
+                    received, last_byte = llm.timeline[-1]
+                    to_model.append(received - sent)
+                    to_edit.append(edited - last_byte)
 
-            began = time.perf_counter()
-            workers = [threading.Thread(target=chat, args=(u,)) for u in users]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            took = time.perf_counter() - began
+                def chat(user: int) -> list[float]:
+                    start = singles + 1 if user == users[0] else 0
+                    latencies = []
+                    for k in range(1, messages + 1):
+                        sent = time.perf_counter()
+                        standin.user_says(user, f"message {k}")
+                        latencies.append(_final(answers, standin, user, start + k) - sent)
+                    return latencies
+
+                latencies, took = at_once(users, chat)
         finally:
-            asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-            gateway.agent.close()
-            gateway.store.close()
             standin.close()
     rate = len(latencies) / took
     return {
@@ -141,10 +163,19 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
+    parser.add_argument("--platform", choices=["all", "telegram", "irc"], default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
-    results = collect(args.chats, args.messages, args.singles)
-    report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+    if args.platform in ("all", "telegram"):
+        results = collect(args.chats, args.messages, args.singles)
+        report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+    if args.platform in ("all", "irc"):
+        from . import gateway_irc
+
+        results = gateway_irc.collect(args.chats, args.messages, args.singles)
+        report(
+            "gateway (IRC on a real ngIRCd, scripted model)", results, args.out, {"section": "gateway-irc"}
+        )
 
 
 if __name__ == "__main__":

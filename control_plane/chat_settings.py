@@ -95,6 +95,32 @@ class DiscordSettings(Backfilled):
         return _from_env(value)
 
 
+class IrcSettings(ChatAccess):
+    """An IRC network: the bot joins every channel in `allow_chats` and answers there when addressed by
+    its nick (`hermetic: ...`), and in private messages."""
+
+    host: str
+    port: int = Field(6697, ge=1, le=65535)
+    tls: bool = True
+    tls_verify: bool = True
+    nick: str = Field(min_length=1, max_length=30, pattern=r"^[A-Za-z\[\]\\`_^{|}][A-Za-z0-9\[\]\\`_^{|}-]*$")
+    password: SecretStr | None = None
+    """The server password (PASS), where the server asks for one (`${IRC_SERVER_PASSWORD}`)."""
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    """SASL PLAIN credentials (`${IRC_SASL_PASSWORD}`): the bot's registered account. A server that
+    does not offer SASL is then refused rather than joined unauthenticated."""
+    flood_burst: int = Field(5, ge=1)
+    """Lines sent at once before pacing starts (the server's flood limit)."""
+    flood_interval: float = Field(1.0, gt=0)
+    """Seconds between lines once the burst is spent."""
+
+    @field_validator("password", "sasl_password", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -120,6 +146,7 @@ class GatewaySettings(BaseModel):
     telegram: TelegramSettings | None = None
     slack: SlackSettings | None = None
     discord: DiscordSettings | None = None
+    irc: IrcSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

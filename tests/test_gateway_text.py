@@ -32,3 +32,26 @@ def test_utf16_units_are_counted_as_telegram_does() -> None:
     assert utf16_length("a😀") == 3
     parts = split("😀" * 3000, 4096, utf16_length)
     assert all(utf16_length(p) <= 4096 for p in parts) and "".join(parts) == "😀" * 3000
+
+
+def test_markdown_as_plain_text_keeps_link_targets_list_marks_quotes_and_code_as_written() -> None:
+    from control_plane.gateway.plain import to_plain
+
+    markdown = (
+        "## Steps\n\n1. run `make`\n2. see [the log](https://example.test/log)\n\n"
+        "> it said\n> done\n\n```python\ndef f():\n    return **1**\n```\n\n![chart](https://example.test/c.png)"
+    )
+    assert to_plain(markdown).splitlines() == [
+        "Steps",
+        "",
+        "1. run make",
+        "2. see the log (https://example.test/log)",
+        "",
+        "> it said",
+        "> done",
+        "",
+        "def f():",
+        "    return **1**",
+        "",
+        "chart (https://example.test/c.png)",
+    ]

@@ -33,6 +33,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .discord import DiscordAdapter
 
         adapters.append(DiscordAdapter(config.discord, store))
+    if config.irc is not None:
+        from .irc import IrcAdapter
+
+        adapters.append(IrcAdapter(config.irc))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
