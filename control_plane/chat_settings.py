@@ -95,6 +95,23 @@ class DiscordSettings(Backfilled):
         return _from_env(value)
 
 
+class MattermostSettings(Backfilled):
+    url: str
+    """The server, e.g. https://chat.example.com (the REST API is under /api/v4)."""
+    token: SecretStr
+    """The bot account's access token (`${MATTERMOST_TOKEN}`)."""
+    actions_host: str = "127.0.0.1"
+    actions_port: int = Field(8768, ge=0, le=65535)
+    """Where the gateway listens for the server's button presses (interactive message actions)."""
+    actions_url: str | None = None
+    """The URL the Mattermost server POSTs a press to (default http://actions_host:actions_port/actions)."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -120,6 +137,7 @@ class GatewaySettings(BaseModel):
     telegram: TelegramSettings | None = None
     slack: SlackSettings | None = None
     discord: DiscordSettings | None = None
+    mattermost: MattermostSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

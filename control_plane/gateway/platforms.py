@@ -33,6 +33,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .discord import DiscordAdapter
 
         adapters.append(DiscordAdapter(config.discord, store))
+    if config.mattermost is not None:
+        from .mattermost import MattermostAdapter
+
+        adapters.append(MattermostAdapter(config.mattermost, store))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
