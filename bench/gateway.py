@@ -1,7 +1,8 @@
 """`python -m bench.gateway`: the messaging gateway over the Telegram stand-in (tests/telegram_standin.py,
 python-telegram-bot as the client) with the scripted model: time from an inbound update to the agent's
 first model request, from the model's last token to the final edit, and N chats x M messages at once
-(each chat sends its next message when the last answer is in): throughput and latency.
+(each chat sends its next message when the last answer is in): throughput and latency. Then the office
+platforms' rows (bench/gateway_office.py), each over its own stand-in.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from control_plane.gateway import Gateway, create_gateway
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
+from . import gateway_office
 from .stats import Figure, Results, report
 
 REPLY = "Here is the answer you asked for, written out over a few words, done."
@@ -143,7 +145,9 @@ def main() -> None:
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
-    results = collect(args.chats, args.messages, args.singles)
+    results = collect(args.chats, args.messages, args.singles) | gateway_office.collect(
+        args.chats, args.messages
+    )
     report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
 
 

@@ -21,6 +21,7 @@ import hmac
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -220,10 +221,15 @@ class MattermostAdapter(Adapter):
         return bytes(response.content)
 
 
+_REST = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mattermost-rest")
+"""The REST calls' own threads: on asyncio's default executor they would queue behind, and delay, the
+store's writes of inbound messages."""
+
+
 async def _call(call: Callable[..., T], *args: Any) -> T:
     """A REST call (in a worker thread) with its errors in the gateway's terms."""
     try:
-        return await asyncio.to_thread(call, *args)
+        return await asyncio.get_running_loop().run_in_executor(_REST, call, *args)
     except requests.HTTPError as exc:
         response = exc.response  # None for mattermostdriver's own 400/401/403/404 classes
         status = response.status_code if response is not None else 0
