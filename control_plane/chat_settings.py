@@ -112,6 +112,31 @@ class MattermostSettings(Backfilled):
         return _from_env(value)
 
 
+class WhatsAppSettings(ChatAccess):
+    phone_id: str
+    """The business phone number's id (WhatsApp Manager, API setup)."""
+    token: SecretStr
+    """A system user's access token for the Cloud API (`${WHATSAPP_TOKEN}`)."""
+    app_secret: SecretStr
+    """The Meta app's secret: each webhook POST is signed with it (X-Hub-Signature-256)."""
+    verify_token: SecretStr
+    """What the webhook's subscription check (GET hub.verify_token) must carry."""
+    api_base: str = "https://graph.facebook.com"
+    """The Graph API host (a test stand-in)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8769, ge=0, le=65535)
+    path: str = "/whatsapp"
+    window_template: str = "hermetic_window_closed"
+    """An approved template sent when a reply falls outside the 24-hour window: it tells the user that
+    an answer is waiting and that any message from them reopens the chat."""
+    window_template_language: str = "en_US"
+
+    @field_validator("token", "app_secret", "verify_token", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -138,6 +163,7 @@ class GatewaySettings(BaseModel):
     slack: SlackSettings | None = None
     discord: DiscordSettings | None = None
     mattermost: MattermostSettings | None = None
+    whatsapp: WhatsAppSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

@@ -37,6 +37,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .mattermost import MattermostAdapter
 
         adapters.append(MattermostAdapter(config.mattermost, store))
+    if config.whatsapp is not None:
+        from .whatsapp import WhatsAppAdapter
+
+        adapters.append(WhatsAppAdapter(config.whatsapp))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
