@@ -6,7 +6,6 @@ receiving a user's message to the agent's first model request for it."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import tempfile
 import threading
 import time
@@ -19,8 +18,7 @@ from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench
 from mattermost_standin import MattermostStandin
 from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
-from whatsapp_standin import APP_SECRET, PHONE_ID, VERIFY_TOKEN, WhatsAppStandin
-from whatsapp_standin import TOKEN as WA_TOKEN
+from whatsapp_standin import WhatsAppStandin
 
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
@@ -71,7 +69,7 @@ PLATFORMS: dict[str, Platform] = {
             "base_file_url": s.base_file_url,
             "allow_users": [str(7000 + int(u[1:])) for u in users],
             "poll_timeout": 10,
-        },  # fmt: skip
+        },
         ready=lambda s: None,  # updates wait in the stand-in until polled
         say=lambda s, n, text: s.user_says(7000 + n, text),
         chat=lambda n: str(7000 + n),
@@ -85,23 +83,12 @@ PLATFORMS: dict[str, Platform] = {
     ),
     "whatsapp": Platform(
         start=WhatsAppStandin,
-        config=lambda s, users: _whatsapp(s, users),
+        config=lambda s, users: s.gateway_config([f"US.{u[1:]}" for u in users]),
         ready=lambda s: s.wait_listening(),
         say=lambda s, n, text: s.user_says(f"US.{n}", text),
         chat=lambda n: f"US.{n}",
     ),
 }
-
-
-def _whatsapp(standin: WhatsAppStandin, users: list[str]) -> dict[str, Any]:
-    with socket.socket() as probe:  # a free port for the webhook listener, known to the stand-in
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    standin.webhook_url = f"http://127.0.0.1:{port}/whatsapp"
-    return {
-        "phone_id": PHONE_ID, "token": WA_TOKEN, "app_secret": APP_SECRET, "verify_token": VERIFY_TOKEN,
-        "api_base": standin.api_base, "port": port, "allow_users": [f"US.{u[1:]}" for u in users],
-    }  # fmt: skip
 
 
 def _answered(gateway: Any) -> tuple[dict[str, int], threading.Condition]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
 from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
-from whatsapp_standin import APP_SECRET, PHONE_ID, TOKEN, VERIFY_TOKEN, WhatsAppStandin
+from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
 
 USER = "US.13491208655302741918"
 """A business-scoped user id (BSUID), as the Cloud API names users."""
@@ -33,14 +32,7 @@ def wa() -> Iterator[WhatsAppStandin]:
 
 
 def _config(wa: WhatsAppStandin) -> dict[str, Any]:
-    with socket.socket() as probe:  # a free port for the webhook listener, known to the stand-in
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    wa.webhook_url = f"http://127.0.0.1:{port}/whatsapp"
-    return {
-        "phone_id": PHONE_ID, "token": TOKEN, "app_secret": APP_SECRET, "verify_token": VERIFY_TOKEN,
-        "api_base": wa.api_base, "port": port, "allow_users": [USER],
-    }  # fmt: skip
+    return wa.gateway_config([USER])
 
 
 def _settings(tmp_path: Path, llm_url: str, wa: WhatsAppStandin) -> Any:
@@ -138,6 +130,8 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
 ) -> None:
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     # WhatsApp cannot edit, so a reply goes out whole when done: the kill lands while a tool still runs
+    # (30 s: the restart was seen to wait for that command; with a 10 s one the message sent while down
+    # raced the rerun and took a fourth model request)
     slow = {"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 30"}}]}
     fake_llm.load([slow, *SCRIPT[1:]])
     env = _profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))

@@ -49,6 +49,18 @@ class WhatsAppStandin(StandinServer):
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def gateway_config(self, allow_users: list[str]) -> dict[str, Any]:
+        """The gateway's whatsapp settings for this stand-in, its webhook listener on a free port (which
+        the stand-in then posts to)."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.webhook_url = f"http://127.0.0.1:{port}/whatsapp"
+        return {
+            "phone_id": PHONE_ID, "token": TOKEN, "app_secret": APP_SECRET, "verify_token": VERIFY_TOKEN,
+            "api_base": self.api_base, "port": port, "allow_users": allow_users,
+        }  # fmt: skip
+
     # -- the test's side -------------------------------------------------------------------
 
     def user_says(
