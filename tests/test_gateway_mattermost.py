@@ -85,7 +85,13 @@ def test_a_long_reply_is_split_at_the_post_limit(
 def test_an_approval_is_a_row_of_buttons_and_a_press_answers_it_and_a_forged_one_is_refused(
     tmp_path: Path, fake_llm: Any, mm: MattermostStandin
 ) -> None:
-    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    fake_llm.load(
+        [
+            {"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]},
+            {"text": "Opened."},
+            {"text": "Later."},
+        ]
+    )
     settings = _settings(tmp_path, fake_llm.url, mm).model_copy(update={"toolsets": ["files", "test"]})
     with Running(settings, asking_registry(timeout=30)) as gateway:
         mm.wait_for(mm.connected)
@@ -116,6 +122,10 @@ def test_an_approval_is_a_row_of_buttons_and_a_press_answers_it_and_a_forged_one
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
         answered = mm.posts[post["id"]]
         assert answered["message"].endswith("→ always") and answered["props"]["attachments"] == []
+    mm.user_says("d100", "sent after the press, while no gateway ran", live=False)
+    with Running(settings, asking_registry(timeout=30)) as gateway:  # the press is the chat's last record
+        wait_answered(gateway, 3)
+    assert fake_llm.requests[2]["messages"][-1]["content"] == "sent after the press, while no gateway ran"
 
 
 def test_a_file_the_user_posts_lands_in_the_sandbox_uploads(

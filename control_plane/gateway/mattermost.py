@@ -166,7 +166,8 @@ class MattermostAdapter(Adapter):
     async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
         """The newest `limit` users' posts of the chat (or its thread) after `seen` and `since`, oldest
         first."""
-        last = await _call(self.driver.posts.get_post, seen.message_id)
+        anchor = seen.message_id.split(":")[1] if seen.button else seen.message_id  # a press: its post
+        last = await _call(self.driver.posts.get_post, anchor)
         oldest = max(int(last.get("create_at", 0)), int(since * 1000))
         page = await _call(self.driver.posts.get_posts_for_channel, seen.chat, {"since": oldest})
         posts = sorted((page.get("posts") or {}).values(), key=lambda p: int(p.get("create_at", 0)))
