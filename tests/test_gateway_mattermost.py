@@ -155,3 +155,25 @@ def test_a_kill_9_mid_turn_and_a_post_sent_while_down_are_each_answered_once(
     mm.user_says("d100", "sent while the gateway was down", live=False)
     _answered_once_after_restart(env, "mattermost", lambda: mm.texts("d100"), mm.wait_for, fake_llm)
     assert mm.called("GET", "/channels/d100/posts"), "the missed post came from the channel's history"
+
+
+def test_a_file_the_agent_sends_is_uploaded_and_posted(
+    tmp_path: Path, fake_llm: Any, mm: MattermostStandin
+) -> None:
+    fake_llm.load(
+        [
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}
+                ]
+            },
+            {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
+            {"text": "Sent."},
+        ]
+    )
+    with Running(_settings(tmp_path, fake_llm.url, mm)) as gateway:
+        mm.wait_for(mm.connected)
+        mm.user_says("d100", "a report please")
+        wait_answered(gateway, 1)
+        (posted,) = [p for p in mm.bot_posts("d100") if p["file_ids"]]
+        assert mm.files[posted["file_ids"][0]] == ("r.txt", b"numbers\n")

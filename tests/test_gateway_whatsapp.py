@@ -145,3 +145,24 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     later.start()
     _answered_once_after_restart(env, "whatsapp", lambda: wa.texts(USER), wa.wait_for, fake_llm)
     later.join(30)
+
+
+def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load(
+        [
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}
+                ]
+            },
+            {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
+            {"text": "Sent."},
+        ]
+    )
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "a report please")
+        wait_answered(gateway, 1)
+        (document,) = [m for m in wa.messages_to(USER) if m["type"] == "document"]
+        assert wa.media[document["document"]["id"]] == ("r.txt", b"numbers\n")
