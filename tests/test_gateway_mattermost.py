@@ -16,6 +16,13 @@ from gateway_harness import Running, asking_registry, gateway_settings, wait_ans
 from mattermost_standin import TOKEN, MattermostStandin
 from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
 
+SEND_A_FILE = [
+    {"tool_calls": [{"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}]},
+    {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
+    {"text": "Sent."},
+]
+"""The agent writes out/r.txt and sends it to the chat."""
+
 
 @pytest.fixture
 def mm() -> Iterator[MattermostStandin]:
@@ -160,17 +167,7 @@ def test_a_kill_9_mid_turn_and_a_post_sent_while_down_are_each_answered_once(
 def test_a_file_the_agent_sends_is_uploaded_and_posted(
     tmp_path: Path, fake_llm: Any, mm: MattermostStandin
 ) -> None:
-    fake_llm.load(
-        [
-            {
-                "tool_calls": [
-                    {"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}
-                ]
-            },
-            {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
-            {"text": "Sent."},
-        ]
-    )
+    fake_llm.load(SEND_A_FILE)
     with Running(_settings(tmp_path, fake_llm.url, mm)) as gateway:
         mm.wait_for(mm.connected)
         mm.user_says("d100", "a report please")

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
 from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
+from test_gateway_mattermost import SEND_A_FILE
 from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
 
 USER = "US.13491208655302741918"
@@ -150,17 +151,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
 def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:
-    fake_llm.load(
-        [
-            {
-                "tool_calls": [
-                    {"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}
-                ]
-            },
-            {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
-            {"text": "Sent."},
-        ]
-    )
+    fake_llm.load(SEND_A_FILE)
     with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
         wa.user_says(USER, "a report please")
         wait_answered(gateway, 1)
