@@ -1,9 +1,10 @@
-"""`python -m bench.gateway [--platform all|telegram|irc]`: the messaging gateway over the Telegram
+"""`python -m bench.gateway [--platform all|telegram|irc|office]`: the messaging gateway over the Telegram
 stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
 from an inbound update to the agent's first model request, from the model's last token to the final
 edit, and N chats x M messages at once
 (each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
-against a real ngIRCd, are bench/gateway_irc.py's.
+against a real ngIRCd, are bench/gateway_irc.py's; the office platforms' rows (bench/gateway_office.py)
+each run over its own stand-in.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from control_plane.gateway import Gateway, create_gateway
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
+from . import gateway_office
 from .stats import Figure, Results, report
 
 T = TypeVar("T")
@@ -163,12 +165,19 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
-    parser.add_argument("--platform", choices=["all", "telegram", "irc"], default="all")
+    parser.add_argument("--platform", choices=["all", "telegram", "irc", "office"], default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
-    if args.platform in ("all", "telegram"):
-        results = collect(args.chats, args.messages, args.singles)
-        report("gateway (Telegram stand-in, scripted model)", results, args.out, {"section": "gateway"})
+    if args.platform in ("all", "telegram", "office"):
+        results = collect(args.chats, args.messages, args.singles) if args.platform != "office" else {}
+        if args.platform in ("all", "office"):
+            results |= gateway_office.collect(args.chats, args.messages)
+        report(
+            "gateway (Telegram and office stand-ins, scripted model)",
+            results,
+            args.out,
+            {"section": "gateway"},
+        )
     if args.platform in ("all", "irc"):
         from . import gateway_irc
 

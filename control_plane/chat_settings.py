@@ -121,6 +121,48 @@ class IrcSettings(ChatAccess):
         return _from_env(value)
 
 
+class MattermostSettings(Backfilled):
+    url: str
+    """The server, e.g. https://chat.example.com (the REST API is under /api/v4)."""
+    token: SecretStr
+    """The bot account's access token (`${MATTERMOST_TOKEN}`)."""
+    actions_host: str = "127.0.0.1"
+    actions_port: int = Field(8768, ge=0, le=65535)
+    """Where the gateway listens for the server's button presses (interactive message actions)."""
+    actions_url: str | None = None
+    """The URL the Mattermost server POSTs a press to (default http://actions_host:actions_port/actions)."""
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
+class WhatsAppSettings(ChatAccess):
+    phone_id: str
+    """The business phone number's id (WhatsApp Manager, API setup)."""
+    token: SecretStr
+    """A system user's access token for the Cloud API (`${WHATSAPP_TOKEN}`)."""
+    app_secret: SecretStr
+    """The Meta app's secret: each webhook POST is signed with it (X-Hub-Signature-256)."""
+    verify_token: SecretStr
+    """What the webhook's subscription check (GET hub.verify_token) must carry."""
+    api_base: str = "https://graph.facebook.com"
+    """The Graph API host (a test stand-in)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8769, ge=0, le=65535)
+    path: str = "/whatsapp"
+    window_template: str = "hermetic_window_closed"
+    """An approved template sent when a reply falls outside the 24-hour window: it tells the user that
+    an answer is waiting and that any message from them reopens the chat."""
+    window_template_language: str = "en_US"
+
+    @field_validator("token", "app_secret", "verify_token", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -147,6 +189,8 @@ class GatewaySettings(BaseModel):
     slack: SlackSettings | None = None
     discord: DiscordSettings | None = None
     irc: IrcSettings | None = None
+    mattermost: MattermostSettings | None = None
+    whatsapp: WhatsAppSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

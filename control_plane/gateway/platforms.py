@@ -37,6 +37,14 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .irc import IrcAdapter
 
         adapters.append(IrcAdapter(config.irc))
+    if config.mattermost is not None:
+        from .mattermost import MattermostAdapter
+
+        adapters.append(MattermostAdapter(config.mattermost, store))
+    if config.whatsapp is not None:
+        from .whatsapp import WhatsAppAdapter
+
+        adapters.append(WhatsAppAdapter(config.whatsapp))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 

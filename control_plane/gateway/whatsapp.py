@@ -1,0 +1,217 @@
+"""WhatsApp through the Cloud API with pywa (its asyncio client, pywa_async): the webhook in, served by
+the gateway's own listener, and the Graph API out.
+
+Each POST's X-Hub-Signature-256 (HMAC-SHA256 of the body under the app secret) is checked by pywa
+before anything is read. The POST is answered 200 only after its messages were stored: WhatsApp
+redelivers a webhook that fails, and the stored message id (`wamid...`) recognises the redelivery
+(pywa's own in-memory duplicate skipping is off: it would answer a redelivery of a failed store 200).
+
+WhatsApp cannot edit a message: a reply is one message when done, after a typing indicator; the model's
+Markdown becomes WhatsApp's *bold* _italic_ ~strike~ (py-whatsapp-formatter). Outside
+the 24-hour customer-service window only a template may be sent; when a reply is refused for that
+(error 131047), the configured template tells the user an answer waits and that writing reopens the
+chat. pywa sets the Graph API host on the httpx client it is given; the adapter sets that client's
+`base_url` to `api_base` afterwards (for the suite's stand-in), which is httpx's, not pywa's logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+from pywa_async import WhatsApp
+from pywa_async.errors import ReEngagementMessage, ThrottlingError, WhatsAppError
+from pywa_async.handlers import CallbackButtonHandler, MessageHandler
+from pywa_async.types import Button as WaButton
+from pywa_async.types import CallbackButton, Message
+from pywa_async.types.templates import TemplateLanguage
+from whatsapp_formatter import convert_markdown_to_whatsapp
+
+from ..chat_settings import WhatsAppSettings
+from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+
+log = logging.getLogger("hermetic.gateway.whatsapp")
+TEXT_LIMIT = 4096
+"""Characters of one text message's body."""
+BUTTON_BODY_LIMIT = 1024
+"""Characters of an interactive message's body (at most three reply buttons, titles of 20)."""
+_failed: contextvars.ContextVar[list[Exception]] = contextvars.ContextVar("whatsapp_failed")
+
+
+class WhatsAppAdapter(Adapter):
+    platform = "whatsapp"
+    text_limit = TEXT_LIMIT
+    streams = False
+
+    def __init__(self, settings: WhatsAppSettings) -> None:
+        self.settings = settings
+        self._session = httpx.AsyncClient(timeout=30)
+        self.wa = WhatsApp(
+            phone_id=settings.phone_id,
+            token=settings.token.get_secret_value(),
+            session=self._session,
+            verify_token=settings.verify_token.get_secret_value(),
+            app_secret=settings.app_secret.get_secret_value(),
+            skip_duplicate_updates=False,
+            validate_updates=True,
+        )
+        version = str(self._session.base_url).rstrip("/").rsplit("/", 1)[-1]  # "v25.0", as pywa chose
+        self._session.base_url = f"{settings.api_base.rstrip('/')}/{version}"
+        self._last_inbound: dict[str, str] = {}
+        """chat -> the id of its latest message (a typing indicator is shown on one)."""
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @property
+    def lock_name(self) -> str:
+        return f"whatsapp:{self.settings.phone_id}"
+
+    async def connect(self) -> None:
+        try:
+            await self.wa.get_business_phone_number()
+        except WhatsAppError as exc:
+            raise AdapterError(f"WhatsApp refused the token: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(f"WhatsApp unreachable: {exc}") from exc
+
+    async def disconnect(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def receive(self, deliver: Deliver) -> None:
+        async def store(inbound: Inbound) -> None:
+            self._last_inbound[inbound.chat] = inbound.message_id
+            try:
+                await deliver(inbound)
+            except Exception as exc:  # pywa logs and swallows a handler's error: the POST must fail
+                _failed.get().append(exc)
+
+        async def on_message(_: Any, msg: Message) -> None:
+            await store(_inbound(msg))
+
+        async def on_button(_: Any, press: CallbackButton) -> None:
+            user = str(press.from_user.preferred_id)
+            await store(Inbound(platform=self.platform, chat=user, message_id=press.id, user=user,
+                                user_name=press.from_user.name or "", button=str(press.data)))  # fmt: skip
+
+        self.wa.add_handlers(MessageHandler(on_message), CallbackButtonHandler(on_button))
+        app = web.Application(client_max_size=1_000_000)
+        app.router.add_get(self.settings.path, self._challenge)
+        app.router.add_post(self.settings.path, self._update)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        await asyncio.Event().wait()
+
+    async def _challenge(self, request: web.Request) -> web.Response:
+        """The subscription check: hub.challenge echoed when hub.verify_token matches."""
+        text, status = await self.wa.webhook_challenge_handler(
+            vt=request.query.get("hub.verify_token", ""), ch=request.query.get("hub.challenge", "")
+        )
+        return web.Response(text=text, status=status)
+
+    async def _update(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        refused = await self.wa.webhook_update_validator(body, request.headers.get("X-Hub-Signature-256", ""))
+        if refused:
+            log.warning("refused a webhook POST: %s", refused[0])
+            return web.Response(text=refused[0], status=refused[1])
+        failed: list[Exception] = []
+        token = _failed.set(failed)
+        try:
+            text, status = await self.wa.webhook_update_handler(body)
+        finally:
+            _failed.reset(token)
+        if failed:  # not stored: WhatsApp redelivers a failed webhook
+            log.error("whatsapp: a message could not be stored: %s", failed[0])
+            return web.Response(text="not stored", status=503)
+        return web.Response(text=text, status=status)
+
+    async def send(
+        self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
+    ) -> str:
+        choices = [WaButton(title=b.label[:20], callback_data=b.data) for b in (buttons or [])[:3]]
+        formatted = convert_markdown_to_whatsapp(text) if text else " "
+        if len(formatted) > (BUTTON_BODY_LIMIT if choices else TEXT_LIMIT):  # cut for the source's length
+            formatted = text
+        sent = await self._call(self.wa.send_message(to=chat, text=formatted, buttons=choices or None), chat)
+        return str(sent.id)
+
+    async def edit(
+        self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
+    ) -> None:
+        raise AdapterError("WhatsApp messages cannot be edited")  # never asked: streams is False
+
+    async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
+        sent = await self._call(
+            self.wa.send_document(to=chat, document=path, filename=path.name, caption=caption or None), chat
+        )
+        return str(sent.id)
+
+    async def fetch(self, attachment: Attachment) -> bytes:
+        try:
+            found = await self.wa.get_media_url(attachment.ref)
+            return await self.wa.get_media_bytes(found.url)
+        except WhatsAppError as exc:
+            raise AdapterError(f"WhatsApp refused the file: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(f"WhatsApp unreachable: {exc}") from exc
+
+    async def typing(self, chat: str, *, thread: str | None = None) -> None:
+        if chat in self._last_inbound:
+            try:
+                await self.wa.indicate_typing(self._last_inbound[chat])
+            except (WhatsAppError, httpx.HTTPError) as exc:  # cosmetic
+                log.debug("whatsapp: no typing indicator: %s", exc)
+
+    async def _call(self, call: Any, chat: str) -> Any:
+        """A send, with its errors in the gateway's terms; outside the 24-hour window the template."""
+        try:
+            return await call
+        except ReEngagementMessage as exc:
+            await self._window_closed(chat)
+            raise AdapterError("the 24-hour window is closed: the user was sent the template") from exc
+        except ThrottlingError as exc:
+            raise RateLimited(1.0) from exc
+        except WhatsAppError as exc:
+            if (exc.status_code or 0) >= 500:
+                raise ConnectionLost(f"WhatsApp answered {exc.status_code}") from exc
+            raise AdapterError(f"WhatsApp refused: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(f"WhatsApp unreachable: {exc}") from exc
+
+    async def _window_closed(self, chat: str) -> None:
+        try:
+            await self.wa.send_template(
+                to=chat,
+                name=self.settings.window_template,
+                language=TemplateLanguage(self.settings.window_template_language),
+            )
+        except (WhatsAppError, httpx.HTTPError) as exc:
+            log.error("whatsapp: the window-closed template to %s failed: %s", chat, exc)
+
+
+def _inbound(msg: Message) -> Inbound:
+    media = msg.document or msg.image
+    files = []
+    if media is not None:
+        name = getattr(media, "filename", None) or f"{media.id}.{(media.mime_type or 'bin').rsplit('/')[-1]}"
+        files.append(Attachment(name=name, ref=str(media.id)))
+    user = str(msg.from_user.preferred_id)
+    return Inbound(
+        platform="whatsapp",
+        chat=user,
+        message_id=msg.id,
+        user=user,
+        user_name=msg.from_user.name or "",
+        text=msg.text or getattr(media, "caption", None) or "",
+        files=files,
+    )
