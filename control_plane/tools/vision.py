@@ -10,10 +10,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import litellm
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
+from ..models.router import _litellm
 from ..web.fetch import Fetcher, FetchFailed, FetchRefused
 from .registry import ToolContext, ToolResult, tool
 from .web import EXTRACT_AUDIT
@@ -89,7 +89,7 @@ def accepts_images(model: str | None, setting: bool | None) -> bool:
     if setting is not None:
         return setting
     try:
-        return bool(model) and bool(litellm.supports_vision(model=model))
+        return bool(model) and bool(_litellm().supports_vision(model=model))
     except Exception:  # litellm does not know the model
         return False
 
