@@ -38,7 +38,8 @@ def test_run_streams_the_reply_and_the_tool_calls(env: dict[str, str], fake_llm:
     assert "All done" in shown.stdout and "hello-from-the-sandbox" in shown.stdout
     found = hermetic("sessions", "search", "hello-from-the-sandbox", env=env)
     assert found.returncode == 0 and session in found.stdout
-    assert hermetic("sessions", "search", "nothing-like-this", env=env).returncode == 1
+    # no word of it anywhere: nothing found (hybrid, the default, also returns the nearest in meaning)
+    assert hermetic("sessions", "search", "nothing-like-this", "--mode", "keyword", env=env).returncode == 1
     # another profile sees none of it
     other = hermetic("--profile", "other", "sessions", "list", env=env)
     assert other.returncode == 0 and session not in other.stdout
