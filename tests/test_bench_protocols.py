@@ -23,5 +23,5 @@ def test_the_protocols_benchmark_runs_with_tiny_counts() -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    for figure in ("via mcp serve (stdio)", "in a local sandbox", "/v1 stream, its next turn"):
+    for figure in ("via mcp serve (stdio)", "in a local sandbox", "through /v1, its next turn by header"):
         assert figure in run.stdout

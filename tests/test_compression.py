@@ -285,7 +285,8 @@ def test_compression_keeps_a_run_going_past_the_window(tmp_path: Path, fake_llm:
     assert all(
         m["content"] and not m["content"].startswith(SHORTENED_MARK) for m in stored if m["role"] == "tool"
     )
-    assert litellm.token_counter(model=MODEL, messages=stored, tools=mains[0]["tools"]) > 2.5 * window
+    # twice the window: the trigger level grows with the terminal tool's schema, the outputs do not
+    assert litellm.token_counter(model=MODEL, messages=stored, tools=mains[0]["tools"]) > 2 * window
 
     # the conversation goes on from the compressed history
     fake_llm.load([{"text": "still here"}])
