@@ -23,7 +23,11 @@ WAIT = "echo first-line; while [ ! -e go ]; do sleep 0.05; done; echo second-lin
 @pytest.fixture(scope="module", params=["local", "docker"])
 def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     get_backend(request.param)  # skips, saying why, where the backend cannot run
-    settings = {"sandbox": {"network": "allowlist"}, "toolsets": ["terminal", "network"]}
+    settings = {
+        "sandbox": {"network": "allowlist"},
+        "toolsets": ["terminal", "network"],
+        "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
+    }
     root = tmp_path_factory.mktemp(f"console-{request.param}")
     with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
         yield served
@@ -233,7 +237,7 @@ def test_a_skill_is_installed_after_its_finding_is_accepted(
     skill = write_skill(
         tmp_path / "src" / "prompt-migration",
         "name: prompt-migration\ndescription: Migrates prompts.",
-        files={"references/guide.md": MIGRATION_GUIDE},
+        body=MIGRATION_GUIDE,  # in the instructions: a high finding that must be accepted
     )
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "skill.tar.gz").write_bytes(tar_of(skill, "prompt-migration"))
@@ -242,7 +246,7 @@ def test_a_skill_is_installed_after_its_finding_is_accepted(
         page.get_by_label("Install from a URL or TAP/NAME").fill(f"{site}/skill.tar.gz")
         page.get_by_role("button", name="Review").click()
         card = page.locator("li.card", has_text="prompt-migration")
-        expect(card).to_contain_text("threats: references/guide.md: injection/ignore-instructions")
+        expect(card).to_contain_text("threats: SKILL.md: injection/ignore-instructions")
         expect(card.locator(".badge")).to_have_text("fail")
         shot(page, console, f"skill-install-review-{backend_of(console)}")
         card.get_by_label("Accept finding").check()

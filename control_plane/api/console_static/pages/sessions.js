@@ -3,6 +3,9 @@ import { api } from "../api.js";
 import { append, clear, h, notice, time, tokens } from "../dom.js";
 
 const PAGE = 100;
+// keyword: the words themselves (the default here: a search box narrows a list); hybrid and semantic
+// also bring the sessions nearest in meaning (docs/recall-and-providers.md).
+const MODES = ["keyword", "hybrid", "semantic"];
 
 function status(session) {
   return session.ended_at ? "ended" : "open";
@@ -41,32 +44,37 @@ function hit(recall) {
 
 async function render(view, _params, query) {
   const q = query.get("q") || "";
+  const mode = MODES.includes(query.get("mode")) ? query.get("mode") : "keyword";
   const search = h("input", { id: "q", name: "q", type: "search", value: q });
+  const modes = h("select", { id: "mode", name: "mode" }, MODES.map((m) => h("option", { value: m }, m)));
+  modes.value = mode;
   const form = h(
     "form",
     { class: "toolbar", role: "search" },
     h("label", { for: "q" }, "Search sessions"),
     search,
+    h("label", { for: "mode" }, "Match"),
+    modes,
     h("button", { type: "submit" }, "Search"),
     h("button", { type: "button", onclick: newChat }, "New chat"),
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const text = search.value.trim();
-    location.hash = text ? `#/sessions?q=${encodeURIComponent(text)}` : "#/sessions";
+    location.hash = text ? `#/sessions?q=${encodeURIComponent(text)}&mode=${modes.value}` : "#/sessions";
   });
   const body = h("div", { id: "sessions" });
   clear(view, h("h1", {}, "Sessions"), form, body);
   try {
-    if (q) await renderSearch(body, q);
+    if (q) await renderSearch(body, q, mode);
     else await renderList(body);
   } catch (error) {
     clear(body, notice(error.message));
   }
 }
 
-async function renderSearch(body, q) {
-  const hits = await api("GET", `/sessions/search?q=${encodeURIComponent(q)}&limit=50`);
+async function renderSearch(body, q, mode) {
+  const hits = await api("GET", `/sessions/search?q=${encodeURIComponent(q)}&mode=${mode}&limit=50`);
   clear(body, hits.length ? h("ul", { class: "plain" }, hits.map(hit)) : h("p", {}, "No session matches."));
 }
 
