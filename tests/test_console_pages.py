@@ -265,6 +265,8 @@ def test_a_running_turn_is_steered_and_interrupted(console: Console, page: Page)
     page.get_by_label("Message").fill("wait for go")
     page.get_by_role("button", name="Send").click()
     expect(page.locator("details.tool .state")).to_have_text("running")
+    # the command is in its shell (an interrupt before the shell exists finds nothing to stop)
+    expect(page.locator("details.tool .output")).to_contain_text("first-line")
     page.get_by_label("Message").fill("also say hi")  # sent while the turn runs: it steers it
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".msg.notice .text")).to_contain_text("Steering the running turn")

@@ -76,6 +76,7 @@ def terminal(*args: str, env: dict[str, str]) -> pexpect.spawn:
         encoding="utf-8",
         timeout=180,
         dimensions=(50, 250),
+        use_poll=True,  # select() fails on a descriptor above 1024, which a long suite reaches
     )
 
 

@@ -51,6 +51,7 @@ def test_setup_at_a_terminal_checks_the_key_and_keeps_what_was_configured(
         encoding="utf-8",
         timeout=60,
         dimensions=(50, 200),
+        use_poll=True,  # select() fails on a descriptor above 1024, which a long suite reaches
     )
     child.expect("Provider")
     child.sendline("local")

@@ -173,8 +173,8 @@ class VectorIndexer:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)  # (a Store collected by this thread's own GC run stops it too)
 
     def wait_caught_up(self, timeout: float) -> bool:
         """Whether every indexable message committed now has its vector within `timeout` seconds."""

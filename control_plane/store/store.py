@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -49,6 +50,12 @@ def new_session_id() -> str:
     return f"s-{time.time_ns() // 1_000_000:012x}{secrets.token_hex(4)}"
 
 
+def _shut(indexer: VectorIndexer | None, engine: Engine) -> None:
+    if indexer:
+        indexer.stop()
+    engine.dispose()
+
+
 class Store:
     """Thread-safe: each call takes its own pooled connection and runs in one transaction."""
 
@@ -72,6 +79,9 @@ class Store:
         self._copies: dict[str, VectorCopy] = {}
         if self.indexer and background:
             self.indexer.start()
+        # The indexer's thread holds the engine: a Store dropped without close() would keep its thread
+        # and its connections for the life of the process. Collected, it stops them as close() does.
+        self._finalizer = weakref.finalize(self, _shut, self.indexer, self._engine)
 
     @property
     def engine(self) -> Engine:
@@ -79,9 +89,7 @@ class Store:
         return self._engine
 
     def close(self) -> None:
-        if self.indexer:
-            self.indexer.stop()
-        self._engine.dispose()
+        self._finalizer()
 
     def __enter__(self) -> Store:
         return self
