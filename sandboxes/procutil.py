@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 def processes() -> Iterator[tuple[int, list[bytes]]]:
     """(pid, the fields of /proc/PID/stat after the command name) of each live (not zombie) process;
-    field 0 is the state, 1 the parent, 3 the session (proc(5) numbering minus 3)."""
+    field 0 is the state, 1 the parent, 2 the process group, 3 the session (proc(5) numbering minus 3)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -31,12 +31,17 @@ def session_members(sid: int) -> list[int]:
 
 
 def kill_session(sid: int, sweeps: int = 50) -> None:
-    """SIGKILL every process of a session until none is left (a fork bomb needs several sweeps)."""
+    """SIGKILL every process of a session until none is left. Each of its process groups is killed
+    at once (killpg is atomic against fork: a fork bomb cannot refill the slots one pid at a time
+    frees, which a sweep per pid races, slowly when the bomb starves the runtime of CPU)."""
     for _ in range(sweeps):
-        members = session_members(sid)
+        members = [(pid, int(fields[2])) for pid, fields in processes() if int(fields[3]) == sid]
         if not members:
             return
-        for pid in members:
+        for group in {group for _, group in members}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        for pid, _ in members:  # a member whose group left the session
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

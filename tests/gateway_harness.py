@@ -56,7 +56,7 @@ class Running:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def call(self, coro: Any, timeout: float = 30) -> Any:
+    def call(self, coro: Any, timeout: float = 120) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def __enter__(self) -> Gateway:
@@ -81,7 +81,7 @@ class Running:
         self.gateway.store.close()
 
 
-def wait_answered(gateway: Gateway, count: int, timeout: float = 30) -> None:
+def wait_answered(gateway: Gateway, count: int, timeout: float = 120) -> None:
     """Until `count` stored messages are answered (the gateway marks them after the final edit)."""
     from sqlalchemy import func, select
 

@@ -33,7 +33,7 @@ class StandinServer:
         """What a `wait_for` that timed out shows: the calls so far."""
         raise NotImplementedError
 
-    def wait_for(self, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    def wait_for(self, check: Callable[[], Any], timeout: float = 120.0) -> Any:
         """Wait until `check()` is truthy (re-checked whenever a call arrives); its value."""
         deadline = time.monotonic() + timeout
         with self._changed:

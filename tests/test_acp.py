@@ -102,7 +102,15 @@ class Editor:
 @asynccontextmanager
 async def acp_process(env: dict[str, str], editor: Editor) -> AsyncIterator[ClientSideConnection]:
     async with spawn_agent_process(
-        cast(Client, editor), sys.executable, "-m", "control_plane", "acp", env=env
+        cast(Client, editor),
+        sys.executable,
+        "-m",
+        "control_plane",
+        "acp",
+        env=env,
+        # the SDK waits 2 s for the exit after closing stdin, then terminates, and raises
+        # ProcessLookupError when the exit lands in between (seen in CI on a loaded machine)
+        transport_kwargs={"shutdown_timeout": 60},
     ) as (
         conn,
         _,

@@ -87,7 +87,7 @@ def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
     settings = _settings(tmp_path, fake_llm.url, discord_api).model_copy(
         update={"toolsets": ["files", "test", "gateway"]}
     )
-    with Running(settings, asking_registry(timeout=30)) as gateway:
+    with Running(settings, asking_registry(timeout=300)) as gateway:
         discord_api.user_says("777", "open 7000 and send me notes")
         asked = discord_api.wait_for(
             lambda: [c for c in discord_api.contents("777") if "Expose port 7000?" in c]

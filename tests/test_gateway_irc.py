@@ -123,7 +123,7 @@ def test_an_approval_is_answered_by_replying_and_a_file_is_refused_with_the_reas
     settings = _settings(tmp_path, fake_llm.url, irc_server, alice).model_copy(
         update={"toolsets": ["files", "test", "gateway"]}
     )
-    with Running(settings, asking_registry(timeout=30)) as gateway:
+    with Running(settings, asking_registry(timeout=300)) as gateway:
         _on_server(gateway)
         alice.say(_bot(alice), "open 7000 and send me the notes")
         assert alice.hear(2) == [

@@ -100,7 +100,8 @@ def test_an_approval_is_a_row_of_buttons_and_a_press_answers_it_and_a_forged_one
         ]
     )
     settings = _settings(tmp_path, fake_llm.url, mm).model_copy(update={"toolsets": ["files", "test"]})
-    with Running(settings, asking_registry(timeout=30)) as gateway:
+    # the question waits longer than any wait below: a slow machine fails a wait, not the answer
+    with Running(settings, asking_registry(timeout=300)) as gateway:
         mm.wait_for(mm.connected)
         mm.user_says("d100", "open 9000")
 
@@ -130,7 +131,7 @@ def test_an_approval_is_a_row_of_buttons_and_a_press_answers_it_and_a_forged_one
         answered = mm.posts[post["id"]]
         assert answered["message"].endswith("→ always") and answered["props"]["attachments"] == []
     mm.user_says("d100", "sent after the press, while no gateway ran", live=False)
-    with Running(settings, asking_registry(timeout=30)) as gateway:  # the press is the chat's last record
+    with Running(settings, asking_registry(timeout=300)) as gateway:  # the press is the chat's last record
         wait_answered(gateway, 3)
     assert fake_llm.requests[2]["messages"][-1]["content"] == "sent after the press, while no gateway ran"
 

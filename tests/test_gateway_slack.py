@@ -77,7 +77,7 @@ def test_an_approval_is_a_button_row_and_pressing_one_answers_it(
 ) -> None:
     fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
     settings = _settings(tmp_path, fake_llm.url, slack).model_copy(update={"toolsets": ["files", "test"]})
-    with Running(settings, asking_registry(timeout=30)) as gateway:
+    with Running(settings, asking_registry(timeout=300)) as gateway:
         slack.user_says("D100", "open 9000")
 
         def asked() -> tuple[str, dict[str, Any]] | None:

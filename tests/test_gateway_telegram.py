@@ -299,7 +299,7 @@ def test_an_approval_renders_as_buttons_and_no_answer_means_no(
 ) -> None:
     fake_llm.load([{"tool_calls": [call("open_port", port=8080)]}, {"text": "Done."}])
     settings = gateway_settings(tmp_path, fake_llm.url, standin, toolsets=["terminal", "files", "test"])
-    with Running(settings, asking_registry(timeout=30 if press else 0.5)) as gateway:
+    with Running(settings, asking_registry(timeout=300 if press else 0.5)) as gateway:
         standin.user_says(OWNER, "open 8080")
         asked = standin.wait_for(lambda: next((m for m in standin.bot_messages(OWNER) if m.buttons), None))
         assert asked.text == "Expose port 8080?"

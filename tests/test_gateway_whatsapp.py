@@ -91,7 +91,7 @@ def test_an_approval_is_reply_buttons_and_a_press_answers_it(
 ) -> None:
     fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
     settings = _settings(tmp_path, fake_llm.url, wa).model_copy(update={"toolsets": ["files", "test"]})
-    with Running(settings, asking_registry(timeout=30)) as gateway:
+    with Running(settings, asking_registry(timeout=300)) as gateway:
         wa.user_says(USER, "open 9000")
         (asked,) = wa.wait_for(lambda: [m for m in wa.messages_to(USER) if m["type"] == "interactive"])
         buttons = asked["interactive"]["action"]["buttons"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Annotated
@@ -97,6 +98,11 @@ def run() -> None:
     except KeyFileError as exc:
         typer.echo(f"hermetic: {exc}", err=True)
         raise SystemExit(2) from None
+    finally:
+        # Everything is closed by now; freezing the heap spares the interpreter's final collection
+        # of the imported libraries' object graph (some 0.5 s of CPU at every exit, 2-4 s under load,
+        # which an editor waiting on `hermetic acp` to exit sees as a hang).
+        gc.freeze()
 
 
 __all__ = ["app", "run", "sandbox_app"]

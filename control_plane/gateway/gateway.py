@@ -240,9 +240,18 @@ class Gateway:
             question_id, _, answer = rest.partition(":")
             if kind == "q" and conversation is not None:
                 try:
-                    conversation.answer(question_id, answer)
+                    if not conversation.answer(question_id, answer):
+                        log.info(
+                            "%s: a button for question %s, which is no longer open",
+                            message.platform,
+                            question_id,
+                        )
                 except ValueError as exc:
                     log.warning("%s: bad button answer: %s", message.platform, exc)
+            elif kind == "q":
+                log.warning(
+                    "%s chat %s: a button press, but no session runs there", message.platform, message.chat
+                )
         elif chat.free_text_question and conversation is not None and not is_command(message.text):
             try:
                 conversation.answer(chat.free_text_question, message.text.strip())
@@ -383,6 +392,7 @@ class _Turn:
         self.text = ""
         self.errors: list[str] = []
         self.questions: dict[str, tuple[Question, str | None]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
 
     def on_event(self, event: Event) -> None:
         match event:
@@ -398,9 +408,14 @@ class _Turn:
             case Error(message=text):
                 self.errors.append(text)
             case Question():
-                asyncio.create_task(self._ask(event))
+                self._keep(asyncio.create_task(self._ask(event)))
             case Answered():
-                asyncio.create_task(self._answered(event))
+                self._keep(asyncio.create_task(self._answered(event)))
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        """The loop holds tasks weakly: a reference until each is done, so none is collected mid-send."""
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _paragraph(self) -> None:
         """The next step's text starts a paragraph of its own."""

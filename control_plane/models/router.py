@@ -8,6 +8,7 @@ as a Notice, every answered call as a Usage. litellm is imported on first use: i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -179,7 +180,8 @@ class _Attempt:
         self.emit(Notice(message=f"{self.endpoint.name}: {reason}; {retry}{restart}"))
 
     async def _call(self) -> ModelReply:
-        litellm = _litellm()
+        # the first import takes seconds of CPU: never on the event loop, which serves every other chat
+        litellm = _litellm() if _loaded else await asyncio.to_thread(_litellm)
         if not self.stream:
             response = await litellm.acompletion(**self.request)
             choice = response.choices[0]
