@@ -33,9 +33,9 @@ from pydantic import BaseModel, Field
 from .. import __version__
 from ..agent.agent import Agent
 from ..agent.budget import Budget
-from ..agent.events import Event, Notice
 from ..agent.loop import Conversation
 from ..agent.tool_call import run_tool_call, tool_start
+from ..events import Event, Notice
 from ..models.router import ToolCall
 from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.memory import MemoryTarget
