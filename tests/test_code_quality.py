@@ -30,6 +30,7 @@ def test_code_is_clean(tool: list[str]) -> None:
 PACKAGES = ("control_plane", "backends", "sandboxes")
 MAX_LINES = 500
 SURFACES = ("control_plane.cli", "control_plane.api", "control_plane.gateway", "control_plane.mcp")
+SURFACES += ("control_plane.acp",)
 SURFACES += ("control_plane.scheduler", "control_plane.batch")  # unattended work drives the agent too
 SURFACES += ("control_plane.evals",)  # evaluation runs drive agents like batch runs
 CORE = (
