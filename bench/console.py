@@ -24,9 +24,9 @@ from typing import Any
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
-from control_plane.agent.events import ToolEnd, ToolStart
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.events import ToolEnd, ToolStart
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 

@@ -14,8 +14,8 @@ import pytest
 from conftest import get_backend
 
 from control_plane.agent.agent import Agent
-from control_plane.agent.events import Event, TurnEnd
 from control_plane.agent.loop import Busy, Conversation
+from control_plane.events import Event, TurnEnd
 from control_plane.settings import Settings, load_settings
 
 

@@ -185,23 +185,103 @@ def test_streamable_http_needs_a_token_of_the_profile(served_http: tuple[str, st
     assert plain.status_code == 401 and plain.json()["error"]["code"] == -32001
 
 
-def test_an_idle_sessions_sandbox_is_closed(tmp_path: Path) -> None:
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[tuple[Agent, McpSurface]]:
+    """An agent and its MCP surface in this process (the connection is the session), results clipped at
+    500 characters, checkpoints before file writes only."""
     get_backend("local")
-    agent = Agent(load_settings(root=tmp_path, backend="local", learning={"enabled": False}))
-    surface = McpSurface(agent)
+    settings = load_settings(
+        root=tmp_path,
+        backend="local",
+        learning={"enabled": False},
+        limits={"tool_output": 500},
+        snapshots={"checkpoint_terminal": False},
+    )
+    agent = Agent(settings)
+    yield agent, McpSurface(agent)
+    for snapshot in agent.sandboxes.snapshots.list():
+        agent.sandboxes.backend.delete_snapshot(snapshot.id)
+    agent.close()
+
+
+def test_an_idle_sessions_sandbox_is_closed(in_process: tuple[Agent, McpSurface]) -> None:
+    agent, surface = in_process
 
     async def session() -> None:
-        async with Client(build_server(surface)) as client:  # in process: the connection is the session
+        async with Client(build_server(surface)) as client:
             await client.call_tool("terminal", {"command": "export A=1"})
+            [session_id] = surface.sessions.values()
             assert surface.reap(idle_seconds=3600) == []
-            assert surface.reap(idle_seconds=0) == [surface.stdio_key]
-            assert agent.sandboxes.peek(surface.stdio_key) is None
+            assert surface.reap(idle_seconds=0) == [session_id]
+            assert agent.sandboxes.peek(session_id) is None
             assert "[]" in text(await client.call_tool("terminal", {"command": "echo [$A]"}))
 
-    try:
-        asyncio.run(session())
-    finally:
-        agent.close()
+    asyncio.run(session())
+
+
+def test_a_call_is_clipped_audited_and_checkpointed_like_the_loops(
+    in_process: tuple[Agent, McpSurface],
+) -> None:
+    agent, surface = in_process
+    long_output = "head -c 3000 /dev/zero | tr '\\0' a; echo; echo END"
+
+    async def session() -> list[str]:
+        async with Client(build_server(surface)) as client:
+            said = [await client.call_tool("terminal", {"command": long_output})]
+            for content in ("one\n", "two\n"):
+                said.append(await client.call_tool("write_file", {"path": "b.txt", "content": content}))
+            said.append(await client.call_tool("terminal", {"command": "exit 4"}))
+            agent.checkpoints.rollback(next(iter(surface.sessions.values())), 1)
+            said.append(await client.call_tool("read_file", {"path": "b.txt"}))
+            return [text(result) for result in said]
+
+    clipped, _, _, failed, after_rollback = asyncio.run(session())
+    assert "characters cut" in clipped and "END" in clipped[-100:] and len(clipped) < 700
+    [session_id] = surface.sessions.values()
+    record = agent.store.get_session(session_id, "default")
+    assert record is not None and record.source == "mcp"
+    rows = agent.store.tool_calls(session_id)  # written before each result went back
+    assert [(row.tool, row.ok, row.exit_code) for row in rows[:4]] == [
+        ("terminal", True, 0),
+        ("write_file", True, None),
+        ("write_file", True, None),
+        ("terminal", False, 4),
+    ]
+    assert rows[0].backend == "local" and rows[0].sandbox_id and "exit code 4" in failed
+    # each call is a turn of its own: both writes were checkpointed; the first checkpoint had no b.txt
+    assert [c.meta["tool"] for c in agent.checkpoints.list(session_id)] == ["write_file", "write_file"]
+    assert "rolled back to checkpoint 1" in after_rollback and "b.txt does not exist" in after_rollback
+
+
+def test_execute_code_runs_its_calls_through_the_same_path(in_process: tuple[Agent, McpSurface]) -> None:
+    agent, surface = in_process
+    code = (
+        "from hermetic_tools import ToolRefused, call, terminal, write_file\n"
+        "print(terminal('echo inner-$((6*7))'))\n"
+        "write_file(path='s.txt', content='from a script')\n"
+        "try:\n"
+        "    call('sandbox_reset')\n"
+        "except ToolRefused:\n"
+        "    print('no sandbox_reset in a script')\n"
+    )
+
+    async def session() -> tuple[str, str]:
+        async with Client(build_server(surface)) as client:
+            ran = await client.call_tool("execute_code", {"code": code})
+            read = await client.call_tool("read_file", {"path": "s.txt"})
+            return text(ran), text(read)
+
+    ran, read = asyncio.run(session())
+    assert "inner-42" in ran and "no sandbox_reset in a script" in ran and "from a script" in read
+    [session_id] = surface.sessions.values()
+    rows = agent.store.tool_calls(session_id)
+    outer = rows[2].call_id  # the script's row comes after its calls' rows
+    assert [(row.tool, row.call_id) for row in rows[:3]] == [
+        ("terminal", f"{outer}.1"),
+        ("write_file", f"{outer}.2"),
+        ("execute_code", outer),
+    ]
+    assert [c.meta["tool"] for c in agent.checkpoints.list(session_id)] == ["write_file"]
 
 
 def test_the_agent_uses_an_http_mcp_server_with_its_headers(

@@ -22,10 +22,10 @@ from hermetic_cli import scripted_env
 from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
-from control_plane.agent.events import Event, TurnEnd
 from control_plane.agent.loop import Conversation
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.events import Event, TurnEnd
 from control_plane.settings import CompressionSettings, Settings, load_settings
 
 WORDS = "python3 -c \"print(' '.join('word%d' % i for i in range(300)))\""  # about 700 tokens of output

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from control_plane.agent.events import Answered, Event, Question
 from control_plane.agent.questions import Questions
+from control_plane.events import Answered, Event, Question
 
 
 def _ask_in_thread(questions: Questions, events: list[Event], **kw: object) -> tuple[threading.Thread, list]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fake_llm import scripted_model
 
-from control_plane.agent.events import Event, Notice, TextDelta, Usage
+from control_plane.events import Event, Notice, TextDelta, Usage
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import ModelError, ModelNotConfigured, ModelReply, Router
 from control_plane.settings import ModelEndpoint, ModelSettings

@@ -14,8 +14,8 @@ from test_skills import FAILING, PASSING, add, call, library_at, skill_md
 from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent
-from control_plane.agent.events import Event
 from control_plane.cli.main import app as cli_app
+from control_plane.events import Event
 from control_plane.settings import load_settings
 from control_plane.skills.curation import due_reviews, duplicates, similarity
 

@@ -10,8 +10,8 @@ import logging
 from acp import Client
 from acp.schema import AllowedOutcome, PermissionOption, PermissionOptionKind, ToolCallUpdate
 
-from ..agent.events import Question
 from ..agent.loop import Conversation
+from ..events import Question
 
 log = logging.getLogger(__name__)
 KINDS: dict[str, PermissionOptionKind] = {

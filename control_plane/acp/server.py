@@ -38,8 +38,8 @@ from backends import SandboxError
 from .. import __version__
 from ..agent.agent import Agent
 from ..agent.commands import HELP, run_command
-from ..agent.events import Event, Question
 from ..agent.loop import Busy, Conversation
+from ..events import Event, Question
 from .editor_files import EditorFiles
 from .permissions import ask_editor
 from .prompt import prompt_text

@@ -19,7 +19,7 @@ from acp import (
 from acp.helpers import SessionUpdate, ToolCallContentVariant
 from acp.schema import ToolCallLocation, ToolCallStatus, ToolKind
 
-from ..agent.events import Error, Event, Notice, TextDelta, Todo, ToolEnd, ToolProgress, ToolStart
+from ..events import Error, Event, Notice, TextDelta, Todo, ToolEnd, ToolProgress, ToolStart
 
 KINDS: dict[str, ToolKind] = {
     "terminal": "execute",

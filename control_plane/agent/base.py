@@ -20,12 +20,12 @@ from ..memory.provider_kinds import providers_for
 from ..memory.providers import TurnStart
 from ..memory.store import FILES, Memory, MemoryFileError
 from ..models.router import Router
-from ..recall.stores import open_store
 from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
 from ..settings import Settings
 from ..skills.library import SkillLibrary
 from ..store import Store
+from ..store.configured import open_store
 from ..tools import TOOLS, Registry
 from .event_log import EventLog
 from .learning import Background

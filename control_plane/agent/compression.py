@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..events import Event
 from ..models.router import ModelError, Router, _litellm, _reason
 from ..safety.redaction import clip
 from ..settings import CompressionSettings
-from .events import Event
 
 log = logging.getLogger("hermetic.compression")
 Message = dict[str, Any]

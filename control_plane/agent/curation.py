@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..events import Event
 from ..skills.curation import Pair, duplicates
 from ..skills.library import UnknownSkill
 from .agent import Agent
-from .events import Event
 
 log = logging.getLogger("hermetic.curation")
 

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from backends import SandboxError
 
+from ..events import AssistantMessage, ChildEnd, ChildStart, ChildStatus, Error, Event, TurnEnd
 from ..tools import Tool, ToolResult
 from ..tools.delegate import DelegateArgs, Task
 from .base import AgentBase
 from .budget import Budget
-from .events import AssistantMessage, ChildEnd, ChildStart, ChildStatus, Error, Event, TurnEnd
 from .prompt import system_prompt
 from .questions import Questions
 

@@ -6,7 +6,7 @@ import logging
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from .events import Event, EventAdapter
+from ..events import Event, EventAdapter
 
 STREAMED = {"text_delta", "tool_progress"}  # their content arrives whole in assistant_message / tool_end
 

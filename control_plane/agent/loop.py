@@ -16,15 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
-from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
-from ..tools.todo import plan_block
-from .base import AgentBase
-from .budget import Budget
-from .calls import groups, parsed, wire_call
-from .compression import Compressor
-from .delegation import delegate_batch, may_delegate
-from .events import (
+from ..events import (
     AssistantMessage,
     Error,
     Event,
@@ -34,6 +26,14 @@ from .events import (
     TurnEnd,
     UserMessage,
 )
+from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
+from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
+from ..tools.todo import plan_block
+from .base import AgentBase
+from .budget import Budget
+from .calls import groups, parsed, wire_call
+from .compression import Compressor
+from .delegation import delegate_batch, may_delegate
 from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
 from .questions import Questions
 from .skill_reviews import review_skills

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .events import Answered, Event, Question, QuestionKind
+from ..events import Answered, Event, Question, QuestionKind
 
 
 @dataclass

@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..events import Event, Notice, ToolEnd, ToolStart
 from ..models.router import ToolCall
 from ..safety.redaction import clip
 from ..tools import Tool, ToolContext, ToolOutcome, ToolResult, invoke
 from .base import AgentBase
 from .budget import Budget
 from .calls import parsed
-from .events import Event, Notice, ToolEnd, ToolStart
 
 log = logging.getLogger("hermetic.agent")
 

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .events import Event, TurnEnd
+from ..events import Event, TurnEnd
 
 if TYPE_CHECKING:
     from .loop import Conversation

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..agent.events import Question
 from ..agent.status import Status
+from ..events import Question
 from ..models.router import warm_up
 from ..sandbox_manager import SandboxLimit
 from ..settings import Settings, load_settings

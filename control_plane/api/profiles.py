@@ -16,8 +16,8 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 from backends import SandboxError
 
 from ..agent.agent import Agent
-from ..agent.events import Event
 from ..agent.loop import Conversation
+from ..events import Event
 from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId

@@ -16,8 +16,8 @@ from rich.table import Table
 
 from ..agent.agent import Agent
 from ..agent.commands import run_command
-from ..agent.events import Event, EventAdapter, TurnEnd
 from ..agent.loop import Conversation
+from ..events import Event, EventAdapter, TurnEnd
 from ..scheduler import tool as _schedule_tool  # noqa: F401 (registers the schedule toolset in TOOLS)
 from ..settings import Settings, load_settings
 from ..tools import TOOLS
@@ -195,7 +195,7 @@ def _when(timestamp: float | None) -> str:
 
 
 def _store(*, semantic: bool = False, background: bool = True) -> tuple[Settings, Any]:
-    from ..recall.stores import open_store
+    from ..store.configured import open_store
 
     settings = load_settings()
     return settings, open_store(settings, semantic=semantic, background=background)

@@ -9,8 +9,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent.events import Answered, Event, Question
 from ..agent.loop import Conversation
+from ..events import Answered, Event, Question
 
 
 class TerminalAnswers:

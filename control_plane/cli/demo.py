@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.panel import Panel
 
 from ..agent.agent import Agent
-from ..agent.events import Event, ToolEnd
+from ..events import Event, ToolEnd
 from ..models.fake_llm import FakeLLM
 from ..settings import load_settings
 from .agent import EXIT_CODES, BackendOption, drive

@@ -16,7 +16,7 @@ from rich.progress import (
 )
 
 from ..agent.display import describe_call
-from ..agent.events import (
+from ..events import (
     Answered,
     AssistantMessage,
     ChildEnd,

@@ -20,9 +20,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from ..agent.agent import Agent
 from ..agent.commands import is_command, run_command
 from ..agent.display import describe_call
-from ..agent.events import Answered, Error, Event, Question, TextDelta, ToolStart, TurnEnd, UserMessage
 from ..agent.loop import Busy, Conversation
 from ..chat_settings import ChatAccess, GatewaySettings
+from ..events import Answered, Error, Event, Question, TextDelta, ToolStart, TurnEnd, UserMessage
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries

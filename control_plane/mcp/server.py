@@ -1,23 +1,27 @@
-"""`hermetic mcp serve`: the agent's sandbox tools, recall, read-only memory and skills, and the whole
-agent (`agent_run`), offered to any MCP client over stdio or streamable HTTP.
+"""`hermetic mcp serve`: the agent's sandbox tools, execute_code, recall, read-only memory and skills,
+and the whole agent (`agent_run`), offered to any MCP client over stdio or streamable HTTP.
 
-Tool schemas are the agent's own (the registry's pydantic models); calls go through the registry's
-`invoke`, so a bad call is the same readable error the model gets. Each MCP session owns a sandbox,
-created on first use (from the warm pool when there is one): on stdio the process is the session; over
-HTTP a 2025 client's Mcp-Session-Id is, and a 2026-07-28 client (the protocol has no sessions) gets one
-sandbox per bearer token. A sandbox unused for `mcp.idle_seconds` is closed; `sandbox_reset` gives a
-fresh one.
+Tool schemas are the agent's own (the registry's pydantic models), and a call takes the agent's one path
+(agent/tool_call.py): checkpoint, the sandbox held in use, invoke, notices, redaction, clip, audit row.
+Each MCP session is a session of the store (source "mcp") that owns a sandbox, created on first use
+(from the warm pool when there is one): on stdio the process is the session; over HTTP a 2025 client's
+Mcp-Session-Id is, and a 2026-07-28 client (the protocol has no sessions) gets one per bearer token.
+Each call is a turn of its own (at most one checkpoint). A sandbox unused for `mcp.idle_seconds` is
+closed and its session ended; `sandbox_reset` gives a fresh sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import secrets
 import threading
 import time
+from collections import Counter
+from concurrent.futures import Future
 from typing import Any
 
 import mcp_types as types
@@ -28,13 +32,16 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..agent.agent import Agent
-from ..agent.events import Event
+from ..agent.budget import Budget
 from ..agent.loop import Conversation
-from ..tools import Tool, ToolContext, ToolResult, invoke
+from ..agent.tool_call import run_tool_call, tool_start
+from ..events import Event, Notice
+from ..models.router import ToolCall
+from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.memory import MemoryTarget
 
 log = logging.getLogger(__name__)
-SANDBOX_TOOLSETS = ("terminal", "files", "browser")
+SANDBOX_TOOLSETS = ("terminal", "files", "browser", "code")
 VIEWS = ("session_search", "skills_list", "skill_view")
 """Registry tools offered as they are (they only read)."""
 
@@ -56,11 +63,14 @@ class McpSurface:
         self.agent = agent
         settings = agent.settings
         toolsets = [name for name in SANDBOX_TOOLSETS if name in settings.toolsets]
-        self.tools: dict[str, Tool[Any]] = dict(agent.registry.select(toolsets))
+        self.script_tools: dict[str, Tool[Any]] = dict(agent.registry.select(toolsets))
+        """The registry's tools offered here: what an execute_code script may call (not this surface's own,
+        so a script cannot close its own sandbox)."""
         for name in VIEWS:
             found = agent.registry.get(name)
             if found is not None:
-                self.tools[name] = found
+                self.script_tools[name] = found
+        self.tools = dict(self.script_tools)
         own: list[Tool[Any]] = [
             Tool(
                 "memory",
@@ -88,8 +98,12 @@ class McpSurface:
         ]
         self.tools.update({tool.name: tool for tool in own})
         self.stdio_key = f"mcp-{secrets.token_hex(6)}"
-        """The sandbox key when the process is the session (stdio)."""
+        """The MCP session's key when the process is the session (stdio)."""
+        self.sessions: dict[str, str] = {}
+        """The store's session of each MCP session, by key (`session_key`)."""
         self._used: dict[str, float] = {}
+        """When each store session's last call started or ended."""
+        self._in_flight: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: dict[str, Conversation] = {}
@@ -110,40 +124,105 @@ class McpSurface:
             raise MCPError(INVALID_PARAMS, f"there is no tool named {params.name!r}")
         self._loop = asyncio.get_running_loop()
         key = self.session_key(ctx)
-        with self._lock:
-            self._used[key] = time.monotonic()
-        progress = _Progress(ctx, self._loop)
-        tool_ctx = ToolContext(
-            session_id=key,
-            call_id=f"mcp-{secrets.token_hex(4)}",
-            limits=self.agent.settings.limits,
-            get_sandbox=lambda: self.agent.sandboxes.get(key),
-            progress=progress,
-            profile=self.agent.settings.profile,
-            store=self.agent.store,
-            memory=self.agent.memory,
-            skills=self.agent.skills,
+        call = ToolCall(
+            id=f"mcp-{secrets.token_hex(4)}", name=tool.name, arguments=json.dumps(params.arguments or {})
         )
+        progress = _Progress(ctx, self._loop)
+        cancelled = threading.Event()
         try:
-            result = await asyncio.to_thread(self._execute, tool, params, tool_ctx)
+            outcome = await asyncio.to_thread(self._run, key, tool, call, progress, cancelled)
         except asyncio.CancelledError:  # the client cancelled the call: stop what it started
-            tool_ctx.cancelled.set()
+            cancelled.set()
             with self._lock:
-                run = self._runs.get(tool_ctx.call_id)
+                run = self._runs.get(call.id)
             if run is not None:
                 run.interrupt()
-            threading.Thread(target=self.agent.sandboxes.interrupt, args=(key,), daemon=True).start()
+            session = self.sessions.get(key)
+            if session is not None:
+                interrupt = self.agent.sandboxes.interrupt
+                threading.Thread(target=interrupt, args=(session,), daemon=True).start()
             raise
         await progress.flush()
-        text = self.agent.redact(result.content)
-        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=not result.ok)
+        return types.CallToolResult(
+            content=[types.TextContent(text=outcome.content)], is_error=not outcome.ok
+        )
 
-    def _execute(self, tool: Tool[Any], params: types.CallToolRequestParams, ctx: ToolContext) -> ToolResult:
+    def _begin(self, key: str) -> str:
+        """The store's session of this MCP session (created on its first call), marked busy until `_end`
+        (a reap passes it by)."""
+        with self._lock:
+            if key not in self.sessions:
+                settings = self.agent.settings
+                record = self.agent.store.create_session(
+                    settings.profile, title="MCP client", model=settings.model.name, source="mcp"
+                )
+                self.sessions[key] = record.id
+            session = self.sessions[key]
+            self._in_flight[session] += 1
+            self._used[session] = time.monotonic()
+            return session
+
+    def _end(self, session: str) -> None:
+        with self._lock:
+            self._in_flight[session] -= 1
+            self._used[session] = time.monotonic()
+
+    def _run(
+        self, key: str, tool: Tool[Any], call: ToolCall, progress: _Progress, cancelled: threading.Event
+    ) -> ToolOutcome:
+        """In a worker thread: the call, and the calls of a script it runs, through the agent's one path as
+        one turn; returns once their audit rows are written."""
+        agent = self.agent
+        session = self._begin(key)
+        budget = Budget(1, tool_limit=agent.settings.limits.max_tool_calls)
+        turn_state: dict[str, Any] = {}
+        writes: list[Future[Any]] = []
+        numbers = itertools.count(1)
+
+        def write(fn: Any, *args: Any, **kwargs: Any) -> None:
+            writes.append(agent.writer.submit(fn, *args, **kwargs))
+
+        def emit(event: Event) -> None:  # into the run log, as the loop's events are
+            event.session_id = session
+            agent.event_log.write(event)
+
+        def notify(message: str) -> None:
+            emit(Notice(message=message))
+            progress(message)
+
+        def one(tool: Tool[Any] | None, call: ToolCall) -> ToolOutcome:
+            ctx = ToolContext(
+                session_id=session,
+                call_id=call.id,
+                limits=agent.settings.limits,
+                get_sandbox=lambda: agent.sandboxes.get(session),
+                progress=progress,
+                cancelled=cancelled,
+                profile=agent.settings.profile,
+                store=agent.store,
+                memory=agent.memory,
+                skills=agent.skills,
+                notify=notify,
+                turn_state=turn_state,
+                emit=emit,
+                call_tool=script_call,
+                tools=self.script_tools,
+                settings=agent.settings,
+            )
+            emit(tool_start(call))
+            return run_tool_call(agent, tool, call, ctx, budget, emit, write)
+
+        def script_call(name: str, arguments: dict[str, Any]) -> ToolOutcome:
+            inner = ToolCall(id=f"{call.id}.{next(numbers)}", name=name, arguments=json.dumps(arguments))
+            return one(self.script_tools.get(name), inner)
+
         try:
-            return invoke(tool, tool.name, json.dumps(params.arguments or {}), ctx)
-        except Exception as exc:  # a tool's bug is the caller's readable error, not a dead server
-            log.exception("mcp tool %s failed", tool.name)
-            return ToolResult(f"error: {tool.name} failed: {type(exc).__name__}: {exc}", ok=False)
+            outcome = one(tool, call)
+        finally:
+            self._end(session)
+        for written in writes:
+            written.result()  # the writer keeps and logs a failure; the call's result stands
+        return outcome
 
     def session_key(self, ctx: ServerRequestContext[Any]) -> str:
         request = ctx.request
@@ -156,14 +235,21 @@ class McpSurface:
         return "mcp-t" + hashlib.sha256(headers.get("authorization", "").encode()).hexdigest()[:16]
 
     def reap(self, idle_seconds: float) -> list[str]:
-        """Close the sandboxes unused for `idle_seconds`; returns their keys."""
+        """Close the sandboxes of the sessions with no call for `idle_seconds` and end those sessions
+        (the MCP session's next call starts a new one); returns their ids."""
         now = time.monotonic()
         with self._lock:
-            idle = [key for key, used in self._used.items() if now - used > idle_seconds]
-            for key in idle:
-                del self._used[key]
-        for key in idle:
-            self.agent.sandboxes.release(key)
+            idle = [
+                session
+                for session, used in self._used.items()
+                if now - used > idle_seconds and not self._in_flight[session]
+            ]
+            for session in idle:
+                del self._used[session], self._in_flight[session]
+            self.sessions = {key: s for key, s in self.sessions.items() if s not in idle}
+        for session in idle:
+            self.agent.sandboxes.release(session)
+            self.agent.store.update_session(session, ended_at=time.time())
         return idle
 
     # -- the tools of this surface ---------------------------------------------------------

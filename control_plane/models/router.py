@@ -25,7 +25,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from ..agent.events import Event, Notice, TextDelta, Usage
+from ..events import Event, Notice, TextDelta, Usage
 from ..settings import ModelEndpoint, ModelSettings
 
 Emit = Callable[[Event], None]

@@ -13,7 +13,7 @@ from pathlib import Path
 from backends import SandboxError
 
 from ..agent.agent import Agent
-from ..agent.events import Event
+from ..events import Event
 from ..skills.library import SkillError
 from ..store import StoreError
 from .delivery import DeliveryContext, Message, deliver

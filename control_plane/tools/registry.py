@@ -21,7 +21,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
-    from ..agent.events import Event, TodoItem
+    from ..events import Event, TodoItem
     from ..memory.store import Memory
     from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..agent.events import Todo, TodoItem
+from ..events import Todo, TodoItem
 from .registry import ToolContext, ToolResult, tool
 
 MAX_ITEMS = 30

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException, Request, status
 
-from ...agent.events import Error, Event
+from ...events import Error, Event
 from ..profiles import LiveSession, Profile
 from .wire import ChatMessage, content_text
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..recall.embeddings import embedder_for
 from ..settings import Settings
-from ..store import Store
-from .embeddings import embedder_for
+from .store import Store
 
 
 def open_store(settings: Settings, *, semantic: bool = True, background: bool = True) -> Store:
