@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends import Backend, create_backend
+from backends import Backend
 
+from ..sandbox_manager import choose_backend
 from ..settings import Settings, load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
@@ -73,7 +74,11 @@ def open_run(
     out.mkdir(parents=True, exist_ok=True)
     chosen = _agent(record, out, settings)
     (out / RECORD).write_text(record.model_dump_json(indent=2) + "\n")
-    backend = create_backend(record.backend)
+    try:
+        profile = settings or load_settings(record.profile)
+    except ValueError as exc:
+        raise RunError(f"the profile's settings: {exc}") from None
+    backend, _ = choose_backend(profile, record.backend)  # the profile's ssh host, local state dir
     setup = AttemptSetup(
         backend=backend,
         agent=chosen,
