@@ -151,3 +151,12 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     assert rewards == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0], (
         every.output
     )  # each attempt of both runs, with its reward
+
+
+def test_into_profile_learns_in_the_profiles_own_library(tmp_path: Path, model: SkillUser) -> None:
+    get_backend("local")
+    flags = ("--into-profile", "--backend", "local", "--toolsets", "terminal,skills", "--max-iterations", "5")
+    first, _, out = run(tmp_path, model, "on", *flags)
+    assert [(r["reward"], r["error_class"]) for r in first] == [(0.0, None), (1.0, None)]
+    assert (tmp_path / "root" / "skills" / "library" / "write-greeting").is_dir()  # kept in the profile
+    assert not (out / "home").exists()  # no home of the run's own: attempt 2 used the profile's library

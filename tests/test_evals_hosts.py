@@ -112,7 +112,7 @@ def test_what_only_an_image_gives_is_refused_with_its_line(tmp_path: Path) -> No
         task = write_task(tmp_path / name, dockerfile=f"FROM hermetic-sandbox\n{line}\n")
         (task / "environment" / "data").mkdir()
         (task / "environment" / "data.tar.gz").write_text("")
-        with pytest.raises(TaskEnvironmentError, match="") as refused:
+        with pytest.raises(TaskEnvironmentError) as refused:
             host_environment(load_task(task), "local")
         assert reason in str(refused.value), name
     image = write_task(tmp_path / "image")

@@ -90,6 +90,8 @@ def open_run(
 
 
 def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
+    if record.into_profile and (record.agent != "hermetic" or record.learning != "on"):
+        raise RunError("--into-profile keeps what the hermetic agent learns: it needs --learning on")
     if record.agent == "oracle":
         return OracleAgent()
     if record.agent == "nop":
@@ -112,4 +114,4 @@ def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
     if not settings.model.name:
         raise RunError("the hermetic agent needs a model: pass --model or configure one (hermetic model set)")
     seed = settings.home if record.learning == "frozen" else None
-    return HermeticAgent(settings, out, record.learning, seed)
+    return HermeticAgent(settings, out, record.learning, seed, into_profile=record.into_profile)
