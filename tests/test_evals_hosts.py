@@ -29,7 +29,9 @@ def run(backend: Backend, agent: EvalAgent, tasks: list[Task], out: Path) -> dic
 
 
 def problems(results: dict[str, AttemptResult], reward: float) -> dict[str, object]:
-    return {t: (r.reward, r.error_class, r.error) for t, r in results.items() if r.reward != reward or r.error}
+    return {
+        t: (r.reward, r.error_class, r.error) for t, r in results.items() if r.reward != reward or r.error
+    }
 
 
 @pytest.fixture(params=["local", "ssh"], scope="module")
@@ -67,13 +69,13 @@ def test_a_task_gets_its_files_env_and_steps_a_root_of_its_own_and_no_network(
         "CMD sleep infinity\n",
         solve=(
             "set -e\npwd > /app/start && cd /app\n(ls /tests 2>&1 || true) > visible\n"
-            "echo \"$GREETING/$LEVEL\" > env\nwhoami > user\n"
+            'echo "$GREETING/$LEVEL" > env\nwhoami > user\n'
             f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), 2)\" "
             "2> net || echo refused >> net\n"
         ),
         test=(
-            "cd /app && head -v built where start env user visible net; grep -qx 'hello there' built && grep -qx /app/sub where && grep -qx /app/sub start "
-            "&& [ -f data/a/b.txt ] "
+            "cd /app && head -v built where start env user visible net; grep -qx 'hello there' built "
+            "&& grep -qx /app/sub where && grep -qx /app/sub start && [ -f data/a/b.txt ] "
             "&& [ -f /task-files/one.txt ] && grep -qx 'hello there/3' env && [ \"$(cat user)\" != root ] "
             "&& grep -q 'No such file' visible && grep -qx refused net "
             "&& echo 1 > /logs/verifier/reward.txt\n"
