@@ -3,6 +3,8 @@ files, with a root of its own for /tests and /logs; a Dockerfile that needs an i
 
 from __future__ import annotations
 
+import os
+import pwd
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,9 @@ import pytest
 from conftest import get_backend
 
 from backends import Backend
-from control_plane.evals import BUILTIN, AttemptResult, Task, TaskError, load_suite, load_task
+from backends.local import LocalBackend
+from backends.ssh import SSHBackend
+from control_plane.evals import BUILTIN, AttemptResult, Task, load_suite, load_task
 from control_plane.evals.attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from control_plane.evals.environment import TaskEnvironmentError
 from control_plane.evals.host_environment import host_environment
@@ -39,13 +43,25 @@ def host(request: pytest.FixtureRequest) -> Backend:
     return get_backend(request.param)
 
 
+def workspaces(backend: Backend) -> set[str]:
+    """The sandbox workspaces on the backend's host now (the test sshd's host is this one)."""
+    if isinstance(backend, LocalBackend):
+        root = backend.config.state_dir
+    else:
+        assert isinstance(backend, SSHBackend)
+        root = Path(pwd.getpwnam(backend.config.user).pw_dir) / "hermetic-workspaces"
+    return set(os.listdir(root)) if root.is_dir() else set()
+
+
 def test_builtin_tasks_give_the_oracle_1_and_nop_0(host: Backend, tmp_path: Path) -> None:
     tasks = [t for t in load_suite(BUILTIN).tasks if t.id in TASKS]
     assert len(tasks) == len(TASKS)
+    before = workspaces(host)
     oracle = run(host, OracleAgent(), tasks, tmp_path / "oracle")
     assert sorted(oracle) == sorted(TASKS) and problems(oracle, 1.0) == {}
     nop = run(host, NopAgent(), tasks, tmp_path / "nop")
     assert sorted(nop) == sorted(TASKS) and problems(nop, 0.0) == {}
+    assert workspaces(host) <= before, "an attempt left its sandbox behind"
 
 
 @pytest.fixture
@@ -115,12 +131,12 @@ def test_what_only_an_image_gives_is_refused_with_its_line(tmp_path: Path) -> No
         (task / "environment" / "data").mkdir()
         (task / "environment" / "data.tar.gz").write_text("")
         with pytest.raises(TaskEnvironmentError) as refused:
-            host_environment(load_task(task), "local")
+            host_environment(read(task), "local")
         assert reason in str(refused.value), name
     image = write_task(tmp_path / "image")
     (image / "task.toml").write_text('[environment]\ndocker_image = "python:3.12"\n')
     with pytest.raises(TaskEnvironmentError, match="docker_image = python:3.12: the ssh backend"):
-        host_environment(load_task(image), "ssh")
+        host_environment(read(image), "ssh")
 
 
 def write_task(path: Path, *, dockerfile: str | None = None, solve: str = "", test: str = "") -> Path:
@@ -132,8 +148,10 @@ def write_task(path: Path, *, dockerfile: str | None = None, solve: str = "", te
     if dockerfile is not None:
         (path / "environment").mkdir()
         (path / "environment" / "Dockerfile").write_text(dockerfile)
-    try:
-        load_task(path)
-    except TaskError as exc:  # a broken helper, not what a test is about
-        raise AssertionError(exc) from exc
     return path
+
+
+def read(path: Path) -> Task:
+    task = load_task(path)
+    assert isinstance(task, Task), task
+    return task
