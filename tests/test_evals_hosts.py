@@ -3,8 +3,6 @@ files, with a root of its own for /tests and /logs; a Dockerfile that needs an i
 
 from __future__ import annotations
 
-import os
-import pwd
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import get_backend
 
-from backends import Backend
-from backends.local import LocalBackend
-from backends.ssh import SSHBackend
+from backends import Backend, Sandbox, SandboxSpec
+from backends.local import LocalSandbox
+from backends.ssh import SSHSandbox
 from control_plane.evals import BUILTIN, AttemptResult, Task, load_suite, load_task
 from control_plane.evals.attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from control_plane.evals.environment import TaskEnvironmentError
@@ -43,25 +41,39 @@ def host(request: pytest.FixtureRequest) -> Backend:
     return get_backend(request.param)
 
 
-def workspaces(backend: Backend) -> set[str]:
-    """The sandbox workspaces on the backend's host now (the test sshd's host is this one)."""
-    if isinstance(backend, LocalBackend):
-        root = backend.config.state_dir
-    else:
-        assert isinstance(backend, SSHBackend)
-        root = Path(pwd.getpwnam(backend.config.user).pw_dir) / "hermetic-workspaces"
-    return set(os.listdir(root)) if root.is_dir() else set()
+@pytest.fixture
+def opened(host: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Sandbox]:
+    """Every sandbox the test's runs create (other sessions on this host make their own meanwhile)."""
+    made: list[Sandbox] = []
+    create = host.create
+
+    def recording(spec: SandboxSpec) -> Sandbox:
+        made.append(create(spec))
+        return made[-1]
+
+    monkeypatch.setattr(host, "create", recording)
+    return made
 
 
-def test_builtin_tasks_give_the_oracle_1_and_nop_0(host: Backend, tmp_path: Path) -> None:
+def workspace(sandbox: Sandbox) -> Path:
+    """Where its files are on the host (the test sshd's host is this one)."""
+    if isinstance(sandbox, LocalSandbox):
+        return sandbox.dir
+    assert isinstance(sandbox, SSHSandbox) and sandbox.workspace is not None
+    return Path(sandbox.workspace)
+
+
+def test_builtin_tasks_give_the_oracle_1_and_nop_0(
+    host: Backend, opened: list[Sandbox], tmp_path: Path
+) -> None:
     tasks = [t for t in load_suite(BUILTIN).tasks if t.id in TASKS]
     assert len(tasks) == len(TASKS)
-    before = workspaces(host)
     oracle = run(host, OracleAgent(), tasks, tmp_path / "oracle")
     assert sorted(oracle) == sorted(TASKS) and problems(oracle, 1.0) == {}
     nop = run(host, NopAgent(), tasks, tmp_path / "nop")
     assert sorted(nop) == sorted(TASKS) and problems(nop, 0.0) == {}
-    assert workspaces(host) <= before, "an attempt left its sandbox behind"
+    assert len(opened) == 2 * len(TASKS)
+    assert [s.id for s in opened if workspace(s).exists()] == [], "an attempt left its sandbox behind"
 
 
 @pytest.fixture
