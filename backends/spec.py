@@ -80,6 +80,11 @@ class SandboxSpec(BaseModel):
     image expects (Terminal-Bench): the image's own user (root unless its Dockerfile says otherwise),
     Docker's default capabilities and a writable root; no-new-privileges, the limits and the network
     policy stay, and host mounts are refused. Docker only."""
+    own_root: bool = False
+    """ssh: run the runtime in bubblewrap on the host (bwrap needed there) with a root of its own: the
+    host's top-level directories bound as they are, the workspace at `workdir`, a private /tmp and /proc,
+    no network with `network: none`; so an evaluation task can make its /tests and /logs at the root.
+    The local backend's sandboxes have their own root always, docker's with privileges: task."""
 
     @field_validator("allow")
     @classmethod

@@ -116,7 +116,7 @@ class SSHBackend(Backend):
                 "the ssh backend cannot enforce an allowlist: the remote user's network is theirs; "
                 "use network 'none' or 'full'"
             )
-        if spec.network == "none" and not self._warned:
+        if spec.network == "none" and not spec.own_root and not self._warned:  # own_root: --unshare-net
             self._warned = True
             log.warning(
                 "ssh backend: network policy 'none' and resource limits are not enforced on %s; "
@@ -160,7 +160,8 @@ class SSHSandbox(Sandbox):
             facts = probe(client, self.config, self.workspace or self._requested)
             if self.workspace is None:
                 self.workspace = facts.workspace
-                self.spec = self.spec.model_copy(update={"workdir": facts.workspace})
+                if not self.spec.own_root:  # else the workspace is bound at the spec's workdir
+                    self.spec = self.spec.model_copy(update={"workdir": facts.workspace})
             if facts.runtime != sandboxes.code_hash():
                 log.info("runtime on %s is %s; uploading the current one", self.config.host, facts.runtime)
                 upload_runtime(client, self.config, facts.cache)
@@ -172,18 +173,20 @@ class SSHSandbox(Sandbox):
 
     def _start_runtime(self, client: paramiko.SSHClient, runtime_path: str) -> Channel:
         assert self.workspace is not None
+        workdir = self.spec.workdir if self.spec.own_root else self.workspace
         env = {k: os.environ[k] for k in self.spec.env_allow if k in os.environ}
         env.update(self.spec.env)
         env.update(
-            HERMETIC_WORKSPACE=self.workspace,
-            HERMETIC_ROOTS=f"{self.workspace}:/tmp",
+            HERMETIC_WORKSPACE=workdir,
+            HERMETIC_ROOTS=f"{workdir}:/tmp",
             HERMETIC_OUTPUT_LIMIT=str(self.spec.output_limit),
         )
-        settings = json.dumps({"env": env, "cwd": self.workspace, "path": self.config.site_dirs}).encode()
+        settings = json.dumps({"env": env, "cwd": workdir, "path": self.config.site_dirs}).encode()
         transport = client.get_transport()
         assert transport is not None
         chan = transport.open_session(timeout=self.config.connect_timeout)
-        chan.exec_command(shlex.join([self.config.python, "-c", BOOT, runtime_path]))
+        command = shlex.join([self.config.python, "-c", BOOT, runtime_path])
+        chan.exec_command(own_root(command, self.workspace, self.spec) if self.spec.own_root else command)
         self._transport = SSHChannelTransport(chan, self.id)
         self._transport.send(b"%016d" % len(settings) + settings)
         channel = Channel(self._transport, f"ssh sandbox {self.id} on {self.config.host}")
@@ -263,6 +266,35 @@ class SSHSandbox(Sandbox):
                 )
         if self.client is not None:
             self.client.close()
+
+
+# A root of its own on the host: each top-level directory bound as it is (the remote user's view), then
+# the workspace at the workdir and private /tmp and /proc; new top-level paths land on bwrap's tmpfs root.
+_OWN_ROOT = """command -v bwrap >/dev/null || {
+  echo 'own_root needs bubblewrap on this host: apt-get install bubblewrap' >&2; exit 127; }
+set --
+for e in /*; do
+  case "$e" in
+    /proc|/tmp) ;;
+    /dev) set -- "$@" --dev-bind /dev /dev ;;
+    *) if [ -L "$e" ]; then set -- "$@" --symlink "$(readlink "$e")" "$e"
+       else set -- "$@" --bind "$e" "$e"; fi ;;
+  esac
+done
+exec bwrap --die-with-parent --unshare-pid --proc /proc --tmpfs /tmp %(net)s "$@" \\
+  --bind %(workspace)s %(workdir)s -- %(command)s
+"""
+
+
+def own_root(command: str, workspace: str, spec: SandboxSpec) -> str:
+    """The remote shell command that runs `command` in bubblewrap with a root of its own."""
+    script = _OWN_ROOT % {
+        "net": "--unshare-net" if spec.network == "none" else "",
+        "workspace": shlex.quote(workspace),
+        "workdir": shlex.quote(spec.workdir),
+        "command": command,
+    }
+    return shlex.join(["sh", "-c", script])
 
 
 def remote_shell(client: paramiko.SSHClient, command: str) -> str:

@@ -151,3 +151,24 @@ def test_learning_on_lets_the_second_attempt_use_the_first_ones_skill(
     assert rewards == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0], (
         every.output
     )  # each attempt of both runs, with its reward
+
+
+def test_into_profile_learns_in_the_profiles_own_library(
+    tmp_path: Path, model: SkillUser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    get_backend("local")
+    for name, value in scripted_env(tmp_path / "root", model.url).items():  # in this process: no imports
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    done = CliRunner().invoke(
+        app,
+        ["eval", "run", str(greeting_suite(tmp_path / "suite")), "--agent", "hermetic", "--learning", "on",
+         "--into-profile", "--backend", "local", "--toolsets", "terminal,skills", "--max-iterations", "5",
+         "-k", "2", "-w", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert done.exit_code == 1, done.output  # attempt 1 did not pass
+    results = sorted((json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()),
+                     key=lambda r: r["attempt"])  # fmt: skip
+    assert [(r["reward"], r["error_class"]) for r in results] == [(0.0, None), (1.0, None)]
+    assert (tmp_path / "root" / "skills" / "library" / "write-greeting").is_dir()  # kept in the profile
+    assert not (out / "home").exists()  # no home of the run's own: attempt 2 used the profile's library

@@ -115,4 +115,5 @@ def test_input_that_cannot_run_is_refused_plainly(tmp_path: Path, monkeypatch: p
     assert "allows 8 sandboxes at once" in refused("run", str(tmp_path), "-w", "9", "--out", out)
     write_task_dir = slow_suite(tmp_path / "one", "t", 1)
     assert "needs a model" in refused("run", str(write_task_dir), "--out", out)  # hermetic is the default
+    assert "it needs --learning on" in refused("run", str(write_task_dir), "--into-profile", "--out", out)
     assert "no results.jsonl" in refused("compare", str(tmp_path), str(tmp_path))

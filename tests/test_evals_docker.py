@@ -149,15 +149,3 @@ def test_each_bad_task_is_its_own_clear_error_and_the_run_goes_on(docker: Backen
     assert "'lots', not a number from 0 to 1" in errors["bad-reward"]
     assert "--network full" in errors["internet"]
     assert "checking" in (tmp_path / "out" / "logs" / "no-reward" / "1" / "verifier.txt").read_text()
-
-
-def test_another_backend_says_why_it_cannot_run_a_task(tmp_path: Path) -> None:
-    backend = get_backend("local")
-    task = tmp_path / "t"
-    (task / "tests").mkdir(parents=True)
-    (task / "instruction.md").write_text("Anything.")
-    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    found = run(backend, NopAgent(), load_suite(task).tasks, tmp_path / "out")["t"]
-    assert found.error_class == "environment-error" and found.reward == 0.0
-    assert "the local backend cannot run a task" in (found.error or "")
-    assert "only --backend docker gives" in (found.error or "")

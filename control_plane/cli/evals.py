@@ -48,6 +48,12 @@ def run(
     learning: Annotated[
         str, typer.Option(help="hermetic: off (fresh per attempt), on (learns across the run), frozen")
     ] = "off",
+    into_profile: Annotated[
+        bool,
+        typer.Option(
+            "--into-profile", help="hermetic, --learning on: learn in the profile's own memory and skills"
+        ),
+    ] = False,
     toolsets: Annotated[
         str | None, typer.Option(help="hermetic: comma-separated tool groups (default: the profile's)")
     ] = None,
@@ -99,6 +105,7 @@ def run(
                 model=model,
                 learning=learning,  # type: ignore[arg-type]
                 profile=os.environ.get("HERMETIC_PROFILE"),
+                into_profile=into_profile,
                 toolsets=chosen,
                 max_iterations=max_iterations,
             )

@@ -6,15 +6,19 @@ from __future__ import annotations
 import logging
 import shlex
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from backends import Backend, Sandbox, SandboxError, SandboxSpec
+from backends import Backend, Sandbox, SandboxError, SandboxSpec, UnsupportedSpec
 from backends.docker import DockerBackend
+from backends.local import LocalBackend
+from backends.ssh import SSHBackend
 
 from .environment import TaskEnvironmentError, task_image
+from .host_environment import HostEnvironment, host_environment, prepare
 from .results import AttemptResult, ErrorClass
 from .task import Task
 
@@ -65,10 +69,10 @@ class OracleAgent(NopAgent):
             return AgentOutcome(
                 "environment-error", "solution/solve.sh: missing; the oracle has nothing to run"
             )
-        place(sandbox, task.path / "solution")  # a fresh sandbox: nothing at /solution yet
+        moved = place(sandbox, task.path / "solution")
         env = task.config.solution.env
         result = sandbox.run(
-            f"cd {shlex.quote(workdir)} && {_env(env)}bash /solution/solve.sh",
+            f"{moved} && cd {shlex.quote(workdir)} && {_env(env)}bash /solution/solve.sh",
             session="agent",
             timeout=task.config.agent.timeout_sec,
         )
@@ -79,9 +83,13 @@ class OracleAgent(NopAgent):
         return outcome  # the verifier's set-up removes /solution
 
 
-def place(sandbox: Sandbox, source: Path) -> None:
-    """Copy a task's directory (solution/, tests/) into the sandbox at /NAME; the caller cleared it."""
-    sandbox.upload(source, "/")
+def place(sandbox: Sandbox, source: Path) -> str:
+    """Upload a task's directory (solution/, tests/) to an unguessable place under /tmp (the runtime's
+    file operations reach the workdir and /tmp on every backend); returns the command that moves it
+    to /NAME, for the caller to run first (the sandbox's user may write at its root)."""
+    stage = f"/tmp/.hermetic-{uuid.uuid4().hex}"
+    sandbox.upload(source, stage)
+    return f"rm -rf /{source.name} && mv {stage}/{source.name} /{source.name} && rm -rf {stage}"
 
 
 @dataclass
@@ -103,7 +111,7 @@ def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
     )
     try:
         _attempt(setup, task, attempt, result)
-    except TaskEnvironmentError as exc:
+    except (TaskEnvironmentError, UnsupportedSpec) as exc:  # the task asks what this backend lacks
         result.error_class, result.error = "environment-error", str(exc)
     except SandboxError as exc:
         result.error_class, result.error = "sandbox-error", f"{type(exc).__name__}: {exc}"
@@ -112,9 +120,11 @@ def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
 
 
 def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResult) -> None:
-    spec, workdir = _spec(setup, task)
+    spec, workdir, host = _spec(setup, task)
     with setup.backend.create(spec) as sandbox:
         setup.on_sandbox(sandbox)
+        if host is not None:
+            prepare(sandbox, task, host)
         began = time.monotonic()
         outcome = setup.agent.solve(task, sandbox, workdir, attempt)
         result.agent_s = round(time.monotonic() - began, 3)
@@ -143,10 +153,10 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
     )
     if cleared.get("exit_code") != 0:
         raise SandboxError(f"cannot prepare the verifier: {cleared.get('output', '').strip()}")
-    place(sandbox, task.path / "tests")
+    moved = place(sandbox, task.path / "tests")
     timeout = task.config.verifier.timeout_sec
     ran = sandbox.run(
-        f"cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
+        f"{moved} && cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
         session="verifier",
         timeout=timeout,
     )
@@ -172,14 +182,26 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
     return reward, None, output
 
 
-def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
-    if not isinstance(setup.backend, DockerBackend):  # the others have no image builder, no task privileges
+def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str, HostEnvironment | None]:
+    """The attempt's sandbox: on docker the task's image with task privileges; on local and ssh the
+    backend's own system with a root of its own and the task's files (host_environment.py)."""
+    backend, host = setup.backend, None
+    if isinstance(backend, DockerBackend):
+        image, workdir = task_image(backend.client, task)
+        extra: dict[str, object] = {"image": image, "privileges": "task"}
+    elif isinstance(backend, SSHBackend | LocalBackend):
+        if isinstance(backend, LocalBackend) and backend.config.isolation != "bwrap":
+            raise TaskEnvironmentError(
+                "the local backend with isolation 'none' has the host's own root: a task's /tests and "
+                "/logs cannot be made there; use isolation 'bwrap'"
+            )
+        host = host_environment(task, backend.name)
+        workdir = host.workdir
+        extra = {"own_root": True, "env": host.env}
+    else:
         raise TaskEnvironmentError(
-            f"the {setup.backend.name} backend cannot run a task: it builds no image, and a task's "
-            "verifier needs /tests and /logs/verifier at the root of a filesystem it may write as the "
-            "image's user (privileges: task), which only --backend docker gives"
+            f"the {backend.name} backend cannot run a task yet: use --backend docker, local or ssh"
         )
-    image, workdir = task_image(setup.backend.client, task)
     env = task.config.environment
     network, allow = "none", list(env.allow)
     if env.allow_internet:
@@ -194,8 +216,7 @@ def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
             )
     timeouts = task.config.agent.timeout_sec + task.config.verifier.timeout_sec
     spec = SandboxSpec(
-        image=image,
-        privileges="task",
+        **extra,  # type: ignore[arg-type]
         workdir=workdir,
         cpus=env.cpus,
         memory=f"{env.memory_mb}m",
@@ -204,9 +225,9 @@ def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str]:
         network=network,  # type: ignore[arg-type]
         allow=allow if network == "allowlist" else [],
         labels={**setup.labels, "org.hermetic.task": task.id},
-        ttl=int(timeouts + 4 * SETUP_TIMEOUT),
+        ttl=int(timeouts + 4 * SETUP_TIMEOUT + (task.config.environment.build_timeout_sec if host else 0)),
     )
-    return spec, workdir
+    return spec, workdir, host
 
 
 def _env(env: dict[str, str]) -> str:

@@ -3,7 +3,8 @@ ordinary session (source `eval`) whose sandbox is the attempt's, in a home the l
 
 - off: a fresh, empty home per attempt (no memory, no skills carried between attempts);
 - on: one home for the whole run, so what an attempt learned (memory, skills through the gate) is there
-  for the next ones; the user's own library is never touched;
+  for the next ones; the user's own library is never touched, unless `into_profile`: then that home is
+  the profile's own (it starts from the profile's memory and skills, and keeps what the run learned);
 - frozen: per attempt a copy of a given profile's memory and skills, its writes thrown away.
 
 Every attempt's session is an ordinary session of the profile (source `eval`), labelled with its task,
@@ -31,11 +32,20 @@ PROMPT = "{instruction}\n\n(You are in {workdir}. The task is checked when you e
 
 
 class HermeticAgent:
-    def __init__(self, settings: Settings, out: Path, learning: Learning, seed: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        out: Path,
+        learning: Learning,
+        seed: Path | None = None,
+        *,
+        into_profile: bool = False,
+    ) -> None:
         """`settings`: the profile's (model, toolsets, limits); `seed`: the home a frozen run starts from."""
         if learning == "frozen" and seed is None:
             raise ValueError("--learning frozen needs a profile to start from")
         self.out = out
+        self.into_profile = into_profile
         self.learning = learning
         self.seed = seed
         self.base = settings.model_copy(  # the homes change; the database stays the profile's
@@ -75,7 +85,8 @@ class HermeticAgent:
         if self.learning == "on":
             with self._lock:
                 if self._shared is None:
-                    self._shared = Agent(self.base.model_copy(update={"root": self.out / "home"}))
+                    own = {} if self.into_profile else {"root": self.out / "home"}
+                    self._shared = Agent(self.base.model_copy(update=own))
                 return self._shared, False
         home = self.out / "homes" / task.id / str(attempt)
         shutil.rmtree(home, ignore_errors=True)  # a resumed attempt starts over

@@ -67,6 +67,9 @@ class RunRecord(BaseModel):
     """hermetic: off, on (the run's own home learns across attempts), frozen (a copy of `profile`'s)."""
     profile: str | None = None
     """hermetic: the profile whose settings (and, frozen, memory and skills) the agent starts from."""
+    into_profile: bool = False
+    """hermetic, learning on: learn in `profile`'s own home (start from its memory and skills and keep
+    what the run learned there) instead of a home of the run's own."""
     toolsets: list[str] | None = None
     """hermetic: the tool groups the model sees (default: the profile's)."""
     max_iterations: int | None = None

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends import Backend, create_backend
+from backends import Backend
 
+from ..sandbox_manager import choose_backend
 from ..settings import Settings, load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
@@ -73,7 +74,11 @@ def open_run(
     out.mkdir(parents=True, exist_ok=True)
     chosen = _agent(record, out, settings)
     (out / RECORD).write_text(record.model_dump_json(indent=2) + "\n")
-    backend = create_backend(record.backend)
+    try:
+        profile = settings or load_settings(record.profile)
+    except ValueError as exc:
+        raise RunError(f"the profile's settings: {exc}") from None
+    backend, _ = choose_backend(profile, record.backend)  # the profile's ssh host, local state dir
     setup = AttemptSetup(
         backend=backend,
         agent=chosen,
@@ -85,6 +90,8 @@ def open_run(
 
 
 def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
+    if record.into_profile and (record.agent != "hermetic" or record.learning != "on"):
+        raise RunError("--into-profile keeps what the hermetic agent learns: it needs --learning on")
     if record.agent == "oracle":
         return OracleAgent()
     if record.agent == "nop":
@@ -107,4 +114,4 @@ def _agent(record: RunRecord, out: Path, given: Settings | None) -> EvalAgent:
     if not settings.model.name:
         raise RunError("the hermetic agent needs a model: pass --model or configure one (hermetic model set)")
     seed = settings.home if record.learning == "frozen" else None
-    return HermeticAgent(settings, out, record.learning, seed)
+    return HermeticAgent(settings, out, record.learning, seed, into_profile=record.into_profile)
