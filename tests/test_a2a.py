@@ -267,7 +267,7 @@ def test_malformed_requests_get_json_rpc_errors(served: Served, fake_llm: FakeLL
     assert post(send_body("SendMessage", no_text))["error"]["code"] == -32602
     nul = {"role": "ROLE_USER", "messageId": "m2", "parts": [{"text": "a\u0000b"}]}
     assert post(send_body("SendMessage", nul))["error"]["code"] == -32602
-    assert post(send_body("GetTask", {}), **{"A2A-Version": "9.0"})["error"]["code"] != 0
+    assert post(send_body("SendMessage", nul), **{"A2A-Version": "9.0"})["error"]["code"] == -32009
     unknown = '{"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "nope"}}'
     assert post(unknown)["error"]["code"] == -32001  # TaskNotFoundError
     # the v0.3 method names are served too, and the agent is alive after all of the above
