@@ -4,6 +4,7 @@ own client (JSON-RPC, protocol 1.0) and the scripted model; raw requests for wha
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotFoundError
 from conftest import get_backend
+from hermetic_cli import hermetic, scripted_env
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
@@ -275,3 +277,29 @@ def test_malformed_requests_get_json_rpc_errors(served: Served, fake_llm: FakeLL
     answer = post(send_body("message/send", legacy), **{"A2A-Version": ""})
     assert answer["result"]["status"]["state"] == "completed", answer
     assert len(fake_llm.requests) == 1
+
+
+def test_hermetic_calls_a_served_hermetic(served: Served, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """`hermetic a2a call` (another profile's home, as another machine's agent would be) gives the served
+    agent a task, shows its progress, and answers its question with --task."""
+    fake_llm.load(
+        [
+            call("terminal", command="echo remote-$((6*7))"),
+            call("clarify", question="Which one?", choices=["red", "blue"]),
+            {"text": "The remote agent printed remote-42 and picked red."},
+        ]
+    )
+    env = scripted_env(tmp_path / "caller", fake_llm.url, HERMETIC_A2A_TOKEN=served.token)
+    asked = hermetic("a2a", "call", served.url, "Print the answer, then ask me", env=env)
+    assert asked.returncode == 3, asked.stderr
+    assert asked.stdout.strip() == "Which one? (answer one of: red, blue)"
+    assert "terminal echo remote-$((6*7))" in asked.stderr and "remote-42" in asked.stderr
+    task, context = re.search(r"--task (\S+) --context (\S+)", asked.stderr).groups()  # type: ignore[union-attr]
+    done = hermetic("a2a", "call", served.url, "red", "--task", task, "--context", context, "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "The remote agent printed remote-42 and picked red."
+    assert done.stderr.strip() == f"task {task} (context {context}): completed"
+    assert fake_llm.requests[-1]["messages"][-1]["content"] == "the user answered: red"
+    refused = hermetic("a2a", "call", served.url, "hi", env={**env, "HERMETIC_A2A_TOKEN": "hmt_nope"})
+    assert refused.returncode == 1 and "401" in refused.stderr
+    assert len(fake_llm.requests) == 3
