@@ -36,6 +36,8 @@ from control_plane.a2a.client import RemoteAgentError, call_agent
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.settings import SkillsSettings
+from control_plane.skills.library import SkillLibrary
 
 
 @dataclass
@@ -54,8 +56,21 @@ def served(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Served]:
     )
     tokens = TokenStore(tmp_path)
     token, other = tokens.create("alpha"), tokens.create("beta")
+    # a skill in alpha's library (merged unverified: no checks to run)
+    library = SkillLibrary(
+        settings_for("alpha").home / "skills",
+        SkillsSettings(allow_unverified=True),
+        lambda: get_backend("local"),
+    )
+    skill = "---\nname: notes\ndescription: Keeps the team's notes.\n---\nWrite them down.\n"
+    library.write("notes", "SKILL.md", skill, new=True)
+    assert library.submit("notes", proposer="test").version == 1
     with serve_app(create_app(tmp_path, settings_for)) as url:
         yield Served(url, token, other)
+
+
+def headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -104,6 +119,11 @@ def status_lines(task: Task) -> list[str]:
 
 def test_card_lists_the_skills_and_the_bearer_scheme(served: Served) -> None:
     card = httpx.get(f"{served.url}/.well-known/agent-card.json", timeout=30).json()
+    signed = httpx.get(f"{served.url}/.well-known/agent-card.json", headers=headers(served.token)).json()
+    assert {"id": "skill:notes", "name": "notes", "description": "Keeps the team's notes.",
+            "tags": ["skill"]} in signed["skills"]  # fmt: skip
+    assert signed["name"] == "Hermetic (alpha)" and card["name"] == "Hermetic (default)"
+    assert not [skill for skill in card["skills"] if skill["id"].startswith("skill:")]  # not to anyone
     assert card["supportedInterfaces"] == [
         {"url": f"{served.url}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]

@@ -25,11 +25,12 @@ SCHEME = "bearer"
 TEXT = "text/plain"
 
 
-def agent_card(agent: Agent, base_url: str) -> AgentCard:
-    """The card of `agent`'s profile as served at `base_url` (scheme, host and port, no trailing /)."""
+def agent_card(agent: Agent, base_url: str, *, library: bool) -> AgentCard:
+    """The card of `agent`'s profile as served at `base_url` (scheme, host and port, no trailing /);
+    `library`: with the library's skills (for a caller with the profile's token: they are its own)."""
     card = base_card(base_url)
     card.name = f"Hermetic ({agent.settings.profile})"
-    card.skills.extend(skills(agent))
+    card.skills.extend(skills(agent, library=library))
     return card
 
 
@@ -72,11 +73,12 @@ def base_card(base_url: str) -> AgentCard:
     )
 
 
-def skills(agent: Agent) -> list[AgentSkill]:
-    """The library's skills, then one entry per toolset of the profile's runs (its tools, in a line each)."""
+def skills(agent: Agent, *, library: bool) -> list[AgentSkill]:
+    """The library's skills (when `library`), then one entry per toolset of the profile's runs (its
+    tools, in a line each)."""
     found = [
         AgentSkill(id=f"skill:{info.name}", name=info.name, description=info.description, tags=["skill"])
-        for info in agent.skills.list_skills()
+        for info in (agent.skills.list_skills() if library else [])
     ]
     toolsets: dict[str, list[str]] = {}
     for tool in agent.tools.values():

@@ -62,10 +62,13 @@ def a2a_router(default_profile: str) -> APIRouter:
 
     @router.get(AGENT_CARD_WELL_KNOWN_PATH, include_in_schema=False)  # a discovery document, not an operation
     def card(request: Request, profile: OptionalAuth) -> JSONResponse:
-        """The A2A agent card: the caller's profile with a token, else the server's default profile."""
+        """The A2A agent card: the caller's profile with its library's skills when the request has a
+        token, else the server's default profile without them (a skill's name and description are the
+        profile's own business)."""
         hub: Hub = request.app.state.hub
         agent = (profile or hub.profile(default_profile)).agent
-        return JSONResponse(agent_card_to_dict(agent_card(agent, str(request.base_url).rstrip("/"))))
+        card = agent_card(agent, str(request.base_url).rstrip("/"), library=profile is not None)
+        return JSONResponse(agent_card_to_dict(card))
 
     @router.post(RPC_PATH, responses=errors(401))
     async def rpc(request: Request, profile: Auth) -> Response:
