@@ -10,17 +10,14 @@ Target: <= 10 ms added.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -28,6 +25,7 @@ from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
 from .protocols import added
+from .served import serve
 from .stats import Results, report
 
 TARGET_MS = 10.0
@@ -64,33 +62,22 @@ def round_trips(model_url: str, n: int) -> tuple[list[float], list[float]]:
             )
 
         token = TokenStore(Path(root)).create("default")
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(create_app(Path(root), settings_for), log_level="warning"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
         api: list[float] = []
         a2a: list[float] = []
-        try:
-            with httpx.Client(
-                base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60
-            ) as http:
-                session = http.post("/sessions", json={}).json()["id"]
-                context = ""
-                for i in range(n + 3):  # the first rounds warm both paths up
-                    start = time.perf_counter()
-                    _post(http, session, i)
-                    middle = time.perf_counter()
-                    context = _send(http, context, i)
-                    if i >= 3:
-                        api.append(middle - start)
-                        a2a.append(time.perf_counter() - middle)
-        finally:
-            server.should_exit = True
-            thread.join(30)
+        with (
+            serve(create_app(Path(root), settings_for)) as base,
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        ):
+            session = http.post("/sessions", json={}).json()["id"]
+            context = ""
+            for i in range(n + 3):  # the first rounds warm both paths up
+                start = time.perf_counter()
+                _post(http, session, i)
+                middle = time.perf_counter()
+                context = _send(http, context, i)
+                if i >= 3:
+                    api.append(middle - start)
+                    a2a.append(time.perf_counter() - middle)
         return api, a2a
 
 
