@@ -14,15 +14,11 @@ import argparse
 import hashlib
 import http.client
 import json
-import socket
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-import uvicorn
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -30,6 +26,7 @@ from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
 from . import targets
+from .served import serve
 from .stats import Results, report
 
 
@@ -81,17 +78,10 @@ def openai_first_byte(n: int, keys: int = 0) -> dict[str, list[float]]:
         held = {hashlib.sha256(str(i).encode()).hexdigest(): f"s-held{i:014d}" for i in range(keys)}
         (home / "openai-conversations.json").write_text(json.dumps(held))  # the format of a long-used one
         token = TokenStore(Path(root)).create("default")
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(create_app(Path(root), settings_for), log_level="warning"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/chat/completions"
         headers = {"Authorization": f"Bearer {token}"}
         figures: dict[str, list[float]] = {name: [] for name in FIGURES}
-        try:
+        with serve(create_app(Path(root), settings_for)) as base:
+            url = f"{base}/v1/chat/completions"
             session = _session_of(url, chat, headers)
             reply = {"role": "assistant", "content": "hello from the scripted model"}
             for i in range(n + 3):
@@ -109,9 +99,6 @@ def openai_first_byte(n: int, keys: int = 0) -> dict[str, list[float]]:
                 figures["added, its next turn by header"].append(by_header - direct)
                 figures["added, its next turn by history"].append(by_history - direct)
                 figures["a new chat less its round's next turn by history"].append(new - by_history)
-        finally:
-            server.should_exit = True
-            thread.join(30)
         return figures
 
 

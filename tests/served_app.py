@@ -3,18 +3,15 @@ profile settings a served control plane gets in tests."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from starlette.types import ASGIApp
-
+from bench.served import serve
 from control_plane.settings import Settings, load_settings
+
+serve_app = serve
+"""Serve an app on 127.0.0.1 for a test; yields its base URL (bench/served.py, which benchmarks use too)."""
 
 
 def scripted_profiles(root: Path, model_url: str, **overrides: Any) -> Callable[[str], Settings]:
@@ -26,20 +23,3 @@ def scripted_profiles(root: Path, model_url: str, **overrides: Any) -> Callable[
         return load_settings(profile, root=root, model=model, backend="local", **overrides)
 
     return settings_for
-
-
-@contextlib.contextmanager
-def serve_app(app: ASGIApp) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 (a port the kernel picks); yields its base URL, stops it on exit."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)

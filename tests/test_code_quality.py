@@ -33,6 +33,7 @@ SURFACES = ("control_plane.cli", "control_plane.api", "control_plane.gateway", "
 SURFACES += ("control_plane.acp",)
 SURFACES += ("control_plane.scheduler", "control_plane.batch")  # unattended work drives the agent too
 SURFACES += ("control_plane.evals",)  # evaluation runs drive agents like batch runs
+SURFACES += ("control_plane.a2a",)  # other agents delegate to this one over A2A
 CORE = (
     "control_plane.events",
     "control_plane.agent",

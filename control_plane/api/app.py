@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..a2a.routes import a2a_router
 from ..agent.status import Status
 from ..events import Question
 from ..models.router import warm_up
@@ -134,6 +135,7 @@ def create_app(
     app.include_router(watch_router)
     app.include_router(sandboxes_router)
     app.include_router(evals_router)
+    app.include_router(a2a_router(base.profile))
 
     @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:

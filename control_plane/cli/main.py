@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..keys import KeyFileError
+from . import a2a as a2a_cli
 from . import acp as acp_cli
 from . import agent as agent_cli
 from . import (
@@ -57,6 +58,7 @@ app.add_typer(gateway_cli.app, name="gateway")
 skill_sources.register(skills_cli.app)
 app.add_typer(mcp.app, name="mcp")
 app.command("acp")(acp_cli.acp)
+app.add_typer(a2a_cli.app, name="a2a")
 app.add_typer(cron.app, name="cron")
 app.add_typer(batch.app, name="batch")
 app.add_typer(evals.app, name="eval")

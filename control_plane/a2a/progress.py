@@ -1,0 +1,109 @@
+"""A run's events as one A2A task's updates. The agent's text streams into the `reply` artifact (chunks
+appended as the model writes them); tool calls, their output, notices and plans are `working` status
+updates, each a line of text and the Hermetic event itself as a data part; the turn's end is the task's
+final state, its message the final answer. One `Progress` per task execution."""
+
+from __future__ import annotations
+
+from a2a.helpers.proto_helpers import new_data_part, new_text_part
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Message, Part, TaskState
+
+from ..agent.display import describe_call
+from ..events import (
+    AssistantMessage,
+    ChildEnd,
+    ChildStart,
+    Error,
+    Event,
+    Notice,
+    Question,
+    TextDelta,
+    Todo,
+    ToolEnd,
+    ToolProgress,
+    ToolStart,
+    TurnEnd,
+)
+
+REPLY = "reply"
+"""The artifact holding everything the agent wrote in the task, as it streams."""
+LINE = 2000
+"""At most this much of a tool's output or result in one status line (the data part has it whole)."""
+FINAL: dict[str, TaskState] = {
+    "done": TaskState.TASK_STATE_COMPLETED,
+    "interrupted": TaskState.TASK_STATE_CANCELED,
+    "budget": TaskState.TASK_STATE_FAILED,
+    "error": TaskState.TASK_STATE_FAILED,
+}
+
+
+class Progress:
+    def __init__(self, updater: TaskUpdater) -> None:
+        self.updater = updater
+        self._said = False
+        """The reply artifact has text."""
+        self._step_said = False
+        """The model step going on streamed text (its AssistantMessage repeats it)."""
+        self._problem = ""
+        """The last error or notice, said when the turn ends without an answer."""
+
+    async def show(self, event: Event) -> None:
+        """Send what `event` means to the task; a child's events are left to its parent's delegate call."""
+        if event.delegate_call:
+            return
+        if isinstance(event, TextDelta):
+            await self._say(event.text)
+        elif isinstance(event, AssistantMessage):
+            if event.content and not self._step_said:  # a reply that was not streamed
+                await self._say(event.content)
+            self._step_said = False
+        elif isinstance(event, Error | Notice):
+            self._problem = event.message
+            await self._working(event.message, event)
+        elif line := _line(event):
+            await self._working(line, event)
+
+    async def ask(self, question: Question) -> None:
+        """The run waits on `question`: the task needs input, the next message in it is the answer."""
+        choices = f" (answer one of: {', '.join(question.choices)})" if question.choices else ""
+        await self.updater.requires_input(self._message(question.prompt + choices, question))
+
+    async def end(self, end: TurnEnd) -> None:
+        """The task's final state: completed with the answer, canceled, or failed with the reason."""
+        if self._said:
+            await self.updater.add_artifact([new_text_part("")], REPLY, append=True, last_chunk=True)
+        elif end.content:
+            await self.updater.add_artifact([new_text_part(end.content)], REPLY, name=REPLY, last_chunk=True)
+        text = end.content if end.reason == "done" else self._problem or f"the run ended: {end.reason}"
+        await self.updater.update_status(FINAL[end.reason], self._message(text or "(no answer)", end))
+
+    async def _say(self, text: str) -> None:
+        if self._said and not self._step_said:  # a new step's text: a paragraph of its own
+            text = "\n\n" + text
+        await self.updater.add_artifact([new_text_part(text)], REPLY, name=REPLY, append=self._said)
+        self._said = self._step_said = True
+
+    async def _working(self, line: str, event: Event) -> None:
+        await self.updater.update_status(TaskState.TASK_STATE_WORKING, self._message(line, event))
+
+    def _message(self, text: str, event: Event) -> Message:
+        parts: list[Part] = [new_text_part(text), new_data_part(event.model_dump(mode="json"))]
+        return self.updater.new_agent_message(parts)
+
+
+def _line(event: Event) -> str:
+    """One line for a progress event; empty for the events a task does not show (usage, answers)."""
+    if isinstance(event, ToolStart):
+        return describe_call(event.name, event.arguments)
+    if isinstance(event, ToolProgress):
+        return event.text[-LINE:]
+    if isinstance(event, ToolEnd):
+        return f"{event.name} {'ok' if event.ok else 'failed'}: {event.result[:LINE]}"
+    if isinstance(event, Todo):
+        return "plan: " + "; ".join(f"[{item.status}] {item.content}" for item in event.items)
+    if isinstance(event, ChildStart):
+        return f"delegated task {event.index}: {event.goal}"
+    if isinstance(event, ChildEnd):
+        return f"delegated task {event.index} {event.status}: {event.summary[:LINE]}"
+    return ""
