@@ -32,6 +32,7 @@ from ..agent.events import Event
 from ..agent.loop import Conversation
 from ..tools import Tool, ToolContext, ToolResult, invoke
 from ..tools.memory import MemoryTarget
+from .content import tool_content
 
 log = logging.getLogger(__name__)
 SANDBOX_TOOLSETS = ("terminal", "files", "browser")
@@ -136,7 +137,7 @@ class McpSurface:
             raise
         await progress.flush()
         text = self.agent.redact(result.content)
-        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=not result.ok)
+        return types.CallToolResult(content=tool_content(text, result.images), is_error=not result.ok)
 
     def _execute(self, tool: Tool[Any], params: types.CallToolRequestParams, ctx: ToolContext) -> ToolResult:
         try:
