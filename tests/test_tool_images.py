@@ -35,6 +35,7 @@ from control_plane.chat_settings import WebhookSettings
 from control_plane.gateway.files import send_images
 from control_plane.gateway.webhook import WebhookAdapter
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.models.router import Router
 from control_plane.settings import ModelSettings
 from control_plane.tools import ToolOutcome
 from control_plane.tools.images import MAX_ENCODED, MAX_SIDE, ImageError, bounded, tool_image
@@ -79,9 +80,13 @@ def decoded(url: str) -> Image.Image:
 def test_a_figure_reaches_a_vision_model_as_an_image_and_the_database_keeps_its_path(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
+    three = "\n".join([figure_cell(40, 20)] * 3)
     fake_llm.load(
-        [{"tool_calls": [call("python", code=figure_cell(3000, 1500))]} for _ in range(4)]
-        + [{"text": "done"}]
+        [
+            {"tool_calls": [call("python", code=figure_cell(3000, 1500))]},
+            {"tool_calls": [call("python", code=three)]},
+            {"text": "done"},
+        ]
     )
     agent = Agent(settings_for(tmp_path, fake_llm.url, "local", model={"vision": True}))
     conversation = agent.new_conversation()
@@ -98,8 +103,8 @@ def test_a_figure_reaches_a_vision_model_as_an_image_and_the_database_keeps_its_
     assert label["text"].startswith(IMAGES_MARK) and "figures/figure-" in label["text"]
     assert "PNG 3000x1500" in label["text"] and "sent as 1568x784" in label["text"]
     assert decoded(image["image_url"]["url"]).size == (MAX_SIDE, 784)
-    assert len(image_parts(fake_llm.requests[-1])) == 3  # the oldest of four left the history
-    assert len(image_parts(fake_llm.requests[3])) == 3 and len(image_parts(fake_llm.requests[2])) == 2
+    newest = image_parts(fake_llm.requests[2])
+    assert [decoded(part["image_url"]["url"]).size for part in newest] == [(40, 20)] * 3  # the oldest left
 
     stored = json.dumps([m.to_chat() for m in agent.store.messages(conversation.id)])
     assert (
@@ -108,20 +113,22 @@ def test_a_figure_reaches_a_vision_model_as_an_image_and_the_database_keeps_its_
         and stored.count("[figure saved to figures/") == 4
     )
     ends = [event for event in events if isinstance(event, ToolEnd)]
-    assert all(len(e.images) == 1 and e.images[0].data for e in ends)  # the surfaces get the image
-    agent.writer.submit(lambda: None).result()
-    logged = (agent.settings.home / "logs" / "events.jsonl").read_text()
-    assert '"label":"figures/figure-' in logged and ends[0].images[0].data[:40] not in logged
-    conversation.close()
+    assert [len(e.images) for e in ends] == [1, 3] and all(i.data for e in ends for i in e.images)
+    log = (agent.settings.home / "logs" / "events.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in log if '"type":"tool_end"' in line]
+    assert [[set(image) for image in end["images"]] for end in logged] == [
+        [{"mime", "label", "to_model"}],
+        [{"mime", "label", "to_model"}] * 3,
+    ]  # the run log keeps labels, not data
 
+    # /model to a model without vision: the images leave the history; the text says where they are
     fake_llm.load([{"tool_calls": [call("python", code=figure_cell(40, 20))]}, {"text": "done"}])
-    blind = Agent(settings_for(tmp_path / "blind", fake_llm.url, "local", model={"vision": False}))
-    without = blind.new_conversation()
-    end, events = run(without, "plot it")
+    conversation.router = Router(agent.settings.model.model_copy(update={"vision": False}))
+    end, events = run(conversation, "plot it again")
     assert end.reason == "done" and not image_parts(fake_llm.requests[-1])
-    assert "[figure saved to figures/" in tool_messages(fake_llm.requests[-1])[0]  # where it is, instead
-    assert [len(e.images) for e in events if isinstance(e, ToolEnd)] == [1]
-    without.close()
+    assert "[figure saved to figures/" in tool_messages(fake_llm.requests[-1])[-1]
+    assert [len(e.images) for e in events if isinstance(e, ToolEnd)] == [1]  # the surfaces still get it
+    conversation.close()
 
 
 def test_anthropic_models_get_the_image_inside_the_tool_result() -> None:

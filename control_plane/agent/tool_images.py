@@ -22,8 +22,10 @@ IMAGES_MARK = "[images the tool calls above returned"
 
 def show_images(history: list[Message], outcomes: dict[str, ToolOutcome], model: ModelSettings) -> None:
     """Give the batch's images (`outcomes` by call id, its tool messages at the end of `history`) to the
-    model, in place; then drop the images beyond the newest KEEP_IMAGES."""
+    model, in place; then drop the images beyond the newest KEEP_IMAGES (all of them when the model, maybe
+    switched to with /model, takes none)."""
     if not accepts_images(model.name, model.vision):
+        _keep_newest(history, 0)
         return
     shown = {
         call: [_part(image.data_url) for image in outcome.images if image.to_model]
@@ -47,7 +49,7 @@ def show_images(history: list[Message], outcomes: dict[str, ToolOutcome], model:
         history.append(
             {"role": "user", "content": [{"type": "text", "text": f"{IMAGES_MARK}: {labels}]"}, *parts]}
         )
-    _keep_newest(history)
+    _keep_newest(history, KEEP_IMAGES)
 
 
 def without_images(content: Any) -> Any:
@@ -57,7 +59,7 @@ def without_images(content: Any) -> Any:
     return [part for part in content if not (isinstance(part, dict) and part.get("type") == "image_url")]
 
 
-def _keep_newest(history: list[Message]) -> None:
+def _keep_newest(history: list[Message], keep: int) -> None:
     kept = 0
     for at in range(len(history) - 1, -1, -1):
         message = history[at]
@@ -67,7 +69,7 @@ def _keep_newest(history: list[Message]) -> None:
         images = [part for part in content if part.get("type") == "image_url"]
         if not images:
             continue
-        room = max(0, KEEP_IMAGES - kept)
+        room = max(0, keep - kept)
         kept += min(room, len(images))
         if room >= len(images):
             continue
