@@ -250,3 +250,50 @@ def test_telegram_receives_the_image_as_a_file_and_a_platform_without_files_says
     )
     said = asyncio.run(send_images(webhook, "chat", None, [image]))
     assert said == ["[an image not shown here: figures/f.png (PNG 4x4)]"]
+
+
+PICTURES = '''
+import io
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+from PIL import Image as Picture
+
+server = MCPServer("pictures")
+
+
+@server.tool()
+def picture() -> list:
+    """A red square, and an image block that is not an image."""
+    out = io.BytesIO()
+    Picture.new("RGB", (2000, 2000), (255, 0, 0)).save(out, "PNG")
+    return ["a red square", Image(data=out.getvalue(), format="png"), Image(data=b"garbage", format="png")]
+
+
+server.run()
+'''
+
+
+def test_an_mcp_servers_image_reaches_the_model_checked_and_bounded(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    script = tmp_path / "pictures.py"
+    script.write_text(PICTURES)
+    servers = {"pictures": {"command": sys.executable, "args": [str(script)], "host": True, "timeout": 30.0}}
+    fake_llm.load([{"tool_calls": [call("mcp_pictures_picture")]}, {"text": "A red square."}])
+    agent = Agent(settings_for(tmp_path, fake_llm.url, "local", model={"vision": True}, mcp_servers=servers))
+    conversation = agent.new_conversation()
+    try:
+        end, events = run(conversation, "show me")
+        assert end.reason == "done"
+        (result,) = tool_messages(fake_llm.requests[1])
+        assert result.startswith("a red square\n[image: image/png, ")  # the text names every block
+        (part,) = image_parts(fake_llm.requests[1])  # the garbage block was left out, with a warning
+        picture = decoded(part["image_url"]["url"])
+        assert picture.size == (MAX_SIDE, MAX_SIDE) and picture.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
+        (end_event,) = [e for e in events if isinstance(e, ToolEnd)]
+        assert end_event.ok and end_event.images[0].label.startswith(
+            "an image from MCP server pictures (PNG 2000x2000"
+        )
+    finally:
+        conversation.close()
+        agent.close()

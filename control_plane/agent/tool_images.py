@@ -66,20 +66,24 @@ def _keep_newest(history: list[Message], keep: int) -> None:
         content = message.get("content")
         if not isinstance(content, list) or message.get("role") not in ("tool", "user"):
             continue
-        images = [part for part in content if part.get("type") == "image_url"]
+        text = without_images(content)
+        images = [part for part in content if part not in text]
         if not images:
             continue
         room = max(0, keep - kept)
         kept += min(room, len(images))
         if room >= len(images):
             continue
-        text = without_images(content)
         if message["role"] == "tool":
-            history[at] = {**message, "content": "".join(part.get("text", "") for part in text)}
-        elif not room and str(text[0].get("text", "")).startswith(IMAGES_MARK):
+            history[at] = {**message, "content": "".join(_text(part) for part in text)}
+        elif not room and text and _text(text[0]).startswith(IMAGES_MARK):
             del history[at]  # only images, all of them old
         else:
             history[at] = {**message, "content": [*text, *images[len(images) - room :]] if room else text}
+
+
+def _text(part: Any) -> str:
+    return str(part.get("text", "")) if isinstance(part, dict) else str(part)
 
 
 def _in_tool_result(model: str | None) -> bool:
