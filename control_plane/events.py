@@ -51,6 +51,24 @@ class ToolProgress(_Event):
     text: str
 
 
+class ToolImage(BaseModel):
+    """An image a tool returned beside its text (a screenshot, a figure), already bounded and re-encoded
+    (tools/images.py). Shown to a vision model, as MCP image content, in /v1 streams and chats; the stored
+    history and the run log keep only `label`."""
+
+    mime: Literal["image/png", "image/jpeg"]
+    data: str = ""
+    """The image, base64 (empty in the run log, which keeps the label only)."""
+    label: str
+    """What it is and where it is kept, e.g. `figures/figure-1.png (PNG 640x480)`."""
+    to_model: bool = True
+    """False: the tool's own model call has looked at it (the vision tools); only surfaces show it."""
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{self.data}"
+
+
 class ToolEnd(_Event):
     type: Literal["tool_end"] = "tool_end"
     call_id: str
@@ -61,6 +79,8 @@ class ToolEnd(_Event):
     """What the model sees: truncated and redacted."""
     duration_ms: float
     exit_code: int | None = None
+    images: list[ToolImage] = []
+    """The images the tool returned (at most tools/images.py MAX_IMAGES)."""
 
 
 class Usage(_Event):

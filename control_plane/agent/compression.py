@@ -31,6 +31,7 @@ from ..events import Event
 from ..models.router import ModelError, Router, _litellm, _reason
 from ..safety.redaction import clip
 from ..settings import CompressionSettings
+from .tool_images import without_images
 
 log = logging.getLogger("hermetic.compression")
 Message = dict[str, Any]
@@ -331,7 +332,7 @@ def _transcript(messages: list[Message]) -> str:
     for message in messages:
         role = str(message.get("role", "?")).upper()
         content = message.get("content")
-        text = content if isinstance(content, str) else json.dumps(content) if content else ""
+        text = content if isinstance(content, str) else json.dumps(without_images(content)) if content else ""
         if role == "TOOL":
             lines.append(f"TOOL RESULT ({message.get('name', 'tool')}): {text}")
             continue

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..events import Event, EventAdapter
 
 STREAMED = {"text_delta", "tool_progress"}  # their content arrives whole in assistant_message / tool_end
+IMAGE_DATA = {"images": {"__all__": {"data"}}}  # a tool's images are logged by their labels
 
 
 class EventLog:
@@ -23,7 +24,7 @@ class EventLog:
 
     def write(self, event: Event) -> None:
         if event.type not in STREAMED:
-            self._logger.info(EventAdapter.dump_json(event).decode())
+            self._logger.info(EventAdapter.dump_json(event, exclude=IMAGE_DATA).decode())
 
     def close(self) -> None:
         for handler in self._logger.handlers:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..safety.redaction import clip
+from .tool_images import without_images
 
 log = logging.getLogger("hermetic.learning")
 
@@ -93,7 +94,7 @@ def transcript(messages: list[dict[str, Any]]) -> str:
             continue
         if message.get("content"):
             name = f" {message['name']}" if message.get("name") else ""
-            lines.append(f"[{role}{name}] {clip(str(message['content']), 2_000)}")
+            lines.append(f"[{role}{name}] {clip(str(without_images(message['content'])), 2_000)}")
         for call in message.get("tool_calls") or []:
             fn = call.get("function", {})
             lines.append(f"[{role} calls {fn.get('name')}] {clip(str(fn.get('arguments', '')), 600)}")

@@ -38,6 +38,7 @@ from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, re
 from .questions import Questions
 from .skill_reviews import review_skills
 from .tool_call import run_tool_call, tool_start
+from .tool_images import show_images
 
 log = logging.getLogger("hermetic.agent")
 Emit = Callable[[Event], None]
@@ -373,7 +374,7 @@ class Conversation:
 
     async def _tool_batch(self, calls: list[ToolCall], emit: Emit, emit_threadsafe: Emit) -> None:
         """Run the calls, parallel-safe neighbours together, and append their results in call order."""
-        results: dict[str, str] = {}
+        results: dict[str, ToolOutcome] = {}
         limit = asyncio.Semaphore(self.agent.settings.limits.parallel_tools)
 
         async def one(call: ToolCall) -> None:
@@ -385,10 +386,11 @@ class Conversation:
                 break
             await asyncio.gather(*(one(call) for call in group))
         for call in calls:
-            content = results.get(call.id, NOT_RUN)
+            content = results[call.id].content if call.id in results else NOT_RUN
             self._append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+        show_images(self.history, results, self.router.settings)
 
-    async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> str:
+    async def _call_tool(self, call: ToolCall, emit: Emit, emit_threadsafe: Emit) -> ToolOutcome:
         emit(tool_start(call))
         ctx = self._context(call.id, emit_threadsafe)
         outcome = await asyncio.to_thread(
@@ -402,7 +404,7 @@ class Conversation:
             self._write,
         )
         self._turn_record.tool_done(call.name, outcome.ok, parsed(call.arguments))
-        return outcome.content
+        return outcome
 
     def _context(self, call_id: str, emit_threadsafe: Emit) -> ToolContext:
         """What a handler of this conversation's call may use (execute_code's inner calls get their own)."""

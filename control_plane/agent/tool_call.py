@@ -14,6 +14,7 @@ from ..events import Event, Notice, ToolEnd, ToolStart
 from ..models.router import ToolCall
 from ..safety.redaction import clip
 from ..tools import Tool, ToolContext, ToolOutcome, ToolResult, invoke
+from ..tools.images import MAX_IMAGES
 from .base import AgentBase
 from .budget import Budget
 from .calls import parsed
@@ -65,6 +66,7 @@ def run_tool_call(
         emit(Notice(message=notice))
     prefix = "".join(f"[notice: {notice}]\n" for notice in notices)
     content = clip(agent.redact(prefix + result.content), agent.settings.limits.tool_output)
+    images = tuple(result.images[:MAX_IMAGES])
     emit(
         ToolEnd(
             call_id=call.id,
@@ -73,9 +75,10 @@ def run_tool_call(
             result=content,
             duration_ms=duration,
             exit_code=result.exit_code,
+            images=list(images),
         )
     )
-    return ToolOutcome(content, result.ok, result.exit_code, duration, spent)
+    return ToolOutcome(content, result.ok, result.exit_code, duration, spent, images)
 
 
 def tool_start(call: ToolCall) -> ToolStart:

@@ -1,10 +1,12 @@
 """Files between a chat and the session's sandbox: what the user sends lands in `uploads/` of the
-workspace; the `send_file` tool (offered in gateway sessions only) sends a sandbox file to the chat."""
+workspace; the `send_file` tool (offered in gateway sessions only) sends a sandbox file to the chat, and
+the images of tool results (a figure, a screenshot) go to the chat as files where the platform takes them."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import re
 import tempfile
 from collections.abc import Callable, Coroutine
@@ -16,8 +18,12 @@ from pydantic import BaseModel, Field
 from backends import Sandbox
 from backends.errors import SandboxError
 
+from ..events import ToolImage
 from ..tools import TOOLS, Registry, Tool, ToolContext, ToolResult
+from .base import Adapter, AdapterError, ConnectionLost
+from .stream import patiently
 
+log = logging.getLogger("hermetic.gateway")
 TOOLSET = "gateway"
 SEND_TIMEOUT = 120.0
 Sender = Callable[[Path], Coroutine[Any, Any, str]]
@@ -69,6 +75,23 @@ def send_file(ctx: ToolContext, args: SendFileArgs) -> ToolResult:
         except Exception as exc:
             return ToolResult(f"error: the chat refused the file: {exc}", ok=False)
     return ToolResult(f"sent {local.name} to the chat")
+
+
+async def send_images(adapter: Adapter, chat: str, thread: str | None, images: list[ToolImage]) -> list[str]:
+    """Post each image to the chat as a file; a line for each that could not go (the platform takes no
+    files, or refused it) saying where it is kept instead."""
+    unsent = []
+    with tempfile.TemporaryDirectory(prefix="hermetic-image-") as tmp:
+        for number, image in enumerate(images):
+            stem = Path(safe_name(image.label.split(" ")[0])).stem
+            path = Path(tmp) / f"{number}-{stem}.{'jpg' if image.mime == 'image/jpeg' else 'png'}"
+            path.write_bytes(base64.b64decode(image.data))
+            try:
+                await patiently(lambda path=path: adapter.send_file(chat, path, thread=thread))  # type: ignore[misc]
+            except (AdapterError, ConnectionLost) as exc:
+                log.info("%s chat %s: image not sent: %s", adapter.platform, chat, exc)
+                unsent.append(f"[an image not shown here: {image.label}]")
+    return unsent
 
 
 def gateway_registry(base: Registry = TOOLS) -> Registry:

@@ -22,11 +22,11 @@ from ..agent.commands import is_command, run_command
 from ..agent.display import describe_call
 from ..agent.loop import Busy, Conversation
 from ..chat_settings import ChatAccess, GatewaySettings
-from ..events import Answered, Error, Event, Question, TextDelta, ToolStart, TurnEnd, UserMessage
+from ..events import Answered, Error, Event, Question, TextDelta, ToolEnd, ToolStart, TurnEnd, UserMessage
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
-from .files import close_outbox, open_outbox, store_upload
+from .files import close_outbox, open_outbox, send_images, store_upload
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage, patiently
@@ -393,6 +393,8 @@ class _Turn:
         self.errors: list[str] = []
         self.questions: dict[str, tuple[Question, str | None]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.images: list[asyncio.Task[list[str]]] = []
+        """Tool results' images on their way to the chat: each says what could not be sent."""
 
     def on_event(self, event: Event) -> None:
         match event:
@@ -407,6 +409,11 @@ class _Turn:
                 self._paragraph()
             case Error(message=text):
                 self.errors.append(text)
+            case ToolEnd(images=images) if images:
+                message = self.message
+                self.images.append(
+                    asyncio.create_task(send_images(self.adapter, message.chat, message.thread, images))
+                )
             case Question():
                 self._keep(asyncio.create_task(self._ask(event)))
             case Answered():
@@ -475,6 +482,8 @@ class _Turn:
 
     async def finish(self, end: TurnEnd) -> None:
         text = self.text.strip() or end.content
+        unsent = [line for lines in await asyncio.gather(*self.images) for line in lines]
+        text = "\n".join([text, *unsent]).strip()
         if end.reason == "error":
             gist = (self.errors[-1] if self.errors else "the run failed").splitlines()[0][:300]
             text = f"{text}\n\n⚠ Sorry, I could not finish: {gist}".strip()

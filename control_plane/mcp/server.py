@@ -39,6 +39,7 @@ from ..events import Event, Notice
 from ..models.router import ToolCall
 from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.memory import MemoryTarget
+from .content import tool_content
 
 log = logging.getLogger(__name__)
 SANDBOX_TOOLSETS = ("terminal", "files", "browser", "code")
@@ -144,7 +145,7 @@ class McpSurface:
             raise
         await progress.flush()
         return types.CallToolResult(
-            content=[types.TextContent(text=outcome.content)], is_error=not outcome.ok
+            content=tool_content(outcome.content, outcome.images), is_error=not outcome.ok
         )
 
     def _begin(self, key: str) -> str:

@@ -2,14 +2,18 @@
 
 Pages are described by an accessibility snapshot whose elements carry refs (e.g. `e12`); actions
 name those refs. Each action returns the page's new snapshot, so the model always sees where it is.
+A screenshot is saved in the workspace and comes back as an image of the result.
 """
 
 from __future__ import annotations
 
+import base64
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .images import ImageError, tool_image
 from .network import egress_note
 from .registry import ToolContext, ToolResult, tool
 
@@ -103,3 +107,23 @@ def browser_console(ctx: ToolContext, args: NoArgs) -> ToolResult:
     if logged["dropped"]:
         lines.append(f"[{logged['dropped']} older messages dropped]")
     return ToolResult("\n".join(lines) or "no console messages")
+
+
+class ScreenshotArgs(BaseModel):
+    full_page: bool = Field(False, description="The whole page (up to a cap), not only the window.")
+
+
+@tool("browser_screenshot", toolset="browser")
+def browser_screenshot(ctx: ToolContext, args: ScreenshotArgs) -> ToolResult:
+    """Screenshot the page: saved under screenshots/ in the workspace and shown to you as an image when
+    you can see images (without vision, use browser_snapshot; to ask about it, browser_vision)."""
+    shot = ctx.sandbox.call("browser.screenshot", {"full_page": args.full_page}, timeout=60)
+    path = f"screenshots/screenshot-{int(time.time() * 1000)}.png"
+    ctx.sandbox.call("fs.write", {"path": path, "data": shot["png"]})
+    clipped = " (cut to the cap)" if shot.get("clipped") else ""
+    text = f"[screenshot saved to {path}: {shot['width']}x{shot['height']} PNG{clipped}]"
+    try:
+        image = tool_image(base64.b64decode(shot["png"]), path)
+    except ImageError as exc:  # the browser's own PNG: only a broken renderer gets here
+        return ToolResult(f"{text}\nerror: it cannot be shown: {exc}", ok=False)
+    return ToolResult(text, images=[image])

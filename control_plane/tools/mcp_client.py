@@ -10,6 +10,7 @@ garbage) is a readable tool error, and the server is restarted on its next use.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
@@ -30,8 +31,10 @@ from pydantic import BaseModel, ConfigDict
 
 from backends import Sandbox, SandboxError
 
+from ..events import ToolImage
 from ..sandbox_manager import SandboxManager, base_spec
 from ..settings import MCPServerConfig, Settings
+from .images import MAX_IMAGES, ImageError, tool_image
 from .mcp_stdio import sandbox_stdio
 from .registry import Tool, ToolContext, ToolResult
 
@@ -173,7 +176,7 @@ class _Server:
                     "it is restarted on the next call",
                     ok=False,
                 )
-            return ToolResult(_text(result), ok=not result.is_error)
+            return ToolResult(_text(result), ok=not result.is_error, images=_images(result, self.name))
 
         return call
 
@@ -302,6 +305,18 @@ def _text(result: types.CallToolResult) -> str:
     if result.structured_content is not None and not parts:
         parts.append(str(result.structured_content))
     return "\n".join(parts) or "(no output)"
+
+
+def _images(result: types.CallToolResult, server: str) -> list[ToolImage]:
+    """The result's image blocks, checked and bounded like any tool's (the server is outside the seal)."""
+    images: list[ToolImage] = []
+    for block in result.content:
+        if isinstance(block, types.ImageContent) and len(images) < MAX_IMAGES:
+            try:
+                images.append(tool_image(base64.b64decode(block.data), f"an image from MCP server {server}"))
+            except (ImageError, ValueError) as exc:  # ValueError: not base64
+                log.warning("MCP server %s sent an image that cannot be read: %s", server, exc)
+    return images
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,15 +1,26 @@
 """python: a stateful Python (a Jupyter kernel in the sandbox, sandboxes/kernel.py); variables persist
-between calls, rich display() output comes back typed, figures are saved as files in the workspace."""
+between calls, rich display() output comes back typed, figures are saved as files in the workspace and
+PNG/JPEG ones come back as images of the result too."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from backends import SandboxError
 from sandboxes.output import strip_escapes
 
+from .images import MAX_IMAGES, ImageError, read_file, tool_image
 from .registry import ToolContext, ToolResult, tool
+
+if TYPE_CHECKING:
+    from backends import Sandbox
+
+    from ..events import ToolImage
+
+log = logging.getLogger("hermetic.tools")
 
 KERNEL_START = 60.0
 """Seconds a kernel may take to start, on top of the cell's timeout."""
@@ -33,7 +44,8 @@ def python(ctx: ToolContext, args: PythonArgs) -> ToolResult:
     """Run Python in a persistent Jupyter kernel in the sandbox: variables, imports and loaded data
     stay between calls. The value of the last line is shown, like in a notebook; display() of
     Markdown, HTML tables and images works. Figures (PNG, SVG) are saved under figures/ in the
-    workspace. A cell over its timeout is interrupted and the kernel keeps its state."""
+    workspace (and shown to you when you can see images). A cell over its timeout is interrupted and
+    the kernel keeps its state."""
     sandbox = ctx.sandbox
     if args.restart:
         sandbox.call("kernel.restart", timeout=KERNEL_START)
@@ -55,7 +67,21 @@ def python(ctx: ToolContext, args: PythonArgs) -> ToolResult:
             "\nerror: the Python kernel died while running this cell (out of memory, os._exit, a crash in "
             "native code); its variables are lost and the next call starts a fresh kernel"
         )
-    return ToolResult("".join(parts) or "[no output]", ok=status == "ok")
+    figures = [output["image"] for output in done["outputs"] if output.get("image")]
+    images = [image for figure in figures[:MAX_IMAGES] if (image := _figure(sandbox, figure)) is not None]
+    return ToolResult("".join(parts) or "[no output]", ok=status == "ok", images=images)
+
+
+def _figure(sandbox: Sandbox, figure: dict[str, Any]) -> ToolImage | None:
+    """A saved raster figure as an image of the result; None for SVG (no rasteriser here: its file is
+    the result) and for a file that cannot be read back."""
+    if figure["mime"] not in ("image/png", "image/jpeg"):
+        return None
+    try:
+        return tool_image(read_file(sandbox, figure["path"]), figure["path"])
+    except (ImageError, SandboxError) as exc:
+        log.warning("figure %s not attached: %s", figure["path"], exc)
+        return None
 
 
 def _render(output: dict[str, Any]) -> str:

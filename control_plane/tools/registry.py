@@ -21,7 +21,7 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
-    from ..events import Event, TodoItem
+    from ..events import Event, TodoItem, ToolImage
     from ..memory.store import Memory
     from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
@@ -35,6 +35,8 @@ class ToolResult:
     content: str
     ok: bool = True
     exit_code: int | None = None
+    images: list[ToolImage] = field(default_factory=list)
+    """Images beside the text (tools/images.py bounds them); `content` says where each is kept."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class ToolOutcome:
     duration_ms: float
     spent: bool = False
     """Not run: the turn's tool-call budget is spent."""
+    images: tuple[ToolImage, ...] = ()
 
 
 @dataclass
