@@ -1,1 +1,3 @@
-"""Hermetic as an A2A (Agent2Agent, protocol 1.0) server inside `hermetic serve`, on the `a2a-sdk`."""
+"""A2A (Agent2Agent, protocol 1.0) on the `a2a-sdk`: the agent card, the run's events as task updates,
+and the client that sends a task to another agent. The HTTP side (`POST /a2a`, the task executor over the
+API's live sessions) is `api/a2a_routes.py` and `api/a2a_tasks.py`, beside the API's other surfaces."""

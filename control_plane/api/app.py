@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..a2a.routes import a2a_router
 from ..agent.status import Status
 from ..events import Question
 from ..models.router import warm_up
@@ -27,6 +26,7 @@ from ..sandbox_manager import SandboxLimit
 from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
+from .a2a_routes import a2a_router
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .console import ConsoleHeaders, assets
 from .console import router as console_router

@@ -22,10 +22,10 @@ from a2a.utils.errors import InvalidParamsError
 from fastapi import HTTPException
 from pydantic import TypeAdapter, ValidationError
 
-from ..api.bounds import MessageText
-from ..api.profiles import LiveSession, Profile
+from ..a2a.progress import Progress
 from ..events import Question, TurnEnd
-from .progress import Progress
+from .bounds import MessageText
+from .profiles import LiveSession, Profile
 
 log = logging.getLogger(__name__)
 TEXT: TypeAdapter[str] = TypeAdapter(MessageText)

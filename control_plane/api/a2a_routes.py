@@ -21,10 +21,10 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.requests import Request as StarletteRequest
 
-from ..api.bounds import errors
-from ..api.profiles import Auth, Hub, OptionalAuth
-from .card import RPC_PATH, agent_card, base_card
-from .executor import HermeticExecutor
+from ..a2a.card import RPC_PATH, agent_card, base_card
+from .a2a_tasks import HermeticExecutor
+from .bounds import errors
+from .profiles import Auth, Hub, OptionalAuth
 
 
 class _ProfileUser(User):
