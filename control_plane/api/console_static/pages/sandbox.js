@@ -20,7 +20,7 @@ async function render(view, [sessionId], query) {
   const upload = h("form", { class: "card toolbar" }, h("label", { for: "upload" }, `Upload into ${path}`), picker, h("button", { type: "submit" }, "Upload"));
   clear(
     view,
-    h("p", {}, h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}` }, "← Session")),
+    h("p", {}, h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}` }, "← Session"), " · ", h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}/terminal` }, "Terminal")),
     h("h1", {}, "Sandbox files"),
     upload,
     status,
