@@ -15,13 +15,11 @@ import threading
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, WebSocket, WebSocketDisconnect, status
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from backends import Sandbox, SandboxError
 from backends.terminal import CALL_MARGIN
 
-from ..sandbox_manager import SandboxLimit
 from .bounds import SessionId
 from .profiles import websocket_profile
 
@@ -49,9 +47,11 @@ class Resized(BaseModel):
 ClientMessage = TypeAdapter(Annotated[Typed | Resized, Field(discriminator="type")])
 
 
-async def _deny(websocket: WebSocket, code: int, detail: str) -> None:
-    """Refuse the handshake with an HTTP status and the API's usual error body."""
-    await websocket.send_denial_response(JSONResponse({"detail": detail}, status_code=code))
+async def _refuse(websocket: WebSocket, message: str) -> None:
+    """After the handshake (a browser cannot read a refused handshake's body): say why, and close."""
+    await websocket.accept()
+    await websocket.send_json({"type": "error", "message": message})
+    await websocket.close(status.WS_1008_POLICY_VIOLATION)
 
 
 def _attach(sandbox: Sandbox, wanted: str | None, rows: int, cols: int) -> dict[str, Any]:
@@ -127,29 +127,26 @@ async def sandbox_terminal(
     cols: Annotated[int, Query(ge=1, le=MAX_COLS)] = 80,
 ) -> None:
     """A terminal in the session's sandbox (started if it has none), authenticated like every route: a
-    bearer token, or the console's cookie from this server's own Origin. `terminal`: attach to that
+    bearer token, or the console's cookie from this server's own Origin (else the handshake is refused,
+    HTTP 403; an unknown session or a sandbox that cannot start is an error message, then the close
+    code 1008). `terminal`: attach to that
     running terminal instead of opening a shell. Server to browser: binary frames of terminal output,
     and JSON text frames {"type": "terminal", "id", "command", "attached"} first, {"type": "exit",
     "exit_code"} and {"type": "error", "message"}. Browser to server: JSON text frames {"type": "input",
     "data"} and {"type": "resize", "rows", "cols"}."""
     profile = websocket_profile(websocket)
-    if profile is None:
-        await _deny(
-            websocket, status.HTTP_403_FORBIDDEN, "a bearer token, or the console's sign-in from its own page"
-        )
+    if profile is None:  # the handshake is refused: HTTP 403
+        await websocket.close(status.WS_1008_POLICY_VIOLATION)
         return
     try:
         await asyncio.to_thread(profile.session, session_id)
         sandbox = await asyncio.to_thread(profile.agent.sandboxes.get, session_id)
         opened = await asyncio.to_thread(_attach, sandbox, terminal, rows, cols)
-    except HTTPException as exc:
-        await _deny(websocket, exc.status_code, str(exc.detail))
+    except HTTPException as exc:  # no such session
+        await _refuse(websocket, str(exc.detail))
         return
-    except SandboxLimit as exc:
-        await _deny(websocket, status.HTTP_429_TOO_MANY_REQUESTS, str(exc))
-        return
-    except SandboxError as exc:
-        await _deny(websocket, status.HTTP_400_BAD_REQUEST, str(exc))
+    except SandboxError as exc:  # over limits.max_sandboxes (SandboxLimit), or the sandbox cannot start
+        await _refuse(websocket, str(exc))
         return
     tid = str(opened["id"])
     loop = asyncio.get_running_loop()

@@ -34,7 +34,7 @@ function render(view, [sessionId], query) {
   const socket = new WebSocket(`${scheme}//${location.host}/sessions/${session}/terminal?${params}`);
   socket.binaryType = "arraybuffer";
   const send = (message) => socket.readyState === WebSocket.OPEN && socket.send(encoder(message));
-  let ended = false;
+  let ended = false; // the program's end or the server's refusal is said; a close then adds nothing
 
   socket.addEventListener("message", (event) => {
     if (typeof event.data !== "string") {
@@ -50,6 +50,7 @@ function render(view, [sessionId], query) {
       ended = true;
       status.textContent = `The terminal's program ended (exit code ${message.exit_code}).`;
     } else if (message.type === "error") {
+      ended = message.message.startsWith("not a terminal message") ? ended : true;
       status.textContent = message.message;
     }
   });
