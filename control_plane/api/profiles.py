@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -166,11 +167,19 @@ class Hub:
     def __init__(self, settings_for: Callable[[str], Settings]) -> None:
         self.settings_for = settings_for
         self.profiles: dict[str, Profile] = {}
+        self._opening = threading.Lock()
 
     def profile(self, name: str) -> Profile:
-        if name not in self.profiles:
-            self.profiles[name] = Profile(self.settings_for(name))
-        return self.profiles[name]
+        """The profile, opened once however many requests ask for it first at the same time (routes
+        run in threads: two would each open an agent and its store, one left running unseen, and two
+        stores creating one database at once could fail a request)."""
+        found = self.profiles.get(name)
+        if found is not None:
+            return found
+        with self._opening:
+            if name not in self.profiles:
+                self.profiles[name] = Profile(self.settings_for(name))
+            return self.profiles[name]
 
     def prefill(self, name: str) -> None:
         """Open the profile and start its warm pool; a backend that cannot start now is only logged."""

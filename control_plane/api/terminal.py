@@ -134,7 +134,7 @@ async def sandbox_terminal(
     and JSON text frames {"type": "terminal", "id", "command", "attached"} first, {"type": "exit",
     "exit_code"} and {"type": "error", "message"}. Browser to server: JSON text frames {"type": "input",
     "data"} and {"type": "resize", "rows", "cols"}."""
-    profile = websocket_profile(websocket)
+    profile = await asyncio.to_thread(websocket_profile, websocket)
     if profile is None:  # the handshake is refused: HTTP 403
         await websocket.close(status.WS_1008_POLICY_VIOLATION)
         return
