@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import get_backend
 from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
@@ -332,3 +333,26 @@ def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(console: C
     assert sandbox is not None
     first, again = sandbox.run("cat shell-pid")["output"].split()
     assert first == again and not refused, refused
+
+
+def test_the_sandbox_page_shows_its_stats_ports_and_egress(console: Console, page: Page, web: int) -> None:  # noqa: F811
+    session_id = console.agent().new_conversation(title="sandbox state", source="api").id
+    sandbox = console.agent().sandboxes.get(session_id)
+    refused = sandbox.run(f"curl -sS --noproxy '' -x \"$http_proxy\" http://127.0.0.1:{web}/")["output"]
+    assert "hello from the host" not in refused  # loopback is on no allowlist: the proxy denies it
+    bearer = {"Authorization": f"Bearer {console.token}"}
+    exposed = httpx.post(
+        f"{console.url}/sessions/{session_id}/exposures", json={"port": 8000}, headers=bearer
+    )
+    assert exposed.status_code == 201, exposed.text
+    page.goto(f"{console.url}/#/sessions/{session_id}/sandbox")
+    state = page.get_by_role("region", name="The sandbox now")
+    expect(state.get_by_label("Sandbox stats")).to_contain_text("Processes")
+    expect(state).to_contain_text(sandbox.id)
+    expect(state.get_by_role("link", name=exposed.json()["url"])).to_be_visible()
+    decisions = state.get_by_role("table", name="Egress decisions")
+    expect(decisions).to_contain_text(f"127.0.0.1:{web}")
+    expect(decisions).to_contain_text("denied")
+    read_at = state.locator("p time").first.get_attribute("datetime")
+    expect(state.locator("p time").first).not_to_have_attribute("datetime", read_at or "")  # read again
+    shot(page, console, f"sandbox-state-{backend_of(console)}")
