@@ -113,21 +113,14 @@ def test_an_expired_or_orphaned_signin_is_refused(console: Console, browser: Bro
         context.close()
 
 
-class _Attacker(http.server.BaseHTTPRequestHandler):
-    """A page of another origin that posts to the console's API as soon as it loads: a form (which
-    sends cookies) and a no-cors fetch with credentials."""
+class _OtherSite(http.server.BaseHTTPRequestHandler):
+    """A page of another origin, the same at every path."""
 
-    target = ""
+    def page(self) -> bytes:
+        return b"<!doctype html><title>another site</title>"
 
     def do_GET(self) -> None:  # noqa: N802
-        body = f"""<!doctype html><body>
-<form id=f method=post action="{self.target}/sessions" enctype="text/plain">
-<input name='{{"title":"csrf","x":"' value='"}}'></form>
-<script>
-fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: "include",
-  headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}).finally(() => {{
-  document.title = "fetched"; document.getElementById("f").submit(); }});
-</script></body>""".encode()
+        body = self.page()
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
@@ -136,6 +129,23 @@ fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: 
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
+
+
+class _Attacker(_OtherSite):
+    """A page of another origin that posts to the console's API as soon as it loads: a form (which
+    sends cookies) and a no-cors fetch with credentials."""
+
+    target = ""
+
+    def page(self) -> bytes:
+        return f"""<!doctype html><body>
+<form id=f method=post action="{self.target}/sessions" enctype="text/plain">
+<input name='{{"title":"csrf","x":"' value='"}}'></form>
+<script>
+fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: "include",
+  headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}).finally(() => {{
+  document.title = "fetched"; document.getElementById("f").submit(); }});
+</script></body>""".encode()
 
 
 @pytest.fixture
@@ -256,19 +266,6 @@ def socket_port() -> Any:
         yield port
 
     return free()
-
-
-class _OtherSite(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        body = b"<!doctype html><title>another site</title>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
 
 
 OPEN_SOCKET = """url => new Promise(done => {
