@@ -323,3 +323,7 @@ def test_the_terminal_socket_wants_the_signin_from_this_origin(console: Console,
             else:
                 said.append(json.loads(frame))
         assert [m["type"] for m in said] == ["error"] and "rows" in said[0]["message"]
+        socket.send(json.dumps({"type": "input", "data": "exit 3\r"}))
+        while isinstance(frame := socket.recv(timeout=30), bytes):
+            pass
+        assert json.loads(frame) == {"type": "exit", "exit_code": 3}

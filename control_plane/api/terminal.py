@@ -12,6 +12,7 @@ import base64
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, WebSocket, WebSocketDisconnect, status
@@ -31,6 +32,9 @@ LONG_READ = 20.0
 PAST_THE_END = 1 << 62
 """The offset a write reads from: nothing (its output comes through the reader)."""
 MAX_ROWS, MAX_COLS = 500, 1000  # the runtime's bounds
+IN_FLIGHT = 8
+"""Output reads not yet sent to the browser: past these the reader waits (a slow browser slows the
+reads, never fills this server's memory; the runtime keeps the last MiB and says what it dropped)."""
 
 
 class Typed(BaseModel):
@@ -65,26 +69,47 @@ def _attach(sandbox: Sandbox, wanted: str | None, rows: int, cols: int) -> dict[
     return {**opened, "command": SHELL, "attached": False}
 
 
-def _read_output(sandbox: Sandbox, tid: str, stop: threading.Event, deliver: Any) -> None:
-    """In its own thread: long reads from the start of the kept output until the program ends, the
-    sandbox goes or `stop` is set; each answer goes to `deliver`, None last."""
-    offset = 0
-    try:
-        while not stop.is_set():
-            params = {"id": tid, "offset": offset, "settle": 0, "timeout": LONG_READ}
-            result = sandbox.call("term.send", params, timeout=LONG_READ + CALL_MARGIN)
-            offset = int(result["offset"])
-            deliver(result)
-            if not result["running"]:
-                break
-    except SandboxError as exc:
-        deliver({"error": str(exc)})
-    finally:
-        deliver(None)
+class _Reader:
+    """Output reads in their own thread, from the start of the kept output until the program ends, the
+    sandbox goes or `stop`; each answer goes to `deliver` (None last), at most IN_FLIGHT unsent."""
+
+    def __init__(self, sandbox: Sandbox, tid: str, deliver: Callable[[dict[str, Any] | None], None]) -> None:
+        self.sandbox, self.tid, self.deliver = sandbox, tid, deliver
+        self.credits = threading.Semaphore(IN_FLIGHT)
+        self.stopped = threading.Event()
+        threading.Thread(target=self._run, name=f"console-term-{tid}", daemon=True).start()
+
+    def sent(self) -> None:
+        self.credits.release()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.credits.release()  # wakes a reader waiting for the browser
+
+    def _run(self) -> None:
+        offset = 0
+        try:
+            while True:
+                params = {"id": self.tid, "offset": offset, "settle": 0, "timeout": LONG_READ}
+                result = self.sandbox.call("term.send", params, timeout=LONG_READ + CALL_MARGIN)
+                self.credits.acquire()
+                if self.stopped.is_set():
+                    return
+                offset = int(result["offset"])
+                self.deliver(result)
+                if not result["running"]:
+                    return
+        except SandboxError as exc:
+            self.deliver({"error": str(exc)})
+        finally:
+            self.deliver(None)
 
 
-async def _forward_output(websocket: WebSocket, answers: asyncio.Queue[dict[str, Any] | None]) -> None:
+async def _forward_output(
+    websocket: WebSocket, answers: asyncio.Queue[dict[str, Any] | None], reader: _Reader
+) -> None:
     while (result := await answers.get()) is not None:
+        reader.sent()
         if "error" in result:
             await websocket.send_json({"type": "error", "message": result["error"]})
             return
@@ -129,11 +154,11 @@ async def sandbox_terminal(
     """A terminal in the session's sandbox (started if it has none), authenticated like every route: a
     bearer token, or the console's cookie from this server's own Origin (else the handshake is refused,
     HTTP 403; an unknown session or a sandbox that cannot start is an error message, then the close
-    code 1008). `terminal`: attach to that
-    running terminal instead of opening a shell. Server to browser: binary frames of terminal output,
-    and JSON text frames {"type": "terminal", "id", "command", "attached"} first, {"type": "exit",
-    "exit_code"} and {"type": "error", "message"}. Browser to server: JSON text frames {"type": "input",
-    "data"} and {"type": "resize", "rows", "cols"}."""
+    code 1008). `terminal`: attach to that running terminal instead of opening a shell. Server to
+    browser: binary frames of terminal output, and JSON text frames {"type": "terminal", "id",
+    "command", "attached"} first, {"type": "exit", "exit_code"} and {"type": "error", "message"}.
+    Browser to server: JSON text frames {"type": "input", "data"} and {"type": "resize", "rows",
+    "cols"}."""
     profile = await asyncio.to_thread(websocket_profile, websocket)
     if profile is None:  # the handshake is refused: HTTP 403
         await websocket.close(status.WS_1008_POLICY_VIOLATION)
@@ -151,7 +176,6 @@ async def sandbox_terminal(
     tid = str(opened["id"])
     loop = asyncio.get_running_loop()
     answers: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    stop = threading.Event()
 
     def deliver(result: dict[str, Any] | None) -> None:
         with contextlib.suppress(RuntimeError):  # the server stopped meanwhile: nobody left to tell
@@ -162,21 +186,15 @@ async def sandbox_terminal(
         await websocket.send_json(
             {"type": "terminal", "id": tid, "command": opened["command"], "attached": opened["attached"]}
         )
-        reader = threading.Thread(
-            target=_read_output,
-            args=(sandbox, tid, stop, deliver),
-            name=f"console-term-{tid}",
-            daemon=True,
-        )
-        reader.start()
+        reader = _Reader(sandbox, tid, deliver)
         tasks = [
-            asyncio.create_task(_forward_output(websocket, answers)),
+            asyncio.create_task(_forward_output(websocket, answers, reader)),
             asyncio.create_task(_forward_input(websocket, sandbox, tid)),
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.set()
+            reader.stop()
             for task in tasks:
                 task.cancel()
             for task in tasks:
