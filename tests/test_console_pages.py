@@ -294,10 +294,20 @@ def _terminal_size(console: Console, session_id: str, tid: str) -> tuple[int, in
     return int(known["cols"]), int(known["rows"])
 
 
-def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(console: Console, page: Page) -> None:
+@pytest.fixture
+def session_id(console: Console) -> Iterator[str]:
+    """A new session whose sandbox is closed after the test (the module's sessions share
+    limits.max_sandboxes)."""
+    made = console.agent().new_conversation(title="sandbox", source="api").id
+    yield made
+    console.agent().sandboxes.release(made)
+
+
+def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(
+    console: Console, page: Page, session_id: str
+) -> None:
     refused: list[str] = []
     page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
-    session_id = console.agent().new_conversation(title="terminal", source="api").id
     page.goto(f"{console.url}/#/sessions/{session_id}")
     page.get_by_text("Sandbox and checkpoints").click()
     page.get_by_role("link", name="Terminal").click()
@@ -335,8 +345,12 @@ def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(console: C
     assert first == again and not refused, refused
 
 
-def test_the_sandbox_page_shows_its_stats_ports_and_egress(console: Console, page: Page, web: int) -> None:  # noqa: F811
-    session_id = console.agent().new_conversation(title="sandbox state", source="api").id
+def test_the_sandbox_page_shows_its_stats_ports_and_egress(
+    console: Console,
+    page: Page,
+    web: int,  # noqa: F811
+    session_id: str,
+) -> None:
     sandbox = console.agent().sandboxes.get(session_id)
     refused = sandbox.run(f"curl -sS --noproxy '' -x \"$http_proxy\" http://127.0.0.1:{web}/")["output"]
     assert "hello from the host" not in refused  # loopback is on no allowlist: the proxy denies it
