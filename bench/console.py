@@ -4,15 +4,17 @@ model, the local backend). Prints figures, asserts nothing:
 - first render of the sessions page with 10,000 sessions in the store: from navigation to the first
   row on screen (median and p90 of several loads; target <= 500 ms on loopback);
 - a stream of tool events at 200 events/s (tool_start + tool_end pairs published on a live session
-  while the page follows it): events sent, calls rendered, drops, and the lag of the last one.
-
-The terminal keystroke echo figure waits for the sandbox terminal page (not built yet).
+  while the page follows it): events sent, calls rendered, drops, and the lag of the last one;
+- keystroke echo in the sandbox terminal page: from the key's keydown in the page to its echo on the
+  terminal's screen (xterm.js, the WebSocket, the runtime's PTY and back), median and p90 (target
+  <= 30 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import socket
 import statistics
 import tempfile
@@ -23,6 +25,7 @@ from typing import Any
 
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
+from websockets.sync.client import connect
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -111,6 +114,68 @@ def stream(served: Served, page: Page, llm: FakeLLM, rate: int, seconds: float) 
     return {"sent": pairs * 2, "rendered": rendered, "dropped": pairs * 2 - rendered, "lag_ms": lag * 1000}
 
 
+ECHO_PROBE = """() => {
+  const rows = document.querySelector(".xterm-rows");
+  window.echoes = [];
+  let pressed = 0;
+  document.addEventListener("keydown", () => { pressed = performance.now(); }, true);
+  new MutationObserver(() => {
+    if (pressed && rows.textContent.includes(window.wanted)) {
+      window.echoes.push(performance.now() - pressed);
+      pressed = 0;
+    }
+  }).observe(rows, { childList: true, subtree: true, characterData: true });
+}"""
+"""In the page: each key's time from keydown to the first screen update that shows it."""
+
+
+def keystroke_echo(served: Served, page: Page, keys: int) -> list[float]:
+    """Type `keys` letters at the sandbox shell's prompt, one at a time, each once the last is shown."""
+    session_id = served.app.state.hub.profile(PROFILE).agent.new_conversation(title="echo", source="api").id
+    page.goto(f"{served.url}/#/sessions/{session_id}/terminal")
+    page.get_by_role("status").filter(has_text="opened").wait_for()
+    page.locator(".xterm-rows", has_text="$").wait_for()
+    page.evaluate(ECHO_PROBE)
+    typed = "echo "
+    page.keyboard.type(typed)
+    page.locator(".xterm-rows", has_text=typed.strip()).wait_for()
+    for n in range(keys):
+        typed += "abcdefghijklmnopqrstuvwxyz"[n % 26]
+        page.evaluate("wanted => { window.wanted = wanted; }", typed)
+        page.keyboard.press(typed[-1])
+        page.locator(".xterm-rows", has_text=typed).wait_for()
+    page.keyboard.press("Enter")
+    return sorted(page.evaluate("window.echoes"))
+
+
+def socket_echo(served: Served, token: str, keys: int) -> list[float]:
+    """The same without the browser: a key sent on the terminal's WebSocket until its echo comes back."""
+    session_id = served.app.state.hub.profile(PROFILE).agent.new_conversation(title="echo", source="api").id
+    url = served.url.replace("http:", "ws:") + f"/sessions/{session_id}/terminal"
+    samples: list[float] = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        seen = b""
+        while b"$ " not in seen:  # the prompt
+            seen += _bytes(ws.recv(timeout=30))
+        for n in range(keys):
+            key = "abcdefghijklmnopqrstuvwxyz"[n % 26]
+            start = time.perf_counter()
+            ws.send(json.dumps({"type": "input", "data": key}))
+            while key.encode() not in _bytes(ws.recv(timeout=30)):
+                pass
+            samples.append((time.perf_counter() - start) * 1000)
+    return sorted(samples)
+
+
+def _bytes(frame: str | bytes) -> bytes:
+    return frame if isinstance(frame, bytes) else b""  # text frames are the socket's own messages
+
+
+def spread(samples: list[float]) -> str:
+    p90 = samples[int(0.9 * (len(samples) - 1))]
+    return f"median {statistics.median(samples):.1f} ms, p90 {p90:.1f} ms over {len(samples)} keys"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -119,6 +184,7 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=10, help="loads of the sessions page")
     parser.add_argument("--rate", type=int, default=200, help="tool events per second")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--keys", type=int, default=60, help="keystrokes typed in the terminal")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, FakeLLM() as llm:
         root = Path(tmp)
@@ -148,6 +214,10 @@ def main() -> None:
                     f"rendered {figures['rendered']:.0f}, dropped {figures['dropped']:.0f}, "
                     f"last rendered {figures['lag_ms']:.0f} ms after it was sent"
                 )
+                echoes = keystroke_echo(served, page, args.keys)
+                print(f"terminal keystroke echo, keydown to screen: {spread(echoes)} (target <= 30 ms)")
+                sockets = socket_echo(served, token, args.keys)
+                print(f"  of which the WebSocket to the PTY and back: {spread(sockets)}")
                 browser.close()
         finally:
             served.stop()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +214,22 @@ def test_conformance_405_lists_every_method_missing_taps_and_skills_are_404_heal
             assert "no-such-skill" in missing.json()["detail"] or "nosuch" in missing.json()["detail"]
     assert document["paths"]["/health"]["get"]["security"] == []
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+def test_requests_opening_a_profile_at_once_share_one(tmp_path: Path) -> None:
+    """The first requests of a profile arrive together (a console's page load): one agent and store,
+    not one per request with the others left open."""
+    app = create_app(tmp_path, scripted_profiles(tmp_path, "http://127.0.0.1:9"))
+    hub = app.state.hub
+    start = threading.Barrier(6)
+
+    def open_it() -> Any:
+        start.wait()
+        return hub.profile("alpha")
+
+    with ThreadPoolExecutor(6) as pool:
+        opened = list(pool.map(lambda _: open_it(), range(6)))
+    try:
+        assert all(p is opened[0] for p in opened) and list(hub.profiles) == ["alpha"]
+    finally:
+        hub.close()

@@ -5,6 +5,7 @@ and cross-site requests refused, and markup from sessions, tools, skills and cha
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import select
 import subprocess
@@ -21,6 +22,8 @@ from console_browser import Console, artifacts, chromium, served_console, shot, 
 from hermetic_cli import scripted_env
 from playwright.sync_api import Browser, expect
 from test_skills import add
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from control_plane.api.signins import COOKIE
 from control_plane.api.tokens import digest
@@ -110,21 +113,14 @@ def test_an_expired_or_orphaned_signin_is_refused(console: Console, browser: Bro
         context.close()
 
 
-class _Attacker(http.server.BaseHTTPRequestHandler):
-    """A page of another origin that posts to the console's API as soon as it loads: a form (which
-    sends cookies) and a no-cors fetch with credentials."""
+class _OtherSite(http.server.BaseHTTPRequestHandler):
+    """A page of another origin, the same at every path."""
 
-    target = ""
+    def page(self) -> bytes:
+        return b"<!doctype html><title>another site</title>"
 
     def do_GET(self) -> None:  # noqa: N802
-        body = f"""<!doctype html><body>
-<form id=f method=post action="{self.target}/sessions" enctype="text/plain">
-<input name='{{"title":"csrf","x":"' value='"}}'></form>
-<script>
-fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: "include",
-  headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}).finally(() => {{
-  document.title = "fetched"; document.getElementById("f").submit(); }});
-</script></body>""".encode()
+        body = self.page()
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
@@ -133,6 +129,23 @@ fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: 
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
+
+
+class _Attacker(_OtherSite):
+    """A page of another origin that posts to the console's API as soon as it loads: a form (which
+    sends cookies) and a no-cors fetch with credentials."""
+
+    target = ""
+
+    def page(self) -> bytes:
+        return f"""<!doctype html><body>
+<form id=f method=post action="{self.target}/sessions" enctype="text/plain">
+<input name='{{"title":"csrf","x":"' value='"}}'></form>
+<script>
+fetch("{self.target}/sessions", {{method: "POST", mode: "no-cors", credentials: "include",
+  headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}).finally(() => {{
+  document.title = "fetched"; document.getElementById("f").submit(); }});
+</script></body>""".encode()
 
 
 @pytest.fixture
@@ -253,3 +266,64 @@ def socket_port() -> Any:
         yield port
 
     return free()
+
+
+OPEN_SOCKET = """url => new Promise(done => {
+  const socket = new WebSocket(url);
+  socket.onmessage = event => { done(event.data); socket.close(); };
+  socket.onclose = () => done("refused");
+})"""
+"""In a page: the terminal socket's first message, or 'refused' when the handshake fails."""
+
+
+def _refusal(url: str, **headers: str) -> int:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers=headers, open_timeout=30).close()
+    return refused.value.response.status_code
+
+
+def test_the_terminal_socket_wants_the_signin_from_this_origin(console: Console, browser: Browser) -> None:
+    session_id = console.agent().new_conversation(title="socket", source="api").id
+    target = console.url.replace("http:", "ws:") + f"/sessions/{session_id}/terminal"
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtherSite)  # same site: another port
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        context = browser.new_context()
+        page = context.new_page()
+        sign_in(page, console)
+        assert json.loads(page.evaluate(OPEN_SOCKET, target))["type"] == "terminal"
+        evil = context.new_page()  # has the cookie, but its Origin is another server's
+        evil.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+        assert evil.evaluate(OPEN_SOCKET, target) == "refused"
+        context.close()
+        stranger = browser.new_page()  # this server's page, never signed in: no cookie
+        stranger.goto(console.url + "/")
+        assert stranger.evaluate(OPEN_SOCKET, target) == "refused"
+        stranger.close()
+    finally:
+        other.shutdown()
+
+    value, _ = console.app.state.signins.create("alpha", digest(console.token), lifetime=3600)
+    cookie = f"{COOKIE}={value}"
+    assert _refusal(target, Cookie=cookie) == 403  # no Origin: not a browser's page of this server
+    assert _refusal(target, Cookie=cookie, Origin=f"http://127.0.0.1:{other.server_address[1]}") == 403
+    assert _refusal(target, Authorization="Bearer hmt_not-a-token") == 403
+    bearer = {"Authorization": f"Bearer {console.token}"}
+    with connect(target.replace(session_id, "s-none"), additional_headers=bearer) as socket:
+        assert json.loads(socket.recv(timeout=30)) == {"type": "error", "message": "no session s-none"}
+    with connect(target, additional_headers={"Cookie": cookie, "Origin": console.url}) as socket:
+        assert json.loads(socket.recv(timeout=30))["type"] == "terminal"
+        socket.send('{"type": "resize", "rows": 0, "cols": 80}')  # refused, and the socket stays open
+        socket.send(json.dumps({"type": "input", "data": "echo ok-$((2 + 2))\r"}))
+        seen, said = b"", []
+        while b"ok-4" not in seen:
+            frame = socket.recv(timeout=30)
+            if isinstance(frame, bytes):
+                seen += frame
+            else:
+                said.append(json.loads(frame))
+        assert [m["type"] for m in said] == ["error"] and "rows" in said[0]["message"]
+        socket.send(json.dumps({"type": "input", "data": "exit 3\r"}))
+        while isinstance(frame := socket.recv(timeout=30), bytes):
+            pass
+        assert json.loads(frame) == {"type": "exit", "exit_code": 3}

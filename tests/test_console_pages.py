@@ -5,9 +5,11 @@ screenshot is written as an artifact (tests/console_browser.py says where)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import get_backend
 from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
@@ -274,3 +276,97 @@ def test_a_running_turn_is_steered_and_interrupted(console: Console, page: Page)
     expect(page.locator(".msg.notice .text").last).to_have_text("turn ended: interrupted")
     expect(page.locator("#run-state")).to_have_text("idle")
     expect(page.get_by_role("button", name="Interrupt")).to_be_disabled()
+
+
+WINCH = (
+    'python3 -c "import os, signal; '
+    "signal.signal(signal.SIGWINCH, lambda *_: print('size', *os.get_terminal_size(), flush=True)); "
+    "print('wait', 'ing', flush=True); [signal.pause() for _ in iter(int, 1)]\""
+)
+"""Prints the terminal's size at each SIGWINCH (the window was resized), until Ctrl-C."""
+SIZE = re.compile(r"size\s+(\d+)\s+(\d+)")
+
+
+def _terminal_size(console: Console, session_id: str, tid: str) -> tuple[int, int]:
+    sandbox = console.agent().sandboxes.peek(session_id)
+    assert sandbox is not None
+    (known,) = [t for t in sandbox.call("term.list")["terminals"] if t["id"] == tid]
+    return int(known["cols"]), int(known["rows"])
+
+
+@pytest.fixture
+def session_id(console: Console) -> Iterator[str]:
+    """A new session whose sandbox is closed after the test (the module's sessions share
+    limits.max_sandboxes)."""
+    made = console.agent().new_conversation(title="sandbox", source="api").id
+    yield made
+    console.agent().sandboxes.release(made)
+
+
+def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(
+    console: Console, page: Page, session_id: str
+) -> None:
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+    page.goto(f"{console.url}/#/sessions/{session_id}")
+    page.get_by_text("Sandbox and checkpoints").click()
+    page.get_by_role("link", name="Terminal").click()
+    expect(page.get_by_role("status")).to_contain_text("Terminal t1 (exec bash -l) opened")
+    expect(page).to_have_url(re.compile(r"/terminal\?terminal=t1$"))
+    screen = page.locator(".xterm-rows")
+    page.keyboard.type("echo $((6 * 7))-done\n")
+    expect(screen).to_contain_text("42-done")
+
+    page.keyboard.type(WINCH + "\n")
+    expect(screen).to_contain_text("wait ing")
+    before = _terminal_size(console, session_id, "t1")
+    page.set_viewport_size({"width": 640, "height": 560})
+    expect(screen).to_contain_text(re.compile(r"size\s+\d+\s+\d+"))  # the program saw SIGWINCH
+    cols, rows = (int(n) for n in SIZE.findall(screen.inner_text())[-1])
+    assert cols < before[0] and rows < before[1]
+    shot(page, console, f"sandbox-terminal-{backend_of(console)}")
+
+    page.keyboard.press("Control+C")
+    expect(screen).to_contain_text("KeyboardInterrupt")
+    page.keyboard.type("echo $$ > shell-pid; echo after-$((1 + 1))\n")
+    expect(screen).to_contain_text("after-2")
+
+    page.reload()  # the same shell again, its screen replayed from what the runtime kept
+    expect(page.get_by_role("status")).to_contain_text("Terminal t1 (exec bash -l) attached again")
+    expect(screen).to_contain_text("after-2")
+    page.keyboard.type("echo $$ >> shell-pid; sleep 60\n")
+    expect(screen).to_contain_text("sleep 60")
+    page.get_by_role("button", name="Send Ctrl-C").click()  # else the next line waits a minute
+    page.keyboard.type("echo int-$((3 + 4))\n")
+    expect(screen).to_contain_text("int-7")
+    sandbox = console.agent().sandboxes.peek(session_id)
+    assert sandbox is not None
+    first, again = sandbox.run("cat shell-pid")["output"].split()
+    assert first == again and not refused, refused
+
+
+def test_the_sandbox_page_shows_its_stats_ports_and_egress(
+    console: Console,
+    page: Page,
+    web: int,  # noqa: F811
+    session_id: str,
+) -> None:
+    sandbox = console.agent().sandboxes.get(session_id)
+    refused = sandbox.run(f"curl -sS --noproxy '' -x \"$http_proxy\" http://127.0.0.1:{web}/")["output"]
+    assert "hello from the host" not in refused  # loopback is on no allowlist: the proxy denies it
+    bearer = {"Authorization": f"Bearer {console.token}"}
+    exposed = httpx.post(
+        f"{console.url}/sessions/{session_id}/exposures", json={"port": 8000}, headers=bearer
+    )
+    assert exposed.status_code == 201, exposed.text
+    page.goto(f"{console.url}/#/sessions/{session_id}/sandbox")
+    state = page.get_by_role("region", name="The sandbox now")
+    expect(state.get_by_label("Sandbox stats")).to_contain_text("Processes")
+    expect(state).to_contain_text(sandbox.id)
+    expect(state.get_by_role("link", name=exposed.json()["url"])).to_be_visible()
+    decisions = state.get_by_role("table", name="Egress decisions")
+    expect(decisions).to_contain_text(f"127.0.0.1:{web}")
+    expect(decisions).to_contain_text("denied")
+    read_at = state.locator("p time").first.get_attribute("datetime")
+    expect(state.locator("p time").first).not_to_have_attribute("datetime", read_at or "")  # read again
+    shot(page, console, f"sandbox-state-{backend_of(console)}")

@@ -74,7 +74,11 @@ def read_audit(sandbox_id: str, root: Path = NET_ROOT) -> list[dict[str, Any]]:
     path = audit_path(sandbox_id, root)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):  # the line the proxy is appending right now
+            entries.append(json.loads(line))
+    return entries
 
 
 @dataclass

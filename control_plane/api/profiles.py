@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Path, Request, status
+from fastapi import Depends, HTTPException, Path, Request, WebSocket, status
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
 from backends import SandboxError
@@ -22,7 +23,7 @@ from ..sandbox_manager import SandboxLimit
 from ..settings import Settings
 from .bounds import SessionId
 from .conversation_keys import ConversationKeys
-from .signins import COOKIE, CSRF_HEADER, csrf_ok
+from .signins import COOKIE, CSRF_HEADER, csrf_ok, same_origin
 
 log = logging.getLogger(__name__)
 KEPT_EVENTS = 2000
@@ -166,11 +167,19 @@ class Hub:
     def __init__(self, settings_for: Callable[[str], Settings]) -> None:
         self.settings_for = settings_for
         self.profiles: dict[str, Profile] = {}
+        self._opening = threading.Lock()
 
     def profile(self, name: str) -> Profile:
-        if name not in self.profiles:
-            self.profiles[name] = Profile(self.settings_for(name))
-        return self.profiles[name]
+        """The profile, opened once however many requests ask for it first at the same time (routes
+        run in threads: two would each open an agent and its store, one left running unseen, and two
+        stores creating one database at once could fail a request)."""
+        found = self.profiles.get(name)
+        if found is not None:
+            return found
+        with self._opening:
+            if name not in self.profiles:
+                self.profiles[name] = Profile(self.settings_for(name))
+            return self.profiles[name]
 
     def prefill(self, name: str) -> None:
         """Open the profile and start its warm pool; a backend that cannot start now is only logged."""
@@ -229,6 +238,23 @@ def optional_profile(request: Request, creds: Bearer, cookie: Cookie) -> Profile
 
 
 OptionalAuth = Annotated[Profile | None, Depends(optional_profile)]
+
+
+def websocket_profile(websocket: WebSocket) -> Profile | None:
+    """The profile of a WebSocket handshake's bearer token or console sign-in cookie, else None. CORS
+    does not apply to WebSockets and a browser sends the cookie from any page of the same site (another
+    port on 127.0.0.1 is one), so the cookie counts only with this server's own Origin, which browsers
+    always send on a WebSocket handshake (cross-site WebSocket hijacking)."""
+    tokens = websocket.app.state.tokens
+    scheme, _, credentials = websocket.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        name = tokens.profile_of(credentials.strip())
+    else:
+        cookie = websocket.cookies.get(COOKIE)
+        found = websocket.app.state.signins.get(cookie) if cookie else None
+        browser_here = "origin" in websocket.headers and same_origin(websocket)
+        name = tokens.profile_of_digest(found[1]) if found and browser_here else None
+    return websocket.app.state.hub.profile(name) if name else None
 
 
 def live_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 from pydantic import BaseModel
+from starlette.requests import HTTPConnection
 
 from .tokens import DigestFile, digest
 
@@ -63,7 +64,7 @@ class SignInStore(DigestFile):
         return True
 
 
-def same_origin(request: Request) -> bool:
+def same_origin(request: HTTPConnection) -> bool:
     """The request's Origin, when it has one, is this server as the browser reached it. Browsers send
     Origin on every cross-origin request and every POST; a request without it is no browser's form or
     fetch from another page (an `Origin: null` from a sandboxed frame or a file is refused)."""

@@ -49,6 +49,7 @@ export function sandboxSection(sessionId) {
       h("button", { type: "button", onclick: snapshot }, "Snapshot the sandbox"),
       h("button", { type: "button", onclick: fork }, "Fork this session"),
       h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}/sandbox` }, "Files in the sandbox"),
+      h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}/terminal` }, "Terminal"),
     ),
     list,
     status,

@@ -8,5 +8,6 @@ import { sessionPage } from "./session.js";
 import { sessionsPage } from "./sessions.js";
 import { settingsPage } from "./settings.js";
 import { skillPage, skillsPage } from "./skills.js";
+import { terminalPage } from "./terminal.js";
 
-export const PAGES = [sessionsPage, sessionPage, sandboxPage, skillsPage, skillPage, memoryPage, schedulesPage, settingsPage];
+export const PAGES = [sessionsPage, sessionPage, sandboxPage, terminalPage, skillsPage, skillPage, memoryPage, schedulesPage, settingsPage];

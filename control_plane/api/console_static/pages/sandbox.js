@@ -1,7 +1,9 @@
-// A session's sandbox: its files (browse directories, download a file, upload into the directory
-// shown). #/sessions/ID/sandbox?path=DIR is a link to one directory.
+// A session's sandbox: what it costs now, its exposed ports and egress (sandbox_state.js), and its
+// files (browse directories, download a file, upload into the directory shown).
+// #/sessions/ID/sandbox?path=DIR is a link to one directory.
 import { api } from "../api.js";
 import { clear, h, notice } from "../dom.js";
+import { sandboxState } from "../sandbox_state.js";
 
 function parentOf(path) {
   const parts = path.split("/").filter(Boolean);
@@ -15,13 +17,16 @@ async function render(view, [sessionId], query) {
   const here = (dir) => `#/sessions/${encodeURIComponent(sessionId)}/sandbox?path=${encodeURIComponent(dir)}`;
   const join = (name) => (path === "." ? name : `${path.replace(/\/$/, "")}/${name}`);
   const status = h("div", { "aria-live": "polite" });
+  const state = sandboxState(sessionId);
   const body = h("div", {}, h("p", { class: "muted" }, "Opening the sandbox…"));
   const picker = h("input", { id: "upload", type: "file", required: true });
   const upload = h("form", { class: "card toolbar" }, h("label", { for: "upload" }, `Upload into ${path}`), picker, h("button", { type: "submit" }, "Upload"));
   clear(
     view,
-    h("p", {}, h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}` }, "← Session")),
-    h("h1", {}, "Sandbox files"),
+    h("p", {}, h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}` }, "← Session"), " · ", h("a", { href: `#/sessions/${encodeURIComponent(sessionId)}/terminal` }, "Terminal")),
+    h("h1", {}, "Sandbox"),
+    state.section,
+    h("h2", {}, "Files"),
     upload,
     status,
     body,
@@ -66,6 +71,8 @@ async function render(view, [sessionId], query) {
   } catch (error) {
     clear(body, notice(error.message));
   }
+  state.start(); // after the listing, which starts the sandbox
+  return state.stop;
 }
 
 export const sandboxPage = { pattern: /^\/sessions\/([^/?]+)\/sandbox$/, nav: "Sessions", render };
