@@ -91,6 +91,7 @@ class Gateway:
         offer_deliveries(self.adapters.values(), self.origin_of)
         for adapter in self.adapters.values():
             for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
+                assert record.id is not None  # a stored row
                 if not adapter.streams and (record.state == "replying" or record.reply_id):
                     # no edits: a rerun could only send a second reply, so one that may be out stays
                     log.warning("%s: the reply to %s may be out: not sent again", record.platform, record.id)

@@ -147,7 +147,10 @@ class GatewayStore:
         """Messages stored but never answered (the gateway stopped or crashed first), oldest first."""
         query = (
             select(InboundRecord)
-            .where(col(InboundRecord.platform) == platform, col(InboundRecord.state).in_(["new", "running", "replying"]))
+            .where(
+                col(InboundRecord.platform) == platform,
+                col(InboundRecord.state).in_(["new", "running", "replying"]),
+            )
             .order_by(col(InboundRecord.id))
         )
         with self._engine.connect() as conn:

@@ -170,7 +170,6 @@ class SlackAdapter(Adapter):
         raise AdapterError("files from Slack are not taken yet")
 
 
-
 def _position(seen: Inbound) -> float:
     """Where a stored message sits in its chat's history: its `ts`, or for a button press the
     `action_ts` in its id (`act<action_ts>`); 0 when a press had none (the store knows what is read
@@ -179,6 +178,7 @@ def _position(seen: Inbound) -> float:
         return float(seen.message_id.removeprefix("act"))
     except ValueError:
         return 0.0
+
 
 async def _call(call: Any) -> Any:
     """A Web API call with its errors in the gateway's terms."""
