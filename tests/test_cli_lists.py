@@ -10,17 +10,20 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
+from fastapi.testclient import TestClient
 from hermetic_cli import hermetic, scripted_env
 from typer.testing import CliRunner
 
 from backends import BACKEND_NAMES
+from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.chat_settings import PLATFORMS
 from control_plane.cli.main import app as cli_app
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import SkillsSettings
+from control_plane.settings import SkillsSettings, load_settings
 from control_plane.skills.install import Installer
 from control_plane.skills.library import SkillLibrary
+from control_plane.skills.listing import SkillInfo
 from control_plane.skills.sources import Limits
 from control_plane.tools import TOOLS
 
@@ -94,6 +97,24 @@ def test_a_skill_never_run_has_no_success_rate_in_json(home: dict[str, str]) -> 
     listed = json.loads(in_process("skills", "list", "--json", env=home))
     assert [s["name"] for s in listed] == SKILLS
     assert all(s["runs"] == 0 and s["success_rate"] is None for s in listed)
+
+
+def test_a_skill_never_run_has_no_success_rate_over_the_api(tmp_path: Path) -> None:
+    root = tmp_path / "home"
+    installer = Installer(
+        SkillLibrary(root / "skills", SkillsSettings(), backend=lambda: get_backend("local")), Limits()
+    )
+    installer.commit(installer.plan_install(str(CORPUS / "pass" / SKILLS[0])))
+    installer.library.close()
+    token = TokenStore(root).create("default")
+    app = create_app(root, lambda profile: load_settings(profile, root=root, backend="local"))
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        listed = client.get("/skills").json()
+        assert [(s["name"], s["runs"], s["success_rate"]) for s in listed] == [(SKILLS[0], 0, None)]
+        assert client.get(f"/skills/{SKILLS[0]}").json()["success_rate"] is None
+    ran = SkillInfo("s", "d", 1, "pass", "active", False, uses=4, successes=3, failures=1, last_used=0)
+    assert ran.observed_rate == 0.75 and ran.success_rate < 0.75  # reported as run; smoothed to rank
 
 
 LISTS: dict[tuple[str, ...], set[str]] = {

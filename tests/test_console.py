@@ -211,6 +211,7 @@ def test_markup_in_titles_tool_output_skills_and_chat_is_only_text(
     expect(page.locator(".tool .output")).to_contain_text(PAYLOAD)
     page.goto(f"{console.url}/#/skills")
     expect(page.get_by_role("cell", name="Does things " + PAYLOAD)).to_be_visible()
+    expect(page.get_by_role("row", name="injected-skill")).to_contain_text("never run")  # no rate yet
     page.goto(f"{console.url}/#/skills/injected-skill")
     expect(page.get_by_text("Does things " + PAYLOAD).first).to_be_visible()
     assert page.evaluate("window.__pwned") is None

@@ -149,3 +149,27 @@ def test_messages_past_slacks_retries_are_read_back_from_the_history_and_threads
     assert not any(s.startswith("reply ") for s in seen), "the bot's own messages are not answered"
     threaded = [m for m in slack.messages.values() if m["thread_ts"] == hello["ts"]]
     assert len(threaded) == 2, "the thread's missed message was answered in the thread"
+
+
+def test_a_button_press_as_a_chats_last_message_does_not_stop_its_backfill(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    """A press is stored with the id `act<action_ts>`: the history is read back from that time."""
+    import time
+
+    fake_llm.load([{"text": "first"}, {"text": "caught up"}])
+    settings = _settings(tmp_path, fake_llm.url, slack, backfill_hours=1, backfill_limit=5)
+    with Running(settings) as gateway:
+        slack.user_says("D100", "hello")
+        wait_answered(gateway, 1, timeout=120)
+        press = {"value": "q:gone:yes", "action_ts": f"{time.time():.6f}"}  # a question no longer open
+        slack.send_envelope(
+            "interactive",
+            {"type": "block_actions", "user": {"id": "U1"}, "channel": {"id": "D100"}, "actions": [press]},
+        )
+        wait_answered(gateway, 2, timeout=120)
+    slack.user_says("D100", "sent while no gateway ran", live=False)
+    with Running(settings) as gateway:
+        wait_answered(gateway, 3, timeout=120)
+    assert fake_llm.requests[-1]["messages"][-1]["content"] == "sent while no gateway ran"
+    assert len(fake_llm.requests) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import signal
 import threading
 import time
 import urllib.error
@@ -17,9 +18,19 @@ from typing import Any
 
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
-from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
+from test_gateway_crash import (
+    SCRIPT,
+    _answered_once_after_restart,
+    _gateway,
+    _kill_9_while_replying,
+    _profile,
+    _wait_all_answered,
+)
 from test_gateway_mattermost import SEND_A_FILE
 from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
+
+from control_plane.gateway.base import Inbound
+from control_plane.gateway.records import GatewayStore
 
 USER = "US.13491208655302741918"
 """A business-scoped user id (BSUID), as the Cloud API names users."""
@@ -157,3 +168,49 @@ def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
         wait_answered(gateway, 1)
         (document,) = [m for m in wa.messages_to(USER) if m["type"] == "document"]
         assert wa.media[document["document"]["id"]] == ("r.txt", b"numbers\n")
+
+
+def test_a_kill_9_after_whatsapp_took_the_reply_but_before_it_was_recorded_does_not_answer_twice(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """WhatsApp cannot edit a reply, so a rerun cannot put right a reply that may be out: a reply is
+    sent at most once. The kill lands while WhatsApp has the reply and the gateway waits for the answer
+    to its POST (the window between send and record); the restarted gateway marks it answered."""
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load(SCRIPT[1:])
+    env = _profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
+    wa.hold_replies()
+    _kill_9_while_replying(
+        env,
+        lambda: wa.user_says(USER, "question one"),
+        lambda: wa.wait_for(lambda: wa.texts(USER) == ["answer one"]),
+    )
+    wa.release()
+    again = _gateway(env)
+    try:
+        _wait_all_answered(tmp_path, "whatsapp", timeout=120)  # a rerun would send before it marks
+        again.send_signal(signal.SIGINT)
+        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
+    finally:
+        again.kill()
+        _, errors = again.communicate(timeout=10)
+    assert wa.texts(USER) == ["answer one"], errors
+    assert len(fake_llm.requests) == 1, "the turn whose reply was out did not run again"
+    assert "may be out: not sent again" in errors
+
+
+def test_a_reply_recorded_as_out_is_neither_rerun_nor_edited_after_a_restart(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """Killed after the reply's id was recorded but before the message was marked answered: the restart
+    marks it answered (WhatsApp cannot edit the reply, so a rerun could only send a second one)."""
+    settings = _settings(tmp_path, fake_llm.url, wa)
+    store = GatewayStore(str(settings.database_url))
+    inbound = Inbound(platform="whatsapp", chat=USER, message_id="wamid.1", user=USER, text="question one")
+    stored = store.receive("whatsapp", USER, "wamid.1", inbound.model_dump())
+    assert stored is not None
+    store.mark(stored, state="running", reply_id="wamid.sent")
+    store.close()
+    with Running(settings) as gateway:
+        assert gateway.store.unanswered("whatsapp") == []
+    assert fake_llm.requests == [] and wa.messages_to(USER) == []

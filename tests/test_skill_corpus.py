@@ -176,3 +176,22 @@ def test_the_api_reports_each_finding_with_its_severity_and_accepts_ids(tmp_path
         assert everything["mergeable"] and {f["status"] for f in everything["verdict"]["findings"]} == {
             "accepted"
         }
+
+
+def test_verify_keeps_what_the_operator_accepted_at_install_until_the_skill_changes(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """`skills verify` judges an installed skill as its install did (its accepted findings, low findings
+    as warnings, no checks for a skill of instructions only), and by the library's own policy once the
+    files differ from what the operator accepted."""
+    skill = CORPUS / "review" / "uv-python-setup"
+    [finding] = ids_in(cli("install", str(skill), "--yes", code=1))
+    cli("install", str(skill), "--yes", "--accept", finding)
+    assert "uv-python-setup: unverified" in cli("verify", "uv-python-setup")
+    cli("install", str(CORPUS / "pass" / "maps-geocoding"), "--yes")  # low findings: warnings
+    assert "maps-geocoding: unverified" in cli("verify", "maps-geocoding")
+    assert cli("list", "--json").count('"status": "unverified"') == 2
+    guide = tmp_path / "home" / "skills" / "library" / "uv-python-setup" / "references" / "install.md"
+    guide.write_text(guide.read_text() + "\nedited here\n")
+    changed = cli("verify", "uv-python-setup", code=1)
+    assert "uv-python-setup: fail" in changed and f"id {finding}" in changed

@@ -14,6 +14,7 @@ Errors use the Graph API's `{"error": {"message", "type", "code", "fbtrace_id"}}
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -32,6 +33,9 @@ APP_SECRET = "wa-app-secret"
 VERIFY_TOKEN = "wa-verify"
 PHONE_ID = "106540352242922"
 WINDOW = 24 * 3600
+REDELIVERY = 120.0
+"""Seconds a webhook is posted again until answered 200 (WhatsApp keeps trying for days; a gateway
+starting on a loaded machine takes well over the 5 s that 50 quick attempts gave)."""
 
 
 class WhatsAppStandin(StandinServer):
@@ -43,6 +47,8 @@ class WhatsAppStandin(StandinServer):
         self.last_seen: dict[str, float] = {}
         """user -> when their last message was sent (opens the 24-hour window)"""
         self.webhook_url = ""
+        self._withheld: asyncio.Event | None = None
+        """Set while messages are taken but their answers withheld (see hold_replies)."""
         super().__init__("whatsapp-standin")
 
     @property
@@ -90,8 +96,8 @@ class WhatsAppStandin(StandinServer):
             self.media[media_id] = (name, data)
         return media_id
 
-    def deliver(self, user: str, entry: dict[str, Any], attempts: int = 50) -> int:
-        """POST the webhook for `entry` until 200 (or `attempts` run out); the attempts it took."""
+    def deliver(self, user: str, entry: dict[str, Any], within: float = REDELIVERY) -> int:
+        """POST the webhook for `entry` until 200 (for `within` seconds at most); the attempts it took."""
         value = {
             "messaging_product": "whatsapp",
             "metadata": {"display_phone_number": "15550001111", "phone_number_id": PHONE_ID},
@@ -105,7 +111,10 @@ class WhatsAppStandin(StandinServer):
             }
         ).encode()
         signature = "sha256=" + hmac.new(APP_SECRET.encode(), body, hashlib.sha256).hexdigest()
-        for attempt in range(1, attempts + 1):
+        deadline = time.monotonic() + within
+        attempt = 0
+        while time.monotonic() < deadline:
+            attempt += 1
             request = urllib.request.Request(
                 self.webhook_url, body, {"Content-Type": "application/json", "X-Hub-Signature-256": signature}
             )
@@ -117,6 +126,20 @@ class WhatsAppStandin(StandinServer):
                 pass
             time.sleep(0.1)  # WhatsApp backs off between redeliveries
         raise AssertionError(f"the webhook never answered 200 for {entry['id']}")
+
+    def hold_replies(self) -> None:
+        """From now on a message sent is taken (recorded, as WhatsApp delivers it) but the answer to
+        its POST is withheld until `release()`: the sender never learns the message went out."""
+        self._withheld = asyncio.Event()
+
+    def release(self) -> None:
+        if self._withheld is not None:
+            self._loop.call_soon_threadsafe(self._withheld.set)
+            self._withheld = None
+
+    def close(self) -> None:
+        self.release()
+        super().close()
 
     def wait_listening(self, timeout: float = 10) -> None:
         """Until the gateway's webhook listener accepts connections (it opens as the gateway starts)."""
@@ -186,7 +209,10 @@ class WhatsAppStandin(StandinServer):
             media_id = self.upload(*body["file"])
             return web.json_response({"id": media_id})
         if method == "POST" and path == f"{PHONE_ID}/messages":
-            return self._message(body)
+            answer, withheld = self._message(body), self._withheld
+            if withheld is not None and body.get("status") != "read":
+                await withheld.wait()
+            return answer
         if method == "GET" and path in self.media:
             url = f"{self.api_base}/download/{path}"
             size = len(self.media[path][1])

@@ -118,4 +118,4 @@ def unmerge_skill(profile: Auth, name: Name) -> dict[str, Any]:
 
 
 def _record(info: SkillInfo) -> dict[str, Any]:
-    return {**asdict(info), "runs": info.runs, "success_rate": info.success_rate}
+    return {**asdict(info), "runs": info.runs, "success_rate": info.observed_rate}

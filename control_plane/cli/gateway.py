@@ -69,15 +69,15 @@ def run() -> None:
 
 async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) -> None:
     """Run the gateway until SIGINT/SIGTERM (or, when given, until `until` is set), then stop it cleanly."""
+    stop = until or asyncio.Event()
+    if until is None:  # before anything starts: a Ctrl-C while starting stops cleanly too
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
     gateway: Gateway = await asyncio.to_thread(create_gateway, settings)
     try:
         await gateway.start()
         err.print(f"gateway: serving {', '.join(gateway.adapters)} for profile {settings.profile}")
-        stop = until or asyncio.Event()
-        if until is None:
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, stop.set)
         await stop.wait()
         err.print("gateway: stopping")
     finally:

@@ -49,10 +49,7 @@ def list_(
     with library() as skills:
         listed = skills.list_skills(archived=archived)
         if as_json:
-            print_json(
-                {**asdict(s), "runs": s.runs, "success_rate": s.successes / s.runs if s.runs else None}
-                for s in listed
-            )
+            print_json({**asdict(s), "runs": s.runs, "success_rate": s.observed_rate} for s in listed)
             return
         table = Table(box=None, pad_edge=False)
         for column in ("name", "ver", "status", "state", "runs ok"):  # short: never wrapped nor cut

@@ -91,6 +91,12 @@ class Gateway:
         offer_deliveries(self.adapters.values(), self.origin_of)
         for adapter in self.adapters.values():
             for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
+                assert record.id is not None  # a stored row
+                if not adapter.streams and (record.state == "replying" or record.reply_id):
+                    # no edits: a rerun could only send a second reply, so one that may be out stays
+                    log.warning("%s: the reply to %s may be out: not sent again", record.platform, record.id)
+                    await asyncio.to_thread(self.store.mark, record.id, state="answered")
+                    continue
                 self._route(adapter, Inbound.model_validate(record.payload), record)
             self._tasks.append(asyncio.create_task(self._keep_receiving(adapter)))
 
@@ -377,6 +383,7 @@ class _Turn:
             message,
             config,
         )
+        self.inbound_id = inbound_id
         store = gateway.store
         self.reply = LiveMessage(
             adapter,
@@ -493,4 +500,7 @@ class _Turn:
             text = f"{text}\n\n(stopped at the step limit; send a message to go on)".strip()
         if self.progress is not None:
             await self.progress.finish("\n".join(self.lines))
+        if not self.adapter.streams:  # sent whole, never edited: from here on a restart must not rerun
+            for inbound_id in (self.inbound_id, *self.chat.steered):
+                await asyncio.to_thread(self.gateway.store.mark, inbound_id, state="replying")
         await self.reply.finish(text or "(no reply)")

@@ -32,7 +32,8 @@ class InboundRecord(SQLModel, table=True):
     payload: dict[str, Any] = Field(sa_column=Column(JSON))
     """The platform-neutral message (gateway.base.Inbound) as JSON."""
     state: str = "new"
-    """new, running, answered (or steered into a run that answered), refused."""
+    """new, running, replying (the whole reply is being sent, on a platform that cannot edit it),
+    answered (or steered into a run that answered), refused."""
     session_id: str | None = None
     reply_id: str | None = None
     """The platform id of our reply's first message, once sent: a rerun after a crash edits it."""
@@ -146,7 +147,10 @@ class GatewayStore:
         """Messages stored but never answered (the gateway stopped or crashed first), oldest first."""
         query = (
             select(InboundRecord)
-            .where(col(InboundRecord.platform) == platform, col(InboundRecord.state).in_(["new", "running"]))
+            .where(
+                col(InboundRecord.platform) == platform,
+                col(InboundRecord.state).in_(["new", "running", "replying"]),
+            )
             .order_by(col(InboundRecord.id))
         )
         with self._engine.connect() as conn:

@@ -126,7 +126,7 @@ class SlackAdapter(Adapter):
     async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
         """The newest `limit` users' messages of the chat (or its thread) after `seen` and `since`,
         oldest first."""
-        oldest = max(float(seen.message_id), since)
+        oldest = max(_position(seen), since)
         after = f"{oldest:.6f}"
         if seen.thread:  # the parent, then the replies oldest first (the bot's too): one full page
             call = self.web.conversations_replies(channel=seen.chat, ts=seen.thread, oldest=after, limit=PAGE)
@@ -168,6 +168,16 @@ class SlackAdapter(Adapter):
 
     async def fetch(self, attachment: Attachment) -> bytes:
         raise AdapterError("files from Slack are not taken yet")
+
+
+def _position(seen: Inbound) -> float:
+    """Where a stored message sits in its chat's history: its `ts`, or for a button press the
+    `action_ts` in its id (`act<action_ts>`); 0 when a press had none (the store knows what is read
+    again)."""
+    try:
+        return float(seen.message_id.removeprefix("act"))
+    except ValueError:
+        return 0.0
 
 
 async def _call(call: Any) -> Any:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..safety.threats import Severity
 from .format import SKILL_FILE
 from .gate import declared_checks
 from .lenient import SkillParseError, read_lenient, render
@@ -128,7 +127,7 @@ class Installer:
                     "or every one with --all"
                 )
             manifest = _manifest(fetched.root)
-            policy = self._policy(accept, allow_unverified)
+            policy = self.library.policy.for_operator(accept, allow_unverified)
             staged = [self._stage(d, fetched.root, manifest, "install") for d in directories]
             candidates = self._gate(staged, policy)
         return Plan(
@@ -159,7 +158,7 @@ class Installer:
             directory = fetched.root / entry.path
             if not (directory / SKILL_FILE).is_file():
                 raise InstallError(f"{name}: {entry.source} no longer holds it at {entry.path}")
-            policy = self._policy(accept, allow_unverified)
+            policy = self.library.policy.for_operator(accept, allow_unverified)
             [candidate] = self._gate([self._stage(directory, fetched.root, None, "update", entry)], policy)
         return Plan(
             entry.source,
@@ -176,7 +175,7 @@ class Installer:
         refused and are still in quarantine: what an operator decides after reviewing each finding."""
         plan.accept = tuple(dict.fromkeys((*plan.accept, *findings)))
         refused = [c for c in plan.candidates if c.staged and c.verdict.status == "fail"]
-        self._gate(refused, self._policy(plan.accept, plan.allow_unverified))
+        self._gate(refused, self.library.policy.for_operator(plan.accept, plan.allow_unverified))
         plan.unused_accepts = _unused(plan.accept, plan.candidates)
         return plan
 
@@ -217,6 +216,8 @@ class Installer:
             commit=plan.commit,
             tap=plan.tap,
             accepted=list(candidate.verdict.accepted),
+            accept=[f.id for f in candidate.verdict.findings if f.status == "accepted"],
+            allow_unverified=plan.allow_unverified,
             warnings=candidate.warnings
             + [f"threat: {f}" for f in candidate.verdict.findings if f.status == "warning"],
             origin=candidate.origin,
@@ -309,15 +310,6 @@ class Installer:
         """`TAP/NAME` of a configured tap, as a match of (tap, name); None for anything else."""
         match = re.fullmatch(r"([a-z0-9][a-z0-9_.-]*)/([a-z0-9-]+)", text)
         return match if match and match.group(1) in self.taps.all() else None
-
-    def _policy(self, accept: tuple[str, ...], allow_unverified: bool) -> GatePolicy:
-        return dataclasses.replace(
-            self.library.policy,
-            unverified_instructions=True,
-            allow_unverified=allow_unverified or self.library.settings.allow_unverified,
-            accept=frozenset(accept),
-            tolerate=Severity.LOW,  # the operator sees them; an agent's own proposal is refused on any
-        )
 
     def _entry(self, name: str) -> LockEntry:
         entry = self.lock.get(name)

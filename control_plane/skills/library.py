@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .format import SKILL_FILE, Skill, parse_skill
 from .listing import Listing
-from .lock import Lock
+from .lock import Lock, content_hash
 from .model import GatePolicy, SkillError, UnknownSkill, Verdict
 from .store import SkillStore
 
@@ -280,10 +280,18 @@ class SkillLibrary(Listing):
     def reverify(self, name: str, *, proposer: str = "reverify") -> Verdict:
         """Run the gate again on the current version (e.g. after an image upgrade) and record whether it
         still passes; a skill that fails stays in the library, marked fail wherever it is listed."""
-        verdict = self.check(self.path(name), self.policy)
+        verdict = self.check(self.path(name), self.policy_for(name))
         self.store.add_verdict(verdict, proposer, None)
         self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
         return verdict
+
+    def policy_for(self, name: str) -> GatePolicy:
+        """The policy a skill is re-verified under: what its install allowed (lock file) while its files
+        are exactly what the operator accepted, else (changed here since) the library's own."""
+        entry = self.lock.get(name)
+        if entry is None or content_hash(self.path(name)) != entry.content_hash:
+            return self.policy
+        return self.policy.for_operator(entry.accept, entry.allow_unverified)
 
     def reverify_all(self) -> list[Verdict]:
         return [self.reverify(info.name) for info in self.list_skills()]

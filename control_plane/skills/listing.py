@@ -60,6 +60,12 @@ class SkillInfo:
         return (self.successes + PRIOR_RATE * PRIOR_WEIGHT) / (self.successes + self.failures + PRIOR_WEIGHT)
 
     @property
+    def observed_rate(self) -> float | None:
+        """The share of runs that succeeded, None for a skill never run: what listings report
+        (`success_rate`, smoothed, only ranks)."""
+        return self.successes / self.runs if self.runs else None
+
+    @property
     def marks(self) -> str:
         """Flags shown wherever the skill is listed."""
         flags = [self.status] if self.status != "pass" else []

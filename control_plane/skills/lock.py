@@ -34,6 +34,10 @@ class LockEntry:
     commit: str | None = None
     tap: str | None = None
     accepted: list[str] = field(default_factory=list)
+    accept: list[str] = field(default_factory=list)
+    """The ids of the accepted findings: re-verification accepts them while the skill is as installed."""
+    allow_unverified: bool = False
+    """The operator allowed the install to merge without checks."""
     warnings: list[str] = field(default_factory=list)
     origin: dict[str, Any] | None = None
     """The exporting Hermetic's manifest (its verdict and image), when installed from an export."""

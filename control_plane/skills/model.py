@@ -1,6 +1,8 @@
 # control_plane/skills/model.py
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,6 +40,18 @@ class GatePolicy:
     unverified_instructions: bool = False  # a skill with no executable file may merge unverified (installs)
     accept: frozenset[str] = frozenset()  # threat findings (FILE:LINE, id or "all") the operator accepted
     tolerate: Severity | None = None  # findings up to this severity merge as warnings (None: all refuse)
+
+    def for_operator(self, accept: Iterable[str], allow_unverified: bool) -> GatePolicy:
+        """What an operator's install allows beyond this policy: the findings they accepted, low findings
+        as warnings (they see them; an agent's own proposal is refused on any), a skill of instructions
+        only without checks, and any skill without checks when they allowed unverified."""
+        return dataclasses.replace(
+            self,
+            unverified_instructions=True,
+            allow_unverified=allow_unverified or self.allow_unverified,
+            accept=frozenset(accept),
+            tolerate=Severity.LOW,
+        )
 
 
 class SkillError(ValueError):

@@ -4,7 +4,7 @@ import { api } from "../api.js";
 import { clear, h, notice, time } from "../dom.js";
 import { installForm } from "./skill_install.js";
 
-const percent = (rate) => `${Math.round(rate * 100)}%`;
+const percent = (rate) => (rate === null ? "never run" : `${Math.round(rate * 100)}%`);
 
 async function renderList(view, _params, _query, message = "") {
   clear(view, h("h1", {}, "Skills"), h("p", { class: "muted" }, "Loading…"));
