@@ -11,47 +11,27 @@ import datetime
 import logging
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from ..agent.agent import Agent
 from ..agent.commands import is_command, run_command
-from ..agent.display import describe_call
 from ..agent.loop import Busy, Conversation
 from ..chat_settings import ChatAccess, GatewaySettings
-from ..events import Answered, Error, Event, Question, TextDelta, ToolEnd, ToolStart, TurnEnd, UserMessage
 from .access import decide, pairing_text
-from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
+from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
-from .files import close_outbox, open_outbox, send_images, store_upload
+from .files import close_outbox, open_outbox, store_upload
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
-from .stream import LiveMessage, patiently
+from .stream import LiveMessage
+from .turn import Chat, Turn
 
 log = logging.getLogger("hermetic.gateway")
 
 
 class GatewayLocked(RuntimeError):
     """Another gateway holds this bot token (one gateway per token)."""
-
-
-@dataclass
-class _Chat:
-    """One chat's (thread's, group user's) session and the messages waiting for it, answered in order."""
-
-    key: str
-    target: str = ""
-    """Where deliveries to this chat go: platform:chat[:thread]."""
-    conversation: Conversation | None = None
-    queue: asyncio.Queue[tuple[Adapter, Inbound, int]] = field(default_factory=asyncio.Queue)
-    worker: asyncio.Task[None] | None = None
-    steered: list[int] = field(default_factory=list)
-    """Stored messages folded into the running turn; answered when it ends."""
-    free_text_question: str | None = None
-    """An open clarifying question without choices: the next message answers it."""
 
 
 class Gateway:
@@ -62,7 +42,7 @@ class Gateway:
         self.store = store or GatewayStore(str(agent.settings.database_url))
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
-        self._chats: dict[str, _Chat] = {}
+        self._chats: dict[str, Chat] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[str] = []
 
@@ -214,7 +194,7 @@ class Gateway:
         """Buttons, commands and steers act at once; other messages wait for the chat's turn, in order."""
         assert record.id is not None
         target = f"{message.platform}:{message.chat}" + (f":{message.thread}" if message.thread else "")
-        chat = self._chats.setdefault(self.chat_key(message), _Chat(self.chat_key(message), target))
+        chat = self._chats.setdefault(self.chat_key(message), Chat(self.chat_key(message), target))
         running = chat.conversation is not None and chat.conversation.running
         if message.button is not None or (running and (is_command(message.text) or chat.free_text_question)):
             asyncio.create_task(self._at_once(adapter, chat, message, record.id))
@@ -227,7 +207,7 @@ class Gateway:
         if chat.worker is None or chat.worker.done():
             chat.worker = asyncio.create_task(self._work(chat))
 
-    async def _work(self, chat: _Chat) -> None:
+    async def _work(self, chat: Chat) -> None:
         while not chat.queue.empty():
             adapter, message, inbound_id = chat.queue.get_nowait()
             try:
@@ -239,7 +219,7 @@ class Gateway:
                 await self._say(adapter, message, f"Sorry, that failed: {type(exc).__name__}: {exc}")
                 await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
 
-    async def _at_once(self, adapter: Adapter, chat: _Chat, message: Inbound, inbound_id: int) -> None:
+    async def _at_once(self, adapter: Adapter, chat: Chat, message: Inbound, inbound_id: int) -> None:
         conversation = chat.conversation
         if message.button is not None:
             kind, _, rest = message.button.partition(":")
@@ -269,7 +249,7 @@ class Gateway:
         await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
 
     async def _command(
-        self, adapter: Adapter, chat: _Chat, message: Inbound, conversation: Conversation
+        self, adapter: Adapter, chat: Chat, message: Inbound, conversation: Conversation
     ) -> None:
         done = await asyncio.to_thread(
             run_command, self.agent, conversation, message.text, source=message.platform
@@ -283,7 +263,7 @@ class Gateway:
 
     # -- a turn ------------------------------------------------------------------------------
 
-    async def _conversation(self, chat: _Chat, message: Inbound) -> Conversation:
+    async def _conversation(self, chat: Chat, message: Inbound) -> Conversation:
         """The chat's session: the current one, unless the reset policy says a new one begins."""
         record = await asyncio.to_thread(self.store.chat_session, chat.key)
         fresh = record is None or self._expired(record.started_at, record.last_at)
@@ -314,7 +294,7 @@ class Gateway:
             return datetime.date.fromtimestamp(started_at) != datetime.date.today()
         return False
 
-    async def _answer(self, adapter: Adapter, chat: _Chat, message: Inbound, inbound_id: int) -> None:
+    async def _answer(self, adapter: Adapter, chat: Chat, message: Inbound, inbound_id: int) -> None:
         conversation = await self._conversation(chat, message)
         if is_command(message.text):
             await self._command(adapter, chat, message, conversation)
@@ -329,7 +309,9 @@ class Gateway:
             path = await asyncio.to_thread(store_upload, sandbox, attachment.name, data)
             text += f"\n[the user sent a file: {path} ({len(data):,} bytes) in your workspace]"
         config = self.config(message.platform)
-        turn = _Turn(self, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id)
+        turn = Turn(
+            self.store, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id
+        )
         loop = asyncio.get_running_loop()
         open_outbox(
             conversation.id, loop, lambda path: adapter.send_file(message.chat, path, thread=message.thread)
@@ -361,146 +343,3 @@ class Gateway:
 def _worth_retrying(error: BaseException) -> bool:
     """Anything but a refusal (a bad token) or a cancellation (the gateway stopping): connect again."""
     return isinstance(error, Exception) and not isinstance(error, AdapterError)
-
-
-class _Turn:
-    """What one run shows in the chat: the reply streamed by edit, progress lines, question buttons."""
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        adapter: Adapter,
-        chat: _Chat,
-        message: Inbound,
-        config: ChatAccess,
-        reply_id: str | None,
-        inbound_id: int,
-    ) -> None:
-        self.gateway, self.adapter, self.chat, self.message, self.config = (
-            gateway,
-            adapter,
-            chat,
-            message,
-            config,
-        )
-        self.inbound_id = inbound_id
-        store = gateway.store
-        self.reply = LiveMessage(
-            adapter,
-            message.chat,
-            thread=message.thread,
-            interval=config.edit_interval,
-            message_id=reply_id,
-            on_sent=lambda sent: store.mark(inbound_id, reply_id=sent),
-        )
-        self.progress: LiveMessage | None = None
-        self.lines: deque[str] = deque(maxlen=30)
-        self.last_tool: str | None = None
-        self.text = ""
-        self.errors: list[str] = []
-        self.questions: dict[str, tuple[Question, str | None]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.images: list[asyncio.Task[list[str]]] = []
-        """Tool results' images on their way to the chat: each says what could not be sent."""
-
-    def on_event(self, event: Event) -> None:
-        match event:
-            case TextDelta(text=piece):
-                self.text += piece
-                if self.adapter.streams:
-                    self.reply.show(self.text)
-            case UserMessage(steer=True):
-                self._paragraph()
-            case ToolStart(name=name, arguments=arguments):
-                self._progress(name, arguments)
-                self._paragraph()
-            case Error(message=text):
-                self.errors.append(text)
-            case ToolEnd(images=images) if images:
-                message = self.message
-                self.images.append(
-                    asyncio.create_task(send_images(self.adapter, message.chat, message.thread, images))
-                )
-            case Question():
-                self._keep(asyncio.create_task(self._ask(event)))
-            case Answered():
-                self._keep(asyncio.create_task(self._answered(event)))
-
-    def _keep(self, task: asyncio.Task[None]) -> None:
-        """The loop holds tasks weakly: a reference until each is done, so none is collected mid-send."""
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _paragraph(self) -> None:
-        """The next step's text starts a paragraph of its own."""
-        if self.text and not self.text.endswith("\n\n"):
-            self.text = self.text.rstrip("\n") + "\n\n"
-
-    def _progress(self, name: str, arguments: dict[str, Any] | str) -> None:
-        mode = self.config.progress
-        if mode == "off" or (mode == "new" and name == self.last_tool) or not self.adapter.streams:
-            return
-        self.last_tool = name
-        self.lines.append(f"▸ {describe_call(name, arguments)}")
-        if self.progress is None:
-            self.progress = LiveMessage(
-                self.adapter,
-                self.message.chat,
-                thread=self.message.thread,
-                interval=self.config.edit_interval,
-            )
-        self.progress.show("\n".join(self.lines))
-
-    async def _ask(self, question: Question) -> None:
-        buttons = [Button(label=choice, data=f"q:{question.id}:{choice}") for choice in question.choices]
-        if not self.adapter.buttons:
-            buttons = []
-        if not buttons:
-            self.chat.free_text_question = question.id
-        listed = f" ({', '.join(question.choices)})" if question.choices else ""
-        text = question.prompt + ("" if buttons else f"\n(reply with your answer{listed})")
-        try:
-            sent = await patiently(
-                lambda: self.adapter.send(
-                    self.message.chat, text, thread=self.message.thread, buttons=buttons
-                )
-            )
-        except (AdapterError, ConnectionLost) as exc:
-            log.warning("cannot ask in %s chat %s: %s", self.message.platform, self.message.chat, exc)
-            sent = None
-        self.questions[question.id] = (question, sent)
-
-    async def _answered(self, answered: Answered) -> None:
-        await asyncio.sleep(0)  # let the question's own send go first
-        question, sent = self.questions.pop(answered.id, (None, None))
-        if self.chat.free_text_question == answered.id:
-            self.chat.free_text_question = None
-        if question is None or sent is None:
-            return
-        outcome = (
-            answered.answer if answered.answer is not None else f"no answer ({answered.by}): treated as no"
-        )
-        try:
-            await patiently(
-                lambda: self.adapter.edit(self.message.chat, sent, f"{question.prompt}\n→ {outcome}")
-            )
-        except (AdapterError, ConnectionLost) as exc:
-            log.warning("cannot update the question in %s: %s", self.message.chat, exc)
-
-    async def finish(self, end: TurnEnd) -> None:
-        text = self.text.strip() or end.content
-        unsent = [line for lines in await asyncio.gather(*self.images) for line in lines]
-        text = "\n".join([text, *unsent]).strip()
-        if end.reason == "error":
-            gist = (self.errors[-1] if self.errors else "the run failed").splitlines()[0][:300]
-            text = f"{text}\n\n⚠ Sorry, I could not finish: {gist}".strip()
-        elif end.reason == "interrupted":
-            text = f"{text}\n\n(stopped)".strip()
-        elif end.reason == "budget":
-            text = f"{text}\n\n(stopped at the step limit; send a message to go on)".strip()
-        if self.progress is not None:
-            await self.progress.finish("\n".join(self.lines))
-        if not self.adapter.streams:  # sent whole, never edited: from here on a restart must not rerun
-            for inbound_id in (self.inbound_id, *self.chat.steered):
-                await asyncio.to_thread(self.gateway.store.mark, inbound_id, state="replying")
-        await self.reply.finish(text or "(no reply)")
