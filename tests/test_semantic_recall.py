@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hermetic_cli import hermetic
-from paraphrases import TOPICS
+from paraphrases import TOPICS, UNRELATED
 from sqlalchemy import text
 
 from control_plane.memory_settings import EmbeddingSettings
@@ -47,7 +47,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def open_store(url: str, embedder: Embedder | None, **options: float) -> Store:
-    return Store(url, embedder=embedder, min_similarity=0.1, **options)  # type: ignore[arg-type]
+    cut = EmbeddingSettings().min_similarity  # the default a profile gets
+    return Store(url, embedder=embedder, min_similarity=cut, **options)  # type: ignore[arg-type]
 
 
 def fill(store: Store) -> dict[str, str]:
@@ -101,6 +102,16 @@ def test_hybrid_finds_paraphrases_keyword_misses(url: str, wordllama: WordLlamaE
         # a question sharing words is still found by keyword, and hybrid keeps it first
         assert store.recall(P, "pgbouncer", mode="keyword")[0].session_id == ids["database"]
         assert store.recall(P, "pgbouncer")[0].session_id == ids["database"]
+
+
+def test_a_question_no_session_answers_finds_nothing(url: str, wordllama: WordLlamaEmbedder) -> None:
+    """Every message has a nearest neighbour; one merely less far than the rest is not an answer."""
+    with open_store(url, wordllama) as store:
+        fill(store)
+        assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+        for question in UNRELATED:
+            assert store.search(P, question, mode="semantic") == [], question
+            assert store.recall(P, question) == [], question  # hybrid: no keyword hit either
 
 
 def test_filters_apply_to_the_semantic_half(url: str, wordllama: WordLlamaEmbedder) -> None:
