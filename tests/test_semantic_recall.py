@@ -29,6 +29,7 @@ from control_plane.store import Store, StoreError
 from control_plane.store.vectors import vector_storage
 
 P = "default"
+TESTS = Path(__file__).resolve().parent
 WORDS = sorted({w for pair in SYSTEMS + SYMPTOMS for said in pair for w in said.split()})
 WAIT = 60.0
 
@@ -329,6 +330,52 @@ def test_kill_9_during_backfill_resumes_where_it_stopped(tmp_path: Path) -> None
     with Store(f"sqlite:///{db}") as store, store.engine.connect() as conn:
         ids = [row[0] for row in conn.execute(text(f"SELECT rowid FROM {table} ORDER BY rowid"))]
     assert ids == list(range(1, 3001))
+
+
+WRITER = """
+import sys, threading
+from control_plane.recall.embeddings import WordLlamaEmbedder
+from control_plane.store import Store
+from paraphrases import TOPICS
+
+class Stuck(WordLlamaEmbedder):
+    def embed(self, texts):
+        print("embedding", len(texts), flush=True)
+        threading.Event().wait()  # killed here, mid-batch
+
+store = Store(sys.argv[1], embedder=Stuck())
+for topic, (messages, _question) in TOPICS.items():
+    session = store.create_session("default", title=topic)
+    store.add_messages(session.id, [{"role": r, "content": c} for r, c in messages])
+print("written", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_kill_9_while_embedding_new_messages_loses_none(url: str, wordllama: WordLlamaEmbedder) -> None:
+    """The contract of indexing behind a cursor: add_messages returns once the messages are committed; a
+    process killed -9 while its indexer is embedding them leaves them stored and unembedded, and the next
+    process to open the store embeds every one, exactly once."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(TESTS)])}
+    child = subprocess.Popen([sys.executable, "-c", WRITER, url], stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    seen = {child.stdout.readline().split()[0], child.stdout.readline().split()[0]}
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert seen == {"written", "embedding"}
+    with Store(url) as plain, plain.engine.connect() as conn:  # no model: no indexer to race
+        assert not conn.scalar(text("SELECT coalesce(max(embedded_through), 0) FROM vector_indexes"))
+        assert conn.scalar(text("SELECT count(*) FROM messages")) == 2 * len(TOPICS)
+    with open_store(url, wordllama) as store:
+        assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+        with store.engine.connect() as conn:
+            table = str(conn.scalar(text("SELECT table_name FROM vector_indexes")))
+            key = "rowid" if url.startswith("sqlite") else "message_id"
+            vectors = sorted(conn.scalars(text(f"SELECT {key} FROM {table}")))
+            messages = sorted(conn.scalars(text("SELECT id FROM messages")))
+        assert vectors == messages and len(messages) == 2 * len(TOPICS)
+        hit = store.recall(P, TOPICS["travel"][1], mode="semantic", limit=1)
+        assert hit[0].session_title == "travel"
 
 
 def test_cli_search_modes(tmp_path: Path) -> None:
