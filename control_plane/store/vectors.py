@@ -195,8 +195,13 @@ def nearest_pgvector(conn: Connection, table: str, query: Any, where: Filters) -
     or date filters leave fewer than k, so a filter does not starve the result; relaxed order is put right
     by the final sort."""
     k = neighbours_wanted(where)
-    conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(min(EF_SEARCH_MAX, k))})
-    conn.execute(text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"))
+    conn.execute(
+        text(
+            "SELECT set_config('hnsw.ef_search', :ef, true), "
+            "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        ),
+        {"ef": str(min(EF_SEARCH_MAX, k))},
+    )
     inside = _metadata(where)
     sql = f"""
         WITH knn AS (
