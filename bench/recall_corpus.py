@@ -67,6 +67,39 @@ CALM = [
     "please document the {s} setup for the new team member",
     "we are planning to move the {s} next quarter",
 ]
+OFF_TOPIC = [
+    "what is a good recipe for banana bread?",
+    "who won the football match yesterday",
+    "translate hello into french",
+    "tell me a joke about cats",
+    "what's the capital of australia",
+    "recommend a novel to read on holiday",
+    "how many moons does jupiter have",
+    "knitting a wool scarf pattern",
+    "best hiking trails near the alps",
+    "how do I tune a guitar",
+    "the history of the roman empire",
+    "my daughter's birthday party ideas",
+    "quantum entanglement explained simply",
+    "pizza dough hydration",
+    "what time is sunset in oslo",
+    "learn to play chess openings",
+    "symptoms of the common cold",
+    "weather tomorrow",
+    "poem about autumn leaves",
+    "how to fold a paper crane",
+    "how did we configure the terraform state bucket?",
+    "what was the name of the font we picked for the logo",
+    "the rust borrow checker complains about lifetimes",
+    "which graphql schema did we settle on",
+    "set up a python virtualenv",
+    "what did the lawyer say about the contract",
+    "my knee hurts after running",
+    "convert this csv to parquet",
+    "how do I centre a div",
+    "what's the best way to learn japanese",
+]
+"""Questions no session of the corpus answers: a semantic search should find nothing for them."""
 _WORD = re.compile(r"[\w-]+")
 STOPWORDS = {"the", "and", "its", "all", "it", "a", "to", "of", "so"}
 """Words that carry no meaning of their own: a question may share these with its session."""

@@ -104,17 +104,18 @@ def _no_sandbox() -> Any:
 
 @contextmanager
 def database(dialect: str) -> Iterator[str | None]:
-    """A fresh empty database URL of `dialect`, removed afterwards; None when it cannot run here."""
+    """A fresh empty database URL of `dialect` (sqlite, postgresql, or pgvector: PostgreSQL with the
+    extension), removed afterwards; None when it cannot run here."""
     if dialect == "sqlite":
         with tempfile.TemporaryDirectory(prefix="hermetic-bench-") as tmp:
             yield f"sqlite:///{Path(tmp) / 'bench.db'}"
         return
-    from postgres import PostgresUnavailable, start_postgres
+    from postgres import PostgresUnavailable, pgvector_bin_dir, start_postgres
 
     try:
-        server = start_postgres()
+        server = start_postgres(bin_dir=pgvector_bin_dir() if dialect == "pgvector" else None)
     except PostgresUnavailable as exc:
-        print(f"skipping postgresql: {exc}")
+        print(f"skipping {dialect}: {exc}")
         yield None
         return
     try:

@@ -23,10 +23,11 @@ class EmbeddingSettings(BaseModel):
     """Messages embedded and written per transaction by the background indexer."""
     timeout: float = Field(30.0, gt=0)
     """Seconds one embedding call may take (litellm models)."""
-    min_similarity: float = Field(0.1, ge=-1, le=1)
+    min_similarity: float = Field(0.18, ge=-1, le=1)
     """Semantic hits less similar (cosine) than this are left out: every message has a nearest neighbour,
-    and one about something else is noise. 0.1 suits wordllama (whose paraphrases score 0.13-0.45 and
-    unrelated texts about 0); tune it for another model."""
+    and one about something else is noise. 0.18 suits wordllama, measured on bench.recall's corpus: its
+    unrelated texts score up to 0.27 (most below 0.18) and its paraphrases mostly above 0.18, and recall@5 is
+    what it was at 0.1 (docs/recall-and-providers.md); tune it for another model."""
 
 
 class SemanticProviderSettings(BaseModel):

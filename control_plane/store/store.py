@@ -34,7 +34,7 @@ from .records import (
 from .search import Filters, search_postgres, search_sqlite
 from .semantic import DEPTH, SearchMode, fuse, semantic_hits
 from .surroundings import Spot, surroundings
-from .vectors import nearest_sqlite
+from .vectors import nearest_pgvector, nearest_sqlite, uses_pgvector
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +359,8 @@ class Store:
                 return []
             if self.dialect == "sqlite":
                 near = nearest_sqlite(conn, table, vector, where)
+            elif uses_pgvector(conn, table):
+                near = nearest_pgvector(conn, table, vector, where)
             else:
                 near = self._copies.setdefault(table, VectorCopy(table)).nearest(conn, vector, where)
             near = [(i, score) for i, score in near if score >= self.min_similarity]

@@ -2,20 +2,23 @@
 
 SQLite: a sqlite-vec `vec0` table in the same database file, partitioned by profile, with the role and
 time as metadata so those filters apply inside the k-nearest search; a trigger drops a message's vector in
-the transaction that deletes the message. PostgreSQL without pgvector (the fallback, see
-docs/recall-and-providers.md): vectors in a bytea column (deleted with their message by the foreign key),
-searched exactly in this process over a copy kept in memory and extended incrementally (pg_cache.py).
+the transaction that deletes the message. PostgreSQL with pgvector: a `vector` column with an HNSW index
+(approximate, cosine), searched in the server. PostgreSQL without it (the fallback, see
+docs/recall-and-providers.md): vectors in a bytea column, searched exactly in this process over a copy kept
+in memory and extended incrementally (pg_cache.py). Either is deleted with its message by the foreign key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import sqlite_vec
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from .search import Filters
 
@@ -24,6 +27,12 @@ OVERFETCH = 8
 excluded session) and one-hit-per-session both drop some."""
 MAX_K = 4096
 """sqlite-vec's largest k."""
+HNSW_MAX_DIM = 2000
+"""pgvector indexes vectors of at most this many dimensions; a larger model's are searched by a scan."""
+EF_SEARCH_MAX = 1000
+"""pgvector's largest hnsw.ef_search (candidates the index keeps while searching)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,10 +56,35 @@ def vector_storage(engine: Engine) -> str:
         )
     if pgvector:
         return (
-            f"PostgreSQL has pgvector {pgvector}, which Hermetic does not use yet: exact search in the "
-            "control plane over vectors in a bytea column"
+            f"PostgreSQL with pgvector {pgvector}: vectors in a vector column, searched by an HNSW index "
+            "(a model's vectors written before pgvector was installed stay in the fallback until it changes)"
         )
     return "PostgreSQL without pgvector: exact search in the control plane over vectors in a bytea column"
+
+
+def uses_pgvector(conn: Connection, table: str) -> bool:
+    """Whether `table` (PostgreSQL) keeps its vectors in a pgvector column rather than bytea."""
+    kind = conn.scalar(
+        text(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:table) AND attname = 'embedding'"
+        ),
+        {"table": table},
+    )
+    return bool(kind) and not str(kind).startswith("bytea")
+
+
+def _try_pgvector(conn: Connection) -> bool:
+    """Whether the vector type is there, creating the extension if the server has it and we may."""
+    if not conn.scalar(text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")):
+        return False
+    try:
+        with conn.begin_nested():  # a refused CREATE EXTENSION must not abort the indexer's transaction
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        return True
+    except DBAPIError as exc:
+        log.info("pgvector is installed but cannot be enabled here (%s): exact search instead", exc.orig)
+        return False
 
 
 def table_name(model: str) -> str:
@@ -77,13 +111,18 @@ def create_table(conn: Connection, dialect: str, table: str, dim: int) -> None:
             )
         )
     else:
+        pgvector = _try_pgvector(conn)
+        column = f"vector({dim})" if pgvector else "bytea"
         conn.execute(
             text(
                 f"CREATE TABLE IF NOT EXISTS {table} (message_id bigint PRIMARY KEY "
                 "REFERENCES messages(id) ON DELETE CASCADE, profile text NOT NULL, role text NOT NULL, "
-                "created_at double precision NOT NULL, embedding bytea NOT NULL)"
+                f"created_at double precision NOT NULL, embedding {column} NOT NULL)"
             )
         )
+        if pgvector and dim <= HNSW_MAX_DIM:
+            hnsw = f"{table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)"
+            conn.execute(text(f"CREATE INDEX IF NOT EXISTS {hnsw}"))
 
 
 def drop_table(conn: Connection, dialect: str, table: str) -> None:
@@ -94,33 +133,35 @@ def drop_table(conn: Connection, dialect: str, table: str) -> None:
 
 def insert_vectors(conn: Connection, dialect: str, table: str, rows: list[Pending], vectors: Any) -> None:
     key = "rowid" if dialect == "sqlite" else "message_id"
+    pgvector = dialect == "postgresql" and uses_pgvector(conn, table)
     params = [
         {
             "id": row.id,
             "profile": row.profile,
             "role": row.role,
             "created_at": row.created_at,
-            "embedding": np.asarray(vector, dtype=np.float32).tobytes(),
+            "embedding": _literal(vector) if pgvector else np.asarray(vector, dtype=np.float32).tobytes(),
         }
         for row, vector in zip(rows, vectors, strict=True)
     ]
+    value = "CAST(:embedding AS vector)" if pgvector else ":embedding"
     conn.execute(
         text(
             f"INSERT INTO {table}({key}, profile, role, created_at, embedding) "
-            "VALUES (:id, :profile, :role, :created_at, :embedding)"
+            f"VALUES (:id, :profile, :role, :created_at, {value})"
         ),
         params,
     )
 
 
-def nearest_sqlite(conn: Connection, table: str, query: Any, where: Filters) -> list[tuple[int, float]]:
-    """(message id, cosine similarity) of the nearest vectors that pass every filter, nearest first."""
-    inside = "embedding MATCH :vector AND k = :k AND profile = :profile"
-    params: dict[str, Any] = {
-        **where.params,
-        "vector": np.asarray(query, dtype=np.float32).tobytes(),
-        "k": neighbours_wanted(where),
-    }
+def _literal(vector: Any) -> str:
+    """pgvector's text form of a vector: [x,y,...] (float32 values, shortest round-tripping repr)."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32)) + "]"
+
+
+def _metadata(where: Filters) -> str:
+    """The filters a vector table's own columns answer, inside the nearest search."""
+    inside = "profile = :profile"
     for name, clause in (
         ("role", "role = :role"),
         ("since", "created_at >= :since"),
@@ -128,12 +169,50 @@ def nearest_sqlite(conn: Connection, table: str, query: Any, where: Filters) -> 
     ):
         if name in where.params:
             inside += f" AND {clause}"
+    return inside
+
+
+def nearest_sqlite(conn: Connection, table: str, query: Any, where: Filters) -> list[tuple[int, float]]:
+    """(message id, cosine similarity) of the nearest vectors that pass every filter, nearest first."""
+    inside = "embedding MATCH :vector AND k = :k AND " + _metadata(where)
+    params: dict[str, Any] = {
+        **where.params,
+        "vector": np.asarray(query, dtype=np.float32).tobytes(),
+        "k": neighbours_wanted(where),
+    }
     sql = f"""
         WITH knn AS (SELECT rowid AS id, distance FROM {table} WHERE {inside})
         SELECT m.id, knn.distance FROM knn JOIN messages m ON m.id = knn.id
         JOIN sessions s ON s.id = m.session_id
         WHERE {where.sql} ORDER BY knn.distance, m.id DESC
     """
+    return [(int(row[0]), 1.0 - float(row[1])) for row in conn.execute(text(sql), params)]
+
+
+def nearest_pgvector(conn: Connection, table: str, query: Any, where: Filters) -> list[tuple[int, float]]:
+    """(message id, cosine similarity) of the nearest vectors that pass every filter, nearest first, by the
+    HNSW index. Its iterative scan (pgvector 0.8) goes on past the first candidates while the profile, role
+    or date filters leave fewer than k, so a filter does not starve the result; relaxed order is put right
+    by the final sort."""
+    k = neighbours_wanted(where)
+    conn.execute(
+        text(
+            "SELECT set_config('hnsw.ef_search', :ef, true), "
+            "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        ),
+        {"ef": str(min(EF_SEARCH_MAX, k))},
+    )
+    inside = _metadata(where)
+    sql = f"""
+        WITH knn AS (
+            SELECT message_id AS id, embedding <=> CAST(:vector AS vector) AS distance FROM {table}
+            WHERE {inside} ORDER BY embedding <=> CAST(:vector AS vector) LIMIT :k
+        )
+        SELECT m.id, knn.distance FROM knn JOIN messages m ON m.id = knn.id
+        JOIN sessions s ON s.id = m.session_id
+        WHERE {where.sql} ORDER BY knn.distance, m.id DESC
+    """
+    params = {**where.params, "vector": _literal(query), "k": k}
     return [(int(row[0]), 1.0 - float(row[1])) for row in conn.execute(text(sql), params)]
 
 
