@@ -125,12 +125,14 @@ class XmppUser:
 
     async def _login(self, port: int, resource: str = "phone") -> slixmpp.ClientXMPP:
         plain = {"unencrypted_plain": True, "unencrypted_scram": True}
-        client = slixmpp.ClientXMPP(f"{self.jid}/{resource}", PASSWORD, plugin_config={"feature_mechanisms": plain})
+        client = slixmpp.ClientXMPP(
+            f"{self.jid}/{resource}", PASSWORD, plugin_config={"feature_mechanisms": plain}
+        )
         for plugin in ("xep_0030", "xep_0045", "xep_0308"):
             client.register_plugin(plugin)
         client.enable_direct_tls = client.enable_plaintext = False
         started: asyncio.Future[None] = self.loop.create_future()
-        client.add_event_handler("session_start", lambda _: started.done() or started.set_result(None))
+        client.add_event_handler("session_start", lambda _: started.done() or started.set_result(None))  # type: ignore[func-returns-value]
         client.add_event_handler("message", self._message)
         client.connect("127.0.0.1", port)
         await asyncio.wait_for(started, 20)
@@ -156,15 +158,17 @@ class XmppUser:
 
     def occupants(self, room: str) -> list[str]:
         async def roster() -> list[str]:
-            return list(self.client.plugin["xep_0045"].get_roster(room) or [])
+            return list(self.client.plugin["xep_0045"].get_roster(slixmpp.JID(room)) or [])
 
         return list(self._call(roster()))
 
     def wait_offline(self, jid: str, timeout: float = 60) -> None:
-        """Until the server answers for `jid` (a full JID) that it is not online: a disco query it cannot route."""
+        """Until the server says `jid` (a full JID) is not online: a disco query it cannot route."""
 
         async def online() -> bool:
-            ping = self.client.make_iq_get(queryxmlns="http://jabber.org/protocol/disco#info", ito=slixmpp.JID(jid))
+            ping = self.client.make_iq_get(
+                queryxmlns="http://jabber.org/protocol/disco#info", ito=slixmpp.JID(jid)
+            )
             try:
                 await ping.send(timeout=10)
             except slixmpp.exceptions.IqError:

@@ -59,7 +59,9 @@ def test_a_one_to_one_reply_streams_as_corrections_of_one_message_in_plain_text(
     tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser
 ) -> None:
     words = " ".join(f"w{i}" for i in range(40))
-    fake_llm.load([{"text": f"# Result\n\nThis is **bold**: {words} done.", "pace": 0.02}, {"text": "second"}])
+    fake_llm.load(
+        [{"text": f"# Result\n\nThis is **bold**: {words} done.", "pace": 0.02}, {"text": "second"}]
+    )
     with Running(_settings(tmp_path, fake_llm.url, xmpp_server, alice)) as gateway:
         _online(gateway)
         alice.say(_bot(alice), "first question")
@@ -209,7 +211,8 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     heard = [began]
     again = _gateway(env)
     try:
-        while set(final_texts(heard).values()) != {"answer one", "answer two"}:
+        # question two is answered on its own or, arriving while the rerun runs, steers it
+        while not {"answer one", "answer two"} <= set("\n".join(final_texts(heard).values()).split("\n")):
             heard.append(alice.hear())
         _wait_all_answered(tmp_path, "xmpp")
         again.send_signal(signal.SIGINT)
@@ -219,5 +222,8 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
         _, errors = again.communicate(timeout=10)
         print(errors[-3000:])  # pytest shows it when the test fails
     assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the next message once: {errors}"
-    assert final_texts(heard)[began.id] == "answer one", "the rerun corrected the reply the killed run began"
+    texts = final_texts(heard)
+    assert texts[began.id].startswith("answer one"), "the rerun corrected the reply the killed run began"
+    joined = "\n".join(texts.values())
+    assert joined.count("answer one") == 1 and joined.count("answer two") == 1 and "slow reply" not in joined
     assert alice.heard.empty(), "nothing was said twice"

@@ -16,7 +16,7 @@ import contextlib
 import ssl
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import slixmpp
 from slixmpp.exceptions import PresenceError
@@ -74,8 +74,14 @@ class XmppAdapter(Adapter):
             if not ready.done():
                 ready.set_exception(error)
 
-        client.add_event_handler("session_start", lambda _: ready.done() or ready.set_result(None))
-        client.add_event_handler("failed_auth", lambda _: fail(AdapterError("XMPP: the server refused the password")))
+        def started(_: Any) -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        client.add_event_handler("session_start", started)
+        client.add_event_handler(
+            "failed_auth", lambda _: fail(AdapterError("XMPP: the server refused the password"))
+        )
         client.add_event_handler(
             "no_auth", lambda _: fail(AdapterError("XMPP: no way to log in (the server offered no TLS?)"))
         )
@@ -153,7 +159,9 @@ class XmppAdapter(Adapter):
     def _occupant_jid(self, sender: slixmpp.JID) -> str | None:
         """The real bare JID behind a room occupant, where the room shows it (non-anonymous rooms)."""
         assert self.client is not None
-        jid = self.client.plugin["xep_0045"].get_jid_property(sender.bare, sender.resource, "jid")
+        jid = self.client.plugin["xep_0045"].get_jid_property(
+            slixmpp.JID(sender.bare), sender.resource, "jid"
+        )
         return slixmpp.JID(jid).bare if jid else None
 
     async def disconnect(self) -> None:
@@ -178,7 +186,7 @@ class XmppAdapter(Adapter):
             raise ConnectionLost("XMPP: not connected") from exc
         client = self.client
         assert client is not None
-        kind = "groupchat" if chat in self._rooms else "chat"
+        kind: Literal["groupchat", "chat"] = "groupchat" if chat in self._rooms else "chat"
         message = client.make_message(mto=slixmpp.JID(chat), mbody=to_plain(text) or "…", mtype=kind)
         message["id"] = uuid.uuid4().hex
         if replace is not None:
