@@ -50,27 +50,38 @@ class Ngircd:
             [NGIRCD, "-n", "-f", str(self.dir / "ngircd.conf")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError(  # noqa: B904 (the server's stderr says why, not the probe)
-                        f"ngircd did not start: {self.proc.stderr and self.proc.stderr.read()}"
-                    )
-                time.sleep(0.05)
+        until_listening(self.proc, self.port, "ngircd", self.close)
 
     def close(self) -> None:
-        self.proc.terminate()
+        stop(self.proc, self.dir)
+
+
+def until_listening(proc: subprocess.Popen[str], port: int, name: str, close: Callable[[], None]) -> None:
+    """Return once a server just started accepts on 127.0.0.1:`port`; if it exits or takes too long,
+    `close` it and raise with what it said on stderr."""
+    deadline = time.monotonic() + 20
+    while True:
         try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                close()
+                raise RuntimeError(  # noqa: B904 (the server's stderr says why, not the probe)
+                    f"{name} did not start: {proc.stderr and proc.stderr.read()}"
+                )
+            time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[str], directory: Path) -> None:
+    """End a server `until_listening` saw start, and remove its directory."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

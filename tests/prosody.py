@@ -9,7 +9,6 @@ import os
 import pwd
 import queue
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import slixmpp
 import slixmpp.exceptions
-from ngircd import free_port
+from ngircd import free_port, stop, until_listening
 
 PROSODY = "/usr/bin/prosody"
 DOMAIN = "xmpp.test"
@@ -39,6 +38,7 @@ class Prosody:
             pytest.skip("prosody is not installed (setup.sh installs it: apt-get install prosody)")
         self.dir = Path(tempfile.mkdtemp(prefix="hermetic-prosody-"))
         self.port = free_port()
+        self.accounts: set[str] = set()
         self.config = self.dir / "prosody.cfg.lua"
         (self.dir / "data").mkdir()
         self.config.write_text(
@@ -61,21 +61,13 @@ class Prosody:
             [PROSODY, "--config", str(self.config), "-F"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **user,
         )  # fmt: skip
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError(  # noqa: B904 (the server's stderr says why, not the probe)
-                        f"prosody did not start: {self.proc.stderr and self.proc.stderr.read()}"
-                    )
-                time.sleep(0.05)
+        until_listening(self.proc, self.port, "prosody", self.close)
 
     def register(self, user: str) -> str:
-        """An account `user@xmpp.test` with PASSWORD; its JID."""
+        """An account `user@xmpp.test` with PASSWORD (once); its JID."""
+        if user in self.accounts:
+            return f"{user}@{DOMAIN}"
+        self.accounts.add(user)
         subprocess.run(
             ["prosodyctl", "--config", str(self.config), "register", user, DOMAIN, PASSWORD],
             check=True, capture_output=True, timeout=30,
@@ -83,13 +75,7 @@ class Prosody:
         return f"{user}@{DOMAIN}"
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        stop(self.proc, self.dir)
 
 
 @pytest.fixture(scope="session")
@@ -112,18 +98,18 @@ class Heard:
 class XmppUser:
     """A person: logs in, joins rooms, says things, and hears every message (corrections included)."""
 
-    def __init__(self, server: Prosody, user: str) -> None:
+    def __init__(self, server: Prosody, user: str, resource: str = "phone") -> None:
         self.jid = server.register(user)
         self.heard: queue.Queue[Heard] = queue.Queue()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.client: slixmpp.ClientXMPP = self._call(self._login(server.port))
+        self.client: slixmpp.ClientXMPP = self._call(self._login(server.port, resource))
 
     def _call(self, coro: Any, timeout: float = 30) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    async def _login(self, port: int, resource: str = "phone") -> slixmpp.ClientXMPP:
+    async def _login(self, port: int, resource: str) -> slixmpp.ClientXMPP:
         plain = {"unencrypted_plain": True, "unencrypted_scram": True}
         client = slixmpp.ClientXMPP(
             f"{self.jid}/{resource}", PASSWORD, plugin_config={"feature_mechanisms": plain}

@@ -38,13 +38,7 @@ def _bot(alice: XmppUser) -> str:
 
 
 def _bot_config(server: Prosody, alice: XmppUser, **extra: Any) -> dict[str, Any]:
-    bot = _bot(alice)
-    if not hasattr(server, "registered"):
-        server.registered = set()  # type: ignore[attr-defined]
-    if bot not in server.registered:  # type: ignore[attr-defined]
-        server.register(bot.split("@")[0])
-        server.registered.add(bot)  # type: ignore[attr-defined]
-    return xmpp_config(server, bot, allow_users=[alice.jid]) | extra
+    return xmpp_config(server, server.register(_bot(alice).split("@")[0]), allow_users=[alice.jid]) | extra
 
 
 def _settings(tmp_path: Path, llm_url: str, server: Prosody, alice: XmppUser, **extra: Any) -> Any:
@@ -154,25 +148,12 @@ def test_a_message_sent_while_the_gateway_is_away_is_answered_and_a_conflict_rec
     with Running(_settings(tmp_path, fake_llm.url, xmpp_server, alice)) as gateway:
         assert alice.hear_reply("kept for me")
         # another login with the bot's resource: the server ends the gateway's stream (conflict)
-        intruder = XmppUser.__new__(XmppUser)
-        _login_as(intruder, xmpp_server, _bot(alice))
-        intruder.close()
+        XmppUser(xmpp_server, _bot(alice).split("@")[0], resource="hermetic").close()
         wait_for(lambda: any("conflict" in e for e in gateway.status["xmpp"].errors))
         _online(gateway)
         alice.say(_bot(alice), "still there?")
         assert alice.hear_reply("back again")
         wait_answered(gateway, 2)
-
-
-def _login_as(user: XmppUser, server: Prosody, jid: str) -> None:
-    """`user` logged in as the bot's account and resource."""
-    import queue
-    import threading
-
-    user.jid, user.heard, user.loop = jid, queue.Queue(), asyncio.new_event_loop()
-    user._thread = threading.Thread(target=user.loop.run_forever, daemon=True)
-    user._thread.start()
-    user.client = user._call(user._login(server.port, resource="hermetic"))
 
 
 def test_a_wrong_password_and_a_server_without_tls_are_refused(xmpp_server: Prosody, alice: XmppUser) -> None:
