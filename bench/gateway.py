@@ -1,5 +1,5 @@
-"""`python -m bench.gateway [--platform all|telegram|irc|xmpp|office]`: the messaging gateway over the Telegram
-stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
+"""`python -m bench.gateway [--platform all|telegram|irc|xmpp|office]`: the messaging gateway over the
+Telegram stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
 from an inbound update to the agent's first model request, from the model's last token to the final
 edit, and N chats x M messages at once
 (each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
