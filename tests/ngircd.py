@@ -22,6 +22,9 @@ PASSWORD = "server-secret"
 OPERATOR = "op"
 """An IRC operator (`OPER op server-secret`), who can KILL a connection."""
 T = TypeVar("T")
+REPLY_TIMEOUT = 120.0
+"""Seconds a wait on the bot may take before the test fails: the session's first turn pays the agent's
+cold imports, which on the shared machine under load have taken most of a minute."""
 
 
 def free_port() -> int:
@@ -118,18 +121,18 @@ class IrcUser:
     def say(self, target: str, text: str) -> None:
         self.send(f"PRIVMSG {target} :{text}")
 
-    def hear(self, count: int, timeout: float = 60) -> list[tuple[str, str, str]]:
+    def hear(self, count: int, timeout: float = REPLY_TIMEOUT) -> list[tuple[str, str, str]]:
         """The next `count` PRIVMSGs, in the order they came."""
         return [self.heard.get(timeout=timeout) for _ in range(count)]
 
-    def hear_until(self, words: str, timeout: float = 60) -> list[str]:
+    def hear_until(self, words: str, timeout: float = REPLY_TIMEOUT) -> list[str]:
         """The texts heard up to and with the first one holding `words`."""
         texts: list[str] = []
         while not texts or words not in texts[-1]:
             texts.append(self.heard.get(timeout=timeout)[2])
         return texts
 
-    def wait_online(self, nick: str, timeout: float = 60) -> None:
+    def wait_online(self, nick: str, timeout: float = REPLY_TIMEOUT) -> None:
         """Until `nick` is on the server (asked with ISON, the way clients watch for a friend)."""
 
         def online() -> bool:
@@ -174,7 +177,7 @@ def _recv(sock: socket.socket) -> bytes:
         return b""
 
 
-def wait_for(check: Callable[[], T], timeout: float = 60) -> T:
+def wait_for(check: Callable[[], T], timeout: float = REPLY_TIMEOUT) -> T:
     deadline = time.monotonic() + timeout
     while not (found := check()):
         if time.monotonic() > deadline:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import slixmpp
 import slixmpp.exceptions
-from ngircd import free_port, stop, until_listening
+from ngircd import REPLY_TIMEOUT, free_port, stop, until_listening
 
 PROSODY = "/usr/bin/prosody"
 DOMAIN = "xmpp.test"
@@ -148,7 +148,7 @@ class XmppUser:
 
         return list(self._call(roster()))
 
-    def wait_offline(self, jid: str, timeout: float = 60) -> None:
+    def wait_offline(self, jid: str, timeout: float = REPLY_TIMEOUT) -> None:
         """Until the server says `jid` (a full JID) is not online: a disco query it cannot route."""
 
         async def online() -> bool:
@@ -165,10 +165,10 @@ class XmppUser:
         while self._call(online()):
             assert time.monotonic() < deadline, f"{jid} stayed online"
 
-    def hear(self, timeout: float = 60) -> Heard:
+    def hear(self, timeout: float = REPLY_TIMEOUT) -> Heard:
         return self.heard.get(timeout=timeout)
 
-    def hear_reply(self, last_words: str, timeout: float = 60) -> tuple[Heard, list[Heard]]:
+    def hear_reply(self, last_words: str, timeout: float = REPLY_TIMEOUT) -> tuple[Heard, list[Heard]]:
         """The first message of a reply and its corrections, up to the one that ends with `last_words`."""
         first = self.hear(timeout)
         corrections: list[Heard] = []
