@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel ngircd"
+PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel ngircd prosody"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
@@ -19,10 +19,13 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-# ngircd is for the tests, which start their own on loopback: Debian's service (all interfaces) stays off
-if [ -d /run/systemd/system ] && systemctl is-enabled ngircd >/dev/null 2>&1; then
-  $SUDO systemctl disable --now ngircd >/dev/null 2>&1 || true
-fi
+# ngircd and prosody are for the tests, which start their own on loopback: Debian's services (all
+# interfaces) stay off
+for service in ngircd prosody; do
+  if [ -d /run/systemd/system ] && systemctl is-enabled $service >/dev/null 2>&1; then
+    $SUDO systemctl disable --now $service >/dev/null 2>&1 || true
+  fi
+done
 
 if ! docker info >/dev/null 2>&1; then
   echo "setup: starting dockerd"

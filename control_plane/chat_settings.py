@@ -121,6 +121,30 @@ class IrcSettings(ChatAccess):
         return _from_env(value)
 
 
+class XmppSettings(ChatAccess):
+    """An XMPP account: one-to-one chats, and the MUC rooms of `allow_chats` (room JIDs), joined as
+    `nick`, where the bot answers messages addressed to it (`nick: ...`). `allow_users` are bare JIDs."""
+
+    jid: str = Field(pattern=r"^[^@/\s]+@[^@/\s]+$")
+    """The bot's bare JID, e.g. hermetic@example.org."""
+    password: SecretStr
+    """The account's password (`${XMPP_PASSWORD}`)."""
+    host: str | None = None
+    port: int = Field(5222, ge=1, le=65535)
+    """Where to connect (None: the JID's domain, by its DNS SRV records)."""
+    tls: bool = True
+    """STARTTLS required before the password goes out (False: only for a server on loopback)."""
+    tls_verify: bool = True
+    resource: str = "hermetic"
+    nick: str = Field("hermetic", min_length=1)
+    """The bot's nickname in MUC rooms."""
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _password(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class MattermostSettings(Backfilled):
     url: str
     """The server, e.g. https://chat.example.com (the REST API is under /api/v4)."""
@@ -189,6 +213,7 @@ class GatewaySettings(BaseModel):
     slack: SlackSettings | None = None
     discord: DiscordSettings | None = None
     irc: IrcSettings | None = None
+    xmpp: XmppSettings | None = None
     mattermost: MattermostSettings | None = None
     whatsapp: WhatsAppSettings | None = None
     webhook: WebhookSettings | None = None

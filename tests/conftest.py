@@ -17,6 +17,7 @@ import pytest
 from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
 from ngircd import irc_server  # noqa: F401  (the session fixture, for the IRC tests)
 from postgres import LocalPostgres, postgres  # noqa: F401  (the session fixture, for every test module)
+from prosody import xmpp_server  # noqa: F401  (the session fixture, for the XMPP tests)
 from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend

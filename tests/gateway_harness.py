@@ -99,6 +99,16 @@ def wait_answered(gateway: Gateway, count: int, timeout: float = 120) -> None:
         time.sleep(0.02)
 
 
+APPROVE_THEN_SEND_FILE: list[dict[str, Any]] = [
+    {"tool_calls": [{"name": "open_port", "arguments": {"port": 7000}}]},
+    {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": "# n\n"}}]},
+    {"tool_calls": [{"name": "send_file", "arguments": {"path": "n.md"}}]},
+    {"text": "Opened; the notes are in n.md."},
+]
+"""A turn for asking_registry: an approval (open_port), then a file sent back; the platform's
+refusal of files, where it has one, reaches the model as send_file's result."""
+
+
 class PortArgs(BaseModel):
     port: int
 

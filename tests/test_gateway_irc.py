@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_harness import APPROVE_THEN_SEND_FILE, Running, asking_registry, gateway_settings, wait_answered
 from ngircd import IrcUser, Ngircd, irc_config, wait_for
 
 from control_plane.chat_settings import IrcSettings
@@ -112,14 +112,7 @@ def test_a_stranger_gets_a_pairing_code_and_commands_answer_without_the_model(
 def test_an_approval_is_answered_by_replying_and_a_file_is_refused_with_the_reason(
     tmp_path: Path, fake_llm: Any, irc_server: Ngircd, alice: IrcUser
 ) -> None:
-    fake_llm.load(
-        [
-            {"tool_calls": [{"name": "open_port", "arguments": {"port": 7000}}]},
-            {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": "# n\n"}}]},
-            {"tool_calls": [{"name": "send_file", "arguments": {"path": "n.md"}}]},
-            {"text": "Opened; the notes are in n.md."},
-        ]
-    )
+    fake_llm.load(APPROVE_THEN_SEND_FILE)
     settings = _settings(tmp_path, fake_llm.url, irc_server, alice).model_copy(
         update={"toolsets": ["files", "test", "gateway"]}
     )

@@ -22,7 +22,7 @@ from pydle.features import IRCv3Support, ISUPPORTSupport, RFC1459Support, TLSSup
 
 from ..chat_settings import IrcSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
-from .plain import to_plain
+from .plain import addressed, to_plain
 from .text import split
 
 LINE_BYTES = 400
@@ -191,10 +191,10 @@ class IrcAdapter(Adapter):
         if text.startswith("\x01") or nick.lower() == me.lower():  # CTCP (ACTION, VERSION), or our echo
             return None
         if not direct:
-            addressed, sep, rest = text.partition(" ")
-            if addressed.rstrip(":,").lower() != me.lower() or addressed[len(me) :] not in (":", ","):
+            said = addressed(text, me)
+            if said is None:
                 return None  # said in the channel, not to the bot
-            text = rest.strip()
+            text = said
         return Inbound(
             platform=self.platform,
             chat=nick if direct else target,

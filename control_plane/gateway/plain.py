@@ -1,6 +1,6 @@
 """The model's Markdown as plain text, for platforms that show no markup (IRC, XMPP bodies): mdit-plain's
 renderer for markdown-it-py, taught to keep what plain text can still say (link targets, list bullets
-and numbers, quote marks); code stays as written."""
+and numbers, quote marks); code stays as written. And what in a group chat line is said to the bot."""
 
 from __future__ import annotations
 
@@ -54,3 +54,11 @@ def to_plain(markdown: str) -> str:
     lines = _MARKDOWN.render(markdown).splitlines()
     kept = [line for n, line in enumerate(lines) if line.strip() or (n and lines[n - 1].strip())]
     return "\n".join(kept).strip("\n")
+
+
+def addressed(text: str, nick: str) -> str | None:
+    """What follows `nick: ` or `nick, ` at the start of a group chat line (None: said to others)."""
+    head, _, rest = text.partition(" ")
+    if head[:-1].lower() != nick.lower() or head[-1:] not in (":", ","):
+        return None
+    return rest.strip()

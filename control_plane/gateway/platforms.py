@@ -37,6 +37,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .irc import IrcAdapter
 
         adapters.append(IrcAdapter(config.irc))
+    if config.xmpp is not None:
+        from .xmpp import XmppAdapter
+
+        adapters.append(XmppAdapter(config.xmpp))
     if config.mattermost is not None:
         from .mattermost import MattermostAdapter
 
