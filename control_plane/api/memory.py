@@ -1,17 +1,19 @@
 """Curated memory over HTTP: MEMORY.md and USER.md with their limits and threat marks, edited with the
 memory tool's own ops and validation (all or nothing; a refusal is a 400 with the tool's message),
-and SOUL.md with the lines the threat scan withholds. Mounted by api/app.py."""
+and SOUL.md with the lines the threat scan withholds, replaced whole under the same checks. Mounted by
+api/app.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from ..memory.persona import load_persona, soul_path
+from ..memory.persona import MAX_CHARS, load_persona, save_soul, soul_path
 from ..memory.store import FILES, MemoryFileError, Op, Target
-from .bounds import AUTHENTICATED, errors
+from .bounds import AUTHENTICATED, NO_NUL, errors
 from .profiles import Auth
 
 router = APIRouter(prefix="/memory", tags=["memory"], responses=AUTHENTICATED)
@@ -36,13 +38,24 @@ class Soul(BaseModel):
     file: str
     text: str
     """The persona as the prompt gets it (withheld lines replaced)."""
+    raw: str
+    """The file as it is on disk: what the owner edits."""
     problems: list[str]
 
 
 class Memories(BaseModel):
     files: list[MemoryFile]
     soul: Soul | None
-    """None: no SOUL.md in this profile."""
+    """None: no SOUL.md in this profile (or it is empty)."""
+    soul_limit: int
+    """The most characters SOUL.md may hold; a save past it is refused."""
+
+
+class SoulText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: Annotated[str, StringConstraints(max_length=16 * MAX_CHARS, pattern=NO_NUL)]
+    """The whole new SOUL.md; empty: no persona. Past the limit (under this bound) is a 400 saying so."""
 
 
 class Edit(BaseModel):
@@ -73,12 +86,36 @@ def read_memory(profile: Auth) -> Memories:
     """Both memory files and the persona; 400 when a file cannot be read (the message says why)."""
     home = profile.settings.home
     persona = load_persona(home)
+    path = soul_path(home)
     soul = (
-        Soul(file=soul_path(home).name, text=persona.text, problems=persona.problems(soul_path(home)))
+        Soul(file=path.name, text=persona.text, raw=_raw(path), problems=persona.problems(path))
         if persona is not None
         else None
     )
-    return Memories(files=[_file(profile, target) for target in FILES], soul=soul)
+    return Memories(files=[_file(profile, target) for target in FILES], soul=soul, soul_limit=MAX_CHARS)
+
+
+def _raw(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"cannot read {path}: {exc.strerror}") from exc
+
+
+@router.put("/soul", responses=errors(400))
+def edit_soul(profile: Auth, body: SoulText) -> Saved:
+    """Replace SOUL.md whole, with the memory tool's checks: 400 with the reason when the text is over
+    the limit or a line is blocked by the threat scan (nothing is changed then)."""
+    home = profile.settings.home
+    try:
+        refusal = save_soul(home, body.text)
+    except MemoryFileError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
+    if refusal is not None:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, refusal)
+    chars = len(body.text.strip())
+    warn = chars > MAX_CHARS * profile.settings.memory.warn_at
+    return Saved(message=f"saved {soul_path(home).name} ({chars:,}/{MAX_CHARS:,} chars)", chars=chars, limit=MAX_CHARS, warn=warn)
 
 
 @router.post("/{target}", responses=errors(400))

@@ -2,19 +2,25 @@
 
 It enters the system prompt before memory. Like a memory entry it is scanned on every load: a line
 that matches the threat scan is replaced by a placeholder in the prompt and left in the file for the
-user to review (the file is the user's; Hermetic never rewrites it after creating it).
+user to review. Hermetic writes it only when the user saves it (`save_soul`, the console), with the
+memory tool's checks: its limit and the threat scan, refused whole with the reason.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..safety.threats import Finding, scan
+from .store import write_atomic
 
 SOUL_FILE = "SOUL.md"
 MAX_CHARS = 4000
-"""Past this the persona is cut (with a marker): it is read into every session's prompt."""
+"""Past this the persona is cut (with a marker): it is read into every session's prompt. A save past it
+is refused."""
+_FENCE_BREAK = re.compile(r"</?\s*persona", re.I)
+"""A line that would open or close the prompt's <persona> block from inside it."""
 DEFAULT = """# Persona
 
 You are direct and calm. You say what you did and what you found, plainly, without flattery or filler.
@@ -61,8 +67,7 @@ def load_persona(home: Path) -> Persona | None:
         return None
     lines, withheld = [], []
     for number, line in enumerate(raw.splitlines(), 1):
-        found = scan(line) if line.strip() else []
-        if found:
+        if found := _threats(line):
             rules = ", ".join(f"{f.family}/{f.rule}" for f in found)
             lines.append(f"[line withheld: it matched the threat scan ({rules}); it stays in {SOUL_FILE}]")
             withheld.append((number, found))
@@ -72,6 +77,37 @@ def load_persona(home: Path) -> Persona | None:
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS] + f"\n[persona cut at {MAX_CHARS} characters]"
     return Persona(text, withheld)
+
+
+def save_soul(home: Path, text: str) -> str | None:
+    """Replace SOUL.md with `text`, or say why not (nothing is changed then): over MAX_CHARS, or a
+    line the threat scan would withhold. Raises MemoryFileError when the file cannot be written."""
+    text = text.strip()
+    if len(text) > MAX_CHARS:
+        return (
+            f"refused: {SOUL_FILE} would hold {len(text):,} characters, over its limit of {MAX_CHARS:,}; "
+            "nothing was changed. Shorten it: it is read into every session's prompt"
+        )
+    for number, line in enumerate(text.splitlines(), 1):
+        if found := _threats(line):
+            return (
+                f"refused: line {number} is blocked by the threat scan ({'; '.join(str(f) for f in found)}); "
+                "nothing was changed. The persona is loaded into every session's prompt, so it must not hold "
+                "instructions that override the rules, commands that send data out, secrets, or invisible "
+                "characters"
+            )
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(soul_path(home), text)
+    return None
+
+
+def _threats(line: str) -> list[Finding]:
+    if not line.strip():
+        return []
+    found = scan(line)
+    if match := _FENCE_BREAK.search(line):
+        found.append(Finding("role-hijack", "persona-fence", match.group()))
+    return found
 
 
 def persona_block(persona: Persona | None) -> str:

@@ -207,7 +207,7 @@ class Memory:
                     old,
                     over_limit=True,
                 )
-            _write_atomic(self.path(target), _JOIN.join(entry.text for entry in entries))
+            write_atomic(self.path(target), _JOIN.join(entry.text for entry in entries))
         for listener in self.on_write:
             listener(target, [entry.text for entry in entries])
         summary = ", ".join(f"{count} {what}" for what, count in done.items() if count)
@@ -304,7 +304,7 @@ def _find(entries: list[_Entry], match: str) -> int | str:
     return f"{len(hits)} entries contain {match!r} ({shown}); give a longer piece of the one you mean"
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` so a reader sees the old file or the new one, never a part."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -1,6 +1,6 @@
 // MEMORY.md and USER.md with their limits and threat marks, edited with the memory tool's ops (add,
 // replace, remove) and its validation: a refused edit changes nothing and says why. SOUL.md as the
-// prompt gets it.
+// prompt gets it, edited whole under the same checks (a refused text stays in the box).
 import { api } from "../api.js";
 import { clear, h, notice } from "../dom.js";
 
@@ -63,6 +63,41 @@ function memoryFile(file, reload) {
   );
 }
 
+function soulFile(soul, limit, reload) {
+  const status = h("div", { "aria-live": "polite" });
+  const text = h("textarea", { id: "soul-text", rows: 10, maxlength: 16 * limit });
+  text.value = soul ? soul.raw : "";
+  const form = h(
+    "form",
+    { class: "card" },
+    h("label", { for: "soul-text" }, "SOUL.md (empty: no persona)"),
+    text,
+    h("button", { type: "submit" }, "Save SOUL.md"),
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const saved = await api("PUT", "/memory/soul", { text: text.value });
+      await reload(saved.message);
+    } catch (error) {
+      clear(status, notice(error.message));
+    }
+  });
+  const chars = soul ? soul.raw.length : 0;
+  return h(
+    "section",
+    { "aria-labelledby": "h-soul" },
+    h("h2", { id: "h-soul" }, "SOUL.md"),
+    usage({ file: "SOUL.md", chars, limit }),
+    soul ? soul.problems.map((p) => notice(p)) : null,
+    soul
+      ? h("details", {}, h("summary", {}, "As the prompt gets it"), h("pre", { class: "content" }, soul.text))
+      : h("p", { class: "muted" }, "No persona (SOUL.md) in this profile."),
+    form,
+    status,
+  );
+}
+
 async function render(view, _params, _query, message = "") {
   let memories;
   try {
@@ -77,10 +112,7 @@ async function render(view, _params, _query, message = "") {
     h("h1", {}, "Memory"),
     message ? notice(message, "ok") : null,
     memories.files.map((file) => memoryFile(file, reload)),
-    h("h2", {}, "SOUL.md"),
-    memories.soul
-      ? [memories.soul.problems.map((p) => notice(p)), h("pre", { class: "content" }, memories.soul.text)]
-      : h("p", { class: "muted" }, "No persona (SOUL.md) in this profile."),
+    soulFile(memories.soul, memories.soul_limit, reload),
   );
 }
 
