@@ -6,6 +6,7 @@ screenshot is written as an artifact (tests/console_browser.py says where)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from playwright.sync_api import Browser, Page, expect
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
 from test_skills import add
+
+from control_plane.skills.library import DAY
 
 WAIT = "echo first-line; while [ ! -e go ]; do sleep 0.05; done; echo second-line"
 """A command whose first line is out while it still runs: the test lets it finish (creates `go`)."""
@@ -146,6 +149,28 @@ def test_a_skill_shows_its_verification_log(console: Console, page: Page) -> Non
     page.get_by_role("link", name="Settings").click()
     expect(page.get_by_role("definition").filter(has_text=backend_of(console))).to_be_visible()
     shot(page, console, f"settings-{backend_of(console)}")
+
+
+def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -> None:
+    library = console.agent().skills
+    add(library, "old-notes", "Notes nobody has read in a while.")
+    library.store.execute(
+        "UPDATE skills SET last_used = ? WHERE name = ?", (time.time() - 40 * DAY, "old-notes")
+    )
+    bearer = {"Authorization": f"Bearer {console.token}"}
+    stale = httpx.post(console.url + "/skills/curation/apply", json={"changes": []}, headers=bearer)
+    assert stale.status_code == 409 and "review it again" in stale.json()["detail"]
+    assert library.info("old-notes").state == "active"  # a plan not the one shown changes nothing
+
+    page.get_by_role("link", name="Skills").click()
+    page.get_by_role("button", name="Show the curation plan").click()
+    change = page.locator("ul.plan li").filter(has_text="old-notes")
+    expect(change).to_have_text("old-notes: stale (unused for 40 days)")
+    shot(page, console, f"curation-plan-{backend_of(console)}")
+    page.get_by_role("button", name="Apply these changes").click()
+    expect(page.get_by_role("status")).to_contain_text("Curation applied: old-notes: stale")
+    assert library.info("old-notes").state == "stale"
+    expect(page.get_by_role("row", name="old-notes").get_by_role("cell", name="stale")).to_be_visible()
 
 
 def test_memory_edits_keep_the_tools_limit_and_scan(console: Console, page: Page) -> None:

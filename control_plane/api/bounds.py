@@ -38,6 +38,8 @@ SkillName = Annotated[
 ]
 SourceText = Annotated[str, _text(1, 4000)]
 """Where skills come from: a directory, an archive file or URL, a git repository[#REF][:SUBDIR], TAP/NAME."""
+CurationLine = Annotated[str, _text(1, 1000)]
+"""One change of a skill curation plan ("NAME: stale (unused for 40 days)")."""
 FindingRef = Annotated[str, _text(1, 500)]
 """A threat finding accepted for an install: the finding's id, FILE:LINE, or "all"."""
 Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]

@@ -115,7 +115,12 @@ def edit_soul(profile: Auth, body: SoulText) -> Saved:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, refusal)
     chars = len(body.text.strip())
     warn = chars > MAX_CHARS * profile.settings.memory.warn_at
-    return Saved(message=f"saved {soul_path(home).name} ({chars:,}/{MAX_CHARS:,} chars)", chars=chars, limit=MAX_CHARS, warn=warn)
+    return Saved(
+        message=f"saved {soul_path(home).name} ({chars:,}/{MAX_CHARS:,} chars)",
+        chars=chars,
+        limit=MAX_CHARS,
+        warn=warn,
+    )
 
 
 @router.post("/{target}", responses=errors(400))

@@ -7,13 +7,13 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..skills.curation import duplicates, unmerge
 from ..skills.library import SkillError, SkillLibrary, UnknownSkill
 from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
-from .bounds import AUTHENTICATED, RelativePath, SkillName, Version, errors
+from .bounds import AUTHENTICATED, CurationLine, RelativePath, SkillName, Version, errors
 from .profiles import Auth
 
 router = APIRouter(prefix="/skills", tags=["skills"], responses=AUTHENTICATED)
@@ -26,6 +26,13 @@ class Rollback(BaseModel):
 
 class Pin(BaseModel):
     pinned: bool = True
+
+
+class ConfirmedPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    changes: Annotated[list[CurationLine], Field(max_length=10_000)]
+    """The plan's `changes` as the user saw them: applied only while they are still the plan."""
 
 
 def _run(profile: Auth, action: Any) -> Any:
@@ -110,6 +117,22 @@ def curation_plan(profile: Auth) -> dict[str, Any]:
         }
 
     return _run(profile, plan)
+
+
+@router.post("/curation/apply", responses=errors(409))
+def curation_apply(profile: Auth, body: ConfirmedPlan) -> dict[str, list[str]]:
+    """Apply the plan's staleness changes (mark stale, archive) the caller confirmed; 409 and nothing
+    changed when the plan is no longer what it saw. Near-duplicates are merged by the reviewer
+    (`hermetic skills curate --apply`), not here."""
+
+    def apply(lib: SkillLibrary) -> dict[str, list[str]]:
+        if lib.curate(apply=False) != body.changes:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, "the curation plan changed since it was shown: review it again"
+            )
+        return {"changes": lib.curate(apply=True)}
+
+    return _run(profile, apply)
 
 
 @router.post("/{name}/unmerge", responses=errors(404))

@@ -2,6 +2,7 @@
 // and every version with the gate's verification log (each check's output) and its diff.
 import { api } from "../api.js";
 import { clear, h, notice, time } from "../dom.js";
+import { curationPanel } from "./skill_curation.js";
 import { installForm } from "./skill_install.js";
 
 const percent = (rate) => (rate === null ? "never run" : `${Math.round(rate * 100)}%`);
@@ -33,6 +34,7 @@ async function renderList(view, _params, _query, message = "") {
     h("h1", {}, "Skills"),
     message ? notice(message, "ok") : null,
     installForm((installed) => renderList(view, _params, _query, installed)),
+    curationPanel((applied) => renderList(view, _params, _query, applied)),
     skills.length
       ? h(
           "table",

@@ -1,0 +1,44 @@
+// The curation plan (what `hermetic skills curate` would do) and its apply: the staleness changes
+// shown are sent back as the confirmation, and the server applies them only while they are still
+// the plan. Near-duplicates and failing skills are listed for a look.
+import { api } from "../api.js";
+import { clear, h, notice } from "../dom.js";
+
+function planView(plan, status, onApplied) {
+  const pairs = plan.duplicates.map((p) => `${p.a} + ${p.b}: near-duplicates (${p.similarity.toFixed(2)}), a merge for the reviewer: hermetic skills curate --apply`);
+  const failing = plan.failing.map((name) => `${name}: failing (out of the prompt listing; restore it from its page or the CLI)`);
+  const apply = async () => {
+    try {
+      const applied = await api("POST", "/skills/curation/apply", { changes: plan.changes });
+      await onApplied(`Curation applied: ${applied.changes.join("; ") || "nothing changed"}`);
+    } catch (error) {
+      clear(status, notice(error.message));
+    }
+  };
+  return [
+    h("h3", {}, "Changes"),
+    plan.changes.length ? h("ul", { class: "plan" }, plan.changes.map((c) => h("li", {}, c))) : h("p", { class: "muted" }, "No skill is due to go stale or be archived."),
+    plan.changes.length ? h("button", { type: "button", onclick: apply }, "Apply these changes") : null,
+    pairs.length || failing.length ? [h("h3", {}, "For a look"), h("ul", {}, [...pairs, ...failing].map((t) => h("li", {}, t)))] : null,
+  ];
+}
+
+export function curationPanel(onApplied) {
+  const body = h("div", {});
+  const status = h("div", { "aria-live": "polite" });
+  const show = async () => {
+    try {
+      clear(body, planView(await api("GET", "/skills/curation/plan"), status, onApplied));
+    } catch (error) {
+      clear(status, notice(error.message));
+    }
+  };
+  return h(
+    "section",
+    { class: "card", "aria-labelledby": "h-curation" },
+    h("h2", { id: "h-curation" }, "Curation"),
+    h("button", { type: "button", onclick: show }, "Show the curation plan"),
+    body,
+    status,
+  );
+}
