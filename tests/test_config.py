@@ -169,4 +169,6 @@ def test_a_persona_fence_break_is_withheld_and_refused_on_save(tmp_path: Path) -
     assert save_soul(tmp_path, escape) is not None
     assert (tmp_path / "SOUL.md").read_text() == escape, "a refused save changes nothing"
     assert save_soul(tmp_path, "Be brief.\nUse metric units.") is None
-    assert load_persona(tmp_path) == Persona("Be brief.\nUse metric units.", [])
+    assert load_persona(tmp_path) == Persona(
+        "Be brief.\nUse metric units.", [], "Be brief.\nUse metric units."
+    )

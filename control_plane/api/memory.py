@@ -5,7 +5,6 @@ api/app.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
@@ -88,18 +87,11 @@ def read_memory(profile: Auth) -> Memories:
     persona = load_persona(home)
     path = soul_path(home)
     soul = (
-        Soul(file=path.name, text=persona.text, raw=_raw(path), problems=persona.problems(path))
+        Soul(file=path.name, text=persona.text, raw=persona.raw, problems=persona.problems(path))
         if persona is not None
         else None
     )
     return Memories(files=[_file(profile, target) for target in FILES], soul=soul, soul_limit=MAX_CHARS)
-
-
-def _raw(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"cannot read {path}: {exc.strerror}") from exc
 
 
 @router.put("/soul", responses=errors(400))

@@ -34,6 +34,8 @@ class Persona:
     """What goes into the prompt: the file with withheld lines replaced."""
     withheld: list[tuple[int, list[Finding]]] = field(default_factory=list)
     """Line numbers (from 1) the threat scan withheld, with what matched."""
+    raw: str = ""
+    """The file as it is (stripped): what the user edits."""
 
     def problems(self, path: Path) -> list[str]:
         return [
@@ -76,7 +78,7 @@ def load_persona(home: Path) -> Persona | None:
     text = "\n".join(lines).strip()
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS] + f"\n[persona cut at {MAX_CHARS} characters]"
-    return Persona(text, withheld)
+    return Persona(text, withheld, raw.strip())
 
 
 def save_soul(home: Path, text: str) -> str | None:
