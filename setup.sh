@@ -61,3 +61,6 @@ fi
 for variant in slim browser node; do  # node: MCP servers from npm (hermetic mcp add --npm)
   echo "setup: sandbox image $(.venv/bin/python -m images.build --variant "$variant")"
 done
+if [ "${HERMETIC_SETUP_SERVICE_IMAGES:-}" = 1 ]; then  # .ci/run: the compose stack's images, for its test
+  .venv/bin/python -m images.services | sed 's/^/setup: service image /'
+fi

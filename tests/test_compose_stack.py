@@ -31,6 +31,11 @@ SCRIPT = [
 ]
 
 
+# the first test builds the stack's images when they are not cached (minutes on a fresh machine;
+# .ci/run builds them before the suite)
+pytestmark = pytest.mark.timeout(1200)
+
+
 @pytest.fixture(scope="module")
 def images() -> dict[str, str]:
     if shutil.which("docker-compose") is None:
