@@ -5,8 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -14,8 +15,6 @@ import pytest
 from hermetic_cli import hermetic, scripted_env
 from ngircd import free_port
 from postgres import LocalPostgres
-
-from control_plane.store.serve_lock import serving
 
 NO_MODEL = "http://127.0.0.1:9/v1"  # serving starts no turn, so no model is asked
 
@@ -29,6 +28,9 @@ class Served:
             [sys.executable, "-m", "control_plane", "serve", "--port", str(self.port)],
             env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        self.said: list[str] = []  # its stderr, read as it comes so the pipe never fills
+        self._reader = threading.Thread(target=lambda: self.said.extend(self.proc.stderr or ()), daemon=True)
+        self._reader.start()
 
     def healthy(self) -> bool:
         try:
@@ -36,24 +38,28 @@ class Served:
         except httpx.TransportError:
             return False
 
-    def wait_listening(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.healthy():
-            assert self.proc.poll() is None, f"serve exited: {self.proc.communicate()[1]}"
-            assert time.monotonic() < deadline, "serve did not listen in time"
-            time.sleep(0.1)
+    def wait_listening(self) -> None:
+        self._until(self.healthy, "listen")
 
-    def wait_holding(self, lock: Path, timeout: float = 120) -> None:
+    def wait_starting_its_app(self) -> None:
+        """Until uvicorn starts the app (past the lock, before the seconds of warm-up)."""
+        self._until(lambda: any("Waiting for application startup" in line for line in self.said), "start")
+
+    def wait_holding(self, lock: Path) -> None:
         """Until this server holds the serve lock (it names itself in the file), well before it listens."""
+        self._until(lambda: f'"pid": {self.proc.pid},' in (lock.read_text() if lock.exists() else ""), "lock")
+
+    def _until(self, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
-        while f'"pid": {self.proc.pid},' not in (lock.read_text() if lock.exists() else ""):
-            assert self.proc.poll() is None, f"serve exited: {self.proc.communicate()[1]}"
-            assert time.monotonic() < deadline, "serve did not take the lock in time"
+        while not done():
+            assert self.proc.poll() is None, f"serve exited: {''.join(self.said)}"
+            assert time.monotonic() < deadline, f"serve did not {what} in time"
             time.sleep(0.05)
 
     def stop(self) -> None:
         self.proc.kill()
-        self.proc.communicate(timeout=30)
+        self.proc.wait(30)
+        self._reader.join(30)
 
 
 @pytest.fixture
@@ -96,10 +102,10 @@ def test_a_postgresql_profile_takes_no_serve_lock(
     database = postgres.create_database()
     url = postgres.url(database)
     try:
-        served = start(servers, scripted_env(tmp_path, NO_MODEL, HERMETIC_DATABASE_URL=url))
-        served.wait_listening()
-        with serving(url, "127.0.0.1:1"), serving(url, "127.0.0.1:2"):  # what a second serve would take
-            assert served.healthy()
+        env = scripted_env(tmp_path, NO_MODEL, HERMETIC_DATABASE_URL=url)
+        one, two = start(servers, env), start(servers, env)  # at once: neither waits for the other
+        one.wait_starting_its_app()
+        two.wait_starting_its_app()
         assert not list(tmp_path.rglob("*.serve.lock"))
     finally:
         for served in servers:
