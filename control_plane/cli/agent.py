@@ -361,21 +361,33 @@ def serve(
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs) and the web console at /. Creates a first token when
     there is none."""
+    from ..store.serve_lock import DatabaseInUse, serving
+
+    settings = load_settings()
+    host = host or settings.api.host
+    port = port or settings.api.port
+    try:
+        with serving(str(settings.database_url), f"{host}:{port}"):
+            _serve(settings, host, port, open_console)
+    except DatabaseInUse as exc:
+        err.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(3) from None
+
+
+def _serve(settings: Settings, host: str, port: int, open_console: bool) -> None:
     import uvicorn
 
     from ..api.app import create_app
     from ..api.tokens import TokenStore
 
-    settings = load_settings()
     tokens = TokenStore(settings.root)
-    host = host or settings.api.host
     if not tokens.list():
         if not _loopback(host):  # a first token printed to a console is for a local user, not a network
             err.print(f"refusing to listen on {host} with no API token: run `hermetic token create` first")
             raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    config = uvicorn.Config(create_app(settings.root), host=host, port=port or settings.api.port)
+    config = uvicorn.Config(create_app(settings.root), host=host, port=port)
     server_class = _opening(config) if open_console else uvicorn.Server
     if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
         from .gateway import serve_beside
