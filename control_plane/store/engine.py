@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, insert, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import SQLModel, col
@@ -34,14 +34,16 @@ SQLITE_SEARCH_DDL = [
     UNINDEX_TRIGGER,
 ]
 # The search query repeats this expression and predicate exactly, so the planner uses the index.
+# fastupdate off: by default GIN queues new entries in a pending list that every search scans linearly until
+# (auto)vacuum merges it; right after 100,000 inserts that tripled search times (docs/performance.md).
 POSTGRES_SEARCH_DDL = [
     "CREATE INDEX IF NOT EXISTS messages_tsv ON messages "
-    "USING gin (to_tsvector('simple', content)) WHERE role <> 'system'",
+    "USING gin (to_tsvector('simple', content)) WITH (fastupdate = off) WHERE role <> 'system'",
 ]
 POSTGRES_TRIGRAM_DDL = [
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
     "CREATE INDEX IF NOT EXISTS messages_trgm ON messages USING gin (content gin_trgm_ops) "
-    "WHERE role <> 'system'",
+    "WITH (fastupdate = off) WHERE role <> 'system'",
 ]
 
 
@@ -152,6 +154,8 @@ def _create_schema(engine: Engine) -> None:
             conn.execute(text(ddl))
     if engine.dialect.name == "postgresql":
         _try_pg_trgm(engine)
+        with engine.begin() as conn:
+            _gin_without_pending_list(conn)
 
 
 def _try_pg_trgm(engine: Engine) -> None:
@@ -162,6 +166,24 @@ def _try_pg_trgm(engine: Engine) -> None:
                 conn.execute(text(ddl))
     except DBAPIError as exc:
         log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
+
+
+GIN_INDEXES = ("messages_tsv", "messages_trgm")
+
+
+def _gin_without_pending_list(conn: Connection) -> None:
+    """Databases made before fastupdate = off: turn it off and merge what the pending list holds."""
+    queued = conn.scalars(
+        text(
+            "SELECT relname FROM pg_class WHERE relname IN :names AND relkind = 'i' "
+            "AND pg_table_is_visible(oid) AND NOT coalesce('fastupdate=off' = ANY(reloptions), false)"
+        ).bindparams(bindparam("names", expanding=True)),
+        {"names": list(GIN_INDEXES)},
+    ).all()
+    for name in queued:  # names from GIN_INDEXES only
+        conn.execute(text(f"ALTER INDEX {name} SET (fastupdate = off)"))
+        conn.execute(text("SELECT gin_clean_pending_list(CAST(:name AS regclass))"), {"name": name})
+        log.info("search index %s: pending list merged and turned off", name)
 
 
 # create_all adds the new ones to an existing database
