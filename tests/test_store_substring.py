@@ -13,6 +13,7 @@ from postgres import SUPERUSER, LocalPostgres
 from sqlalchemy import event, text
 
 from control_plane.store import Store
+from control_plane.store.engine import PENDING_KB
 
 P = "default"
 THIRTY_DIGITS = "123456789012345678901234567890"
@@ -72,7 +73,7 @@ def filled(postgres: LocalPostgres) -> Iterator[tuple[Store, LocalPostgres, str]
                 store.add_messages(store.create_session(P).id, filler)
             _fill(store)
             with store._engine.begin() as conn:
-                conn.execute(text("ANALYZE messages"))
+                conn.execute(text("ANALYZE sessions, messages"))
             yield store, postgres, name
     finally:
         postgres.drop_database(name)
@@ -105,8 +106,9 @@ def test_postgres_substring_search_uses_the_trigram_index(filled: tuple[Store, L
                 )
             ).all()
         )
-    # Both GIN indexes write straight into the index: no pending list for searches to scan.
-    assert options == {"messages_tsv": ["fastupdate=off"], "messages_trgm": ["fastupdate=off"]}
+    # Both GIN indexes keep a small pending list, so a search never scans megabytes of queued entries.
+    small = [f"gin_pending_list_limit={PENDING_KB}"]
+    assert options == {"messages_tsv": small, "messages_trgm": small}
     statements = _statements(store, "rößenä")
     substring = [(sql, params) for sql, params in statements if "ILIKE" in sql]
     assert len(substring) == 1, statements
@@ -150,3 +152,21 @@ def test_without_pg_trgm_substring_search_scans(
         postgres.drop_database(name)
         with psycopg.connect(**admin, dbname="postgres") as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"'.encode())
+
+
+def test_indexes_made_before_get_the_small_pending_list(postgres: LocalPostgres) -> None:
+    name = postgres.create_database()
+    try:
+        with Store(postgres.url(name)) as store:
+            _fill(store)
+            with store._engine.begin() as conn:  # as a database made before PENDING_KB has them
+                for index in ("messages_tsv", "messages_trgm"):
+                    conn.execute(text(f"ALTER INDEX {index} RESET (gin_pending_list_limit)"))
+        with Store(postgres.url(name)) as store, store._engine.connect() as conn:
+            options = conn.scalars(
+                text("SELECT reloptions FROM pg_class WHERE relname IN ('messages_tsv', 'messages_trgm')")
+            ).all()
+            assert options == [[f"gin_pending_list_limit={PENDING_KB}"]] * 2
+            assert [_unmarked(h.snippet) for h in store.search(P, "BERLAU", mode="keyword")] == [TRICKY[3]]
+    finally:
+        postgres.drop_database(name)
