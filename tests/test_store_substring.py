@@ -50,13 +50,17 @@ FOUND = [
 
 def test_substring_search_finds_special_characters(store: Store) -> None:
     _fill(store)
+    _assert_found(store)
+    assert store.search(P, "%", mode="keyword") == []  # a wildcard alone matches nothing
+    assert store.search(P, "_ _ _", mode="keyword") == []
+    assert store.search(P, "0%_of", mode="keyword") == []  # % and _ are literal, not wildcards
+
+
+def _assert_found(store: Store) -> None:
     for query, index in FOUND:
         hits = store.search(P, query, mode="keyword")
         expected = [] if index is None else [TRICKY[index]]
         assert [_unmarked(h.snippet) for h in hits] == expected, query
-    assert store.search(P, "%", mode="keyword") == []  # a wildcard alone matches nothing
-    assert store.search(P, "_ _ _", mode="keyword") == []
-    assert store.search(P, "0%_of", mode="keyword") == []  # % and _ are literal, not wildcards
 
 
 def _unmarked(snippet: str) -> str:
@@ -98,7 +102,7 @@ def _statements(store: Store, query: str) -> list[tuple[str, Any]]:
 def test_postgres_substring_search_uses_the_trigram_index(filled: tuple[Store, LocalPostgres, str]) -> None:
     store, _server, _name = filled
     with store._engine.connect() as conn:
-        options = dict(
+        options: dict[str, list[str]] = dict(
             conn.execute(
                 text(
                     "SELECT relname, reloptions FROM pg_class "
@@ -113,12 +117,8 @@ def test_postgres_substring_search_uses_the_trigram_index(filled: tuple[Store, L
     substring = [(sql, params) for sql, params in statements if "ILIKE" in sql]
     assert len(substring) == 1, statements
     sql, params = substring[0]
-    with store._engine.connect() as conn:
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        with raw.cursor() as cursor:
-            cursor.execute("EXPLAIN " + sql, params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+    with store._engine.connect() as conn:  # the driver's own statement and parameters, as the search ran them
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql, params))
     assert "messages_trgm" in plan, plan
 
 
@@ -128,20 +128,15 @@ def test_without_pg_trgm_substring_search_scans(
     """A role that may create tables but not extensions: the store opens, says so, and still finds them."""
     name = postgres.create_database()
     role = f"r_{name}"
-    admin = dict(host="127.0.0.1", port=postgres.port, user=SUPERUSER, autocommit=True)
     try:
-        with psycopg.connect(**admin, dbname=name) as conn:
+        with _admin(postgres, name) as conn:
             conn.execute(f'CREATE ROLE "{role}" LOGIN'.encode())
             conn.execute(f'REVOKE CREATE ON DATABASE "{name}" FROM PUBLIC'.encode())
             conn.execute(f'GRANT CREATE ON SCHEMA public TO "{role}"'.encode())
         url = postgres.url(name).replace(f"://{SUPERUSER}@", f"://{role}@")
         with caplog.at_level(logging.INFO, logger="control_plane.store.engine"), Store(url) as store:
             _fill(store)
-            for query, index in FOUND:
-                hits = store.search(P, query, mode="keyword")
-                assert [_unmarked(h.snippet) for h in hits] == ([] if index is None else [TRICKY[index]]), (
-                    query
-                )
+            _assert_found(store)
             with store._engine.connect() as conn:
                 indexes = set(
                     conn.scalars(text("SELECT indexname FROM pg_indexes WHERE tablename = 'messages'"))
@@ -150,8 +145,12 @@ def test_without_pg_trgm_substring_search_scans(
         assert any("pg_trgm unavailable" in r.getMessage() for r in caplog.records), caplog.text
     finally:
         postgres.drop_database(name)
-        with psycopg.connect(**admin, dbname="postgres") as conn:
+        with _admin(postgres, "postgres") as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"'.encode())
+
+
+def _admin(server: LocalPostgres, dbname: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(host="127.0.0.1", port=server.port, user=SUPERUSER, dbname=dbname, autocommit=True)
 
 
 def test_indexes_made_before_get_the_small_pending_list(postgres: LocalPostgres) -> None:
