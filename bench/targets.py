@@ -82,6 +82,20 @@ TARGETS = [
         for case in ("a new chat", "its next turn by history")
         for keys in (0, 10_000)
     ),
+    Target(
+        "PostgreSQL session_search at 100,000 messages under 5 ms (issue 38)",
+        "store postgresql: session_search tool, two words (3 sessions, window and edges)",
+        None,
+        5,
+        False,
+    ),
+    Target(
+        "PostgreSQL substring fallback at 100,000 messages under 20 ms (issue 38)",
+        "store postgresql: search, substring fallback",
+        None,
+        20,
+        False,
+    ),
 ]
 
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, insert, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import SQLModel, col
@@ -34,14 +34,20 @@ SQLITE_SEARCH_DDL = [
     UNINDEX_TRIGGER,
 ]
 # The search query repeats this expression and predicate exactly, so the planner uses the index.
+# GIN queues new entries in a pending list that every search scans linearly until it reaches its limit (4 MB
+# by default) or (auto)vacuum merges it: right after 100,000 inserts that made searches several times slower
+# (docs/performance.md). A small list keeps that scan short and still merges in bulk; without one
+# (fastupdate = off) inserts were 8x slower.
+PENDING_KB = 128
 POSTGRES_SEARCH_DDL = [
     "CREATE INDEX IF NOT EXISTS messages_tsv ON messages "
-    "USING gin (to_tsvector('simple', content)) WHERE role <> 'system'",
+    "USING gin (to_tsvector('simple', content)) "
+    f"WITH (gin_pending_list_limit = {PENDING_KB}) WHERE role <> 'system'",
 ]
 POSTGRES_TRIGRAM_DDL = [
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
     "CREATE INDEX IF NOT EXISTS messages_trgm ON messages USING gin (content gin_trgm_ops) "
-    "WHERE role <> 'system'",
+    f"WITH (gin_pending_list_limit = {PENDING_KB}) WHERE role <> 'system'",
 ]
 
 
@@ -152,6 +158,8 @@ def _create_schema(engine: Engine) -> None:
             conn.execute(text(ddl))
     if engine.dialect.name == "postgresql":
         _try_pg_trgm(engine)
+        with engine.begin() as conn:
+            _small_pending_lists(conn)
 
 
 def _try_pg_trgm(engine: Engine) -> None:
@@ -162,6 +170,24 @@ def _try_pg_trgm(engine: Engine) -> None:
                 conn.execute(text(ddl))
     except DBAPIError as exc:
         log.info("pg_trgm unavailable (%s); substring search scans instead", _first_line(exc.orig))
+
+
+GIN_INDEXES = ("messages_tsv", "messages_trgm")
+
+
+def _small_pending_lists(conn: Connection) -> None:
+    """Databases made before PENDING_KB: their indexes get the small list, what the old one holds merged."""
+    queued = conn.scalars(
+        text(
+            "SELECT relname FROM pg_class WHERE relname IN :names AND relkind = 'i' "
+            "AND pg_table_is_visible(oid) AND NOT coalesce(:option = ANY(reloptions), false)"
+        ).bindparams(bindparam("names", expanding=True)),
+        {"names": list(GIN_INDEXES), "option": f"gin_pending_list_limit={PENDING_KB}"},
+    ).all()
+    for name in queued:  # names from GIN_INDEXES only
+        conn.execute(text(f"ALTER INDEX {name} SET (gin_pending_list_limit = {PENDING_KB})"))
+        conn.execute(text("SELECT gin_clean_pending_list(CAST(:name AS regclass))"), {"name": name})
+        log.info("search index %s: pending list merged and limited to %d kB", name, PENDING_KB)
 
 
 # create_all adds the new ones to an existing database

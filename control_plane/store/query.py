@@ -37,8 +37,9 @@ def fts5_match(words: list[str]) -> str:
 
 
 def trigrams(words: list[str]) -> list[str]:
-    """Every three-character window of the words, as a trigram index knows them (shorter words have none)."""
-    return sorted({w.casefold()[i : i + 3] for w in words for i in range(len(w) - 2)})
+    """Every three-character window of the words, as a trigram index knows them (shorter words have none):
+    lowered, not casefolded, as FTS5 folds (ß stays ß; casefold makes it ss, a trigram the index lacks)."""
+    return sorted({w.lower()[i : i + 3] for w in words for i in range(len(w) - 2)})
 
 
 def websearch(words: list[str]) -> str:
