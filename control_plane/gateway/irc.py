@@ -30,6 +30,8 @@ LINE_BYTES = 400
 prefix the server puts in front when it relays the line."""
 REGISTER_TIMEOUT = 30.0
 QUIT_TIMEOUT = 5.0
+ONLINE_WAIT = 30.0
+"""How long a reply waits for the bot to be (back) on the server before it counts as not sent."""
 
 
 def _utf8_length(text: str) -> int:
@@ -110,6 +112,7 @@ class _Client(pydle.featurize(IRCv3Support, ISUPPORTSupport, TLSSupport, RFC1459
     async def on_disconnect(self, expected: bool) -> None:
         # not pydle's: it would reconnect, or log a "giving up"; the gateway's backoff decides
         self.closed.set()
+        self.adapter._online.clear()
         refusal = self.adapter._refusal
         closed = ConnectionLost(f"IRC: {self.adapter._closed_by or 'the server closed the connection'}")
         self.adapter._not_ready(AdapterError(f"IRC: {refusal}") if refusal else closed)
@@ -128,6 +131,8 @@ class IrcAdapter(Adapter):
         self.client: _Client | None = None
         self._inbox: asyncio.Queue[Inbound | None] = asyncio.Queue()
         self._ready: asyncio.Future[None] | None = None
+        self._online = asyncio.Event()
+        """Registered: a reply waits for it (a turn rerun at start-up may end before the bot is in)."""
         self._refusal: str | None = None
         """Why the server refused the bot (a password, SASL, the nick): not worth retrying."""
         self._closed_by: str | None = None
@@ -182,6 +187,7 @@ class IrcAdapter(Adapter):
         for channel in self.settings.allow_chats:
             await self.client.join(channel)
         self._ready.set_result(None)
+        self._online.set()
 
     def _heard(self, source: str, target: str, text: str, msgid: str | None) -> Inbound | None:
         """The message a PRIVMSG is for the gateway, if it is one (not CTCP, not said to others)."""
@@ -233,6 +239,10 @@ class IrcAdapter(Adapter):
             if line.strip()
             for part in split(line, limit, _utf8_length)
         ]
+        try:
+            await asyncio.wait_for(self._online.wait(), ONLINE_WAIT)
+        except TimeoutError as exc:
+            raise ConnectionLost("IRC: not connected") from exc
         async with self._sending:  # one reply's lines stay together
             for line in lines or ["…"]:
                 await self._pacer.wait()
