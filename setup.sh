@@ -27,6 +27,14 @@ for service in ngircd prosody; do
   fi
 done
 
+# File watching takes an inotify instance per watch, counted per user across every sandbox (they run
+# as this user): Debian's default of 128 instances is too few for a host running many sandboxes (and the
+# test suite ran out of it). Raised, never lowered.
+if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ]; then
+  $SUDO sysctl -q -w fs.inotify.max_user_instances=1024 >/dev/null 2>&1 \
+    || echo "setup: could not raise fs.inotify.max_user_instances (file watching may run out)" >&2
+fi
+
 if ! docker info >/dev/null 2>&1; then
   echo "setup: starting dockerd"
   if [ -d /run/systemd/system ]; then
