@@ -257,7 +257,14 @@ def _litellm() -> ModuleType:
     if not _loaded:
         # its bundled price list instead of fetching one from GitHub on import (slow, and offline fails)
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import aiohttp.connector
+        import aiohttp.resolver
         import litellm
+
+        # With aiodns installed (slixmpp needs it) aiohttp resolves through pycares, which opens an
+        # inotify instance and a thread per resolver; litellm's sessions are never closed, and the
+        # instances (128 per user on Debian, shared with every sandbox's file watches) ran out.
+        aiohttp.connector.DefaultResolver = aiohttp.resolver.ThreadedResolver  # type: ignore[misc]
 
         litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" and "Provider List" prints
         # litellm logs each failed call with its own handler; the router reports failures itself.
