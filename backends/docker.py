@@ -159,7 +159,11 @@ class DockerBackend(Backend):
         for container in self.client.containers.list(all=True, sparse=True, filters={"label": MANAGED_LABEL}):
             labels = container.attrs.get("Labels") or {}
             expired = float(labels.get(EXPIRES_LABEL, "inf")) < now
-            if expired or container.status in ("exited", "dead") or _owner_dead(labels.get(OWNER_LABEL, "")):
+            owner = labels.get(OWNER_LABEL, "")
+            # A stopped container of a live owner is that owner's to restart (its runtime ended: the
+            # next call recovers it) or to remove; one with no owner nobody will come back for.
+            stopped = container.status in ("exited", "dead") and not owner
+            if expired or stopped or _owner_dead(owner):
                 name = labels.get(SANDBOX_LABEL) or container.id
                 _quietly(lambda name=name: self.client.api.remove_container(name, force=True))
                 if labels.get(SANDBOX_LABEL):

@@ -137,6 +137,24 @@ def test_reaper_removes_orphans_and_expired_sandboxes(docker_backend: DockerBack
         unrelated.remove(force=True)
 
 
+def test_a_live_sandbox_stopped_for_its_restart_survives_another_reaper(docker_backend: DockerBackend) -> None:
+    """Between its runtime's end and the next call's restart, a sandbox's container is stopped: another
+    control plane starting on this dockerd (each reaps at start) must leave it and its ingress directory
+    to the owner, which is alive (CI: the recreated container's bind source had been removed)."""
+    with docker_backend.create(SandboxSpec()) as sb:
+        assert sb.ingress is not None and sb.ingress.dir.is_dir()
+        sb.run("echo kept > note")
+        assert sb.call("sys.shutdown") == {"stopping": True}  # the runtime ends; its container stops
+        deadline = time.monotonic() + 120
+        while sb.container.status != "exited":
+            assert time.monotonic() < deadline, "the container never stopped"
+            time.sleep(0.1)
+        DockerBackend(docker_backend.config)  # reaps on start
+        assert sb.ingress.dir.is_dir()
+        assert sb.run("cat note")["output"] == "kept\n"
+        assert "runtime stopped and was restarted" in sb.pop_notices()[0]
+
+
 def test_ttl_destroys_the_sandbox_and_it_is_not_recreated(backend: Backend) -> None:
     sb = backend.create(SandboxSpec(ttl=2))
     assert sb.run("echo alive")["output"] == "alive\n"
