@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx._config
 import pytest
 from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
 from ngircd import irc_server  # noqa: F401  (the session fixture, for the IRC tests)
@@ -28,6 +29,13 @@ from control_plane.store import Store
 # the children would never see it. A handler (not SIG_IGN) here means SIG_DFL in every child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# httpx waits 5 s for an answer by default: a wall-clock bound in every test request that does not set
+# its own, which a loaded CI machine exceeded (a profile opened by its first request). Tests wait on
+# conditions, each with its own generous bound; this one is the same for every request a test sends.
+TEST_REQUEST_TIMEOUT = 60.0
+for _part in ("connect", "read", "write", "pool"):
+    setattr(httpx._config.DEFAULT_TIMEOUT_CONFIG, _part, TEST_REQUEST_TIMEOUT)
 
 BACKENDS = ["local", "docker", "ssh", "modal-standin"]
 _backends: dict[str, Backend | str] = {}
