@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,3 +243,30 @@ def test_cancelling_a_waiting_call_is_prompt(fake_llm: FakeLLM) -> None:
 
     asyncio.run(asyncio.wait_for(cancel_soon(), timeout=10))
     assert len(fake_llm.requests) == 1  # cancelled, not retried
+
+
+def inotify_instances() -> int:
+    """This process's inotify instances (each an fd on anon_inode:inotify)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if _link(fd) == "anon_inode:inotify")
+
+
+def _link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the fd listing itself, closed by now
+        return ""
+
+
+def test_model_calls_hold_no_inotify_instance(fake_llm: FakeLLM) -> None:
+    """Each call's event loop gets its own aiohttp session, which litellm never closes: a resolver holding
+    an inotify instance (aiodns's, when installed) would leak one per call until the per-user limit,
+    shared with every sandbox's file watch, ran out (CI: 'cannot watch: Too many open files')."""
+    router = Router(scripted_model(fake_llm))
+    fake_llm.load([{"text": "warm"}])
+    complete(router)
+    before = inotify_instances()
+    fake_llm.load([{"text": f"reply {n}"} for n in range(5)])
+    for _ in range(5):
+        complete(router)
+    assert inotify_instances() == before
