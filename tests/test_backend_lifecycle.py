@@ -137,7 +137,7 @@ def test_reaper_removes_orphans_and_expired_sandboxes(docker_backend: DockerBack
         unrelated.remove(force=True)
 
 
-def test_a_live_sandbox_stopped_for_its_restart_survives_another_reaper(docker_backend: DockerBackend) -> None:
+def test_a_live_sandbox_stopped_for_a_restart_survives_another_reaper(docker_backend: DockerBackend) -> None:
     """Between its runtime's end and the next call's restart, a sandbox's container is stopped: another
     control plane starting on this dockerd (each reaps at start) must leave it and its ingress directory
     to the owner, which is alive (CI: the recreated container's bind source had been removed)."""
