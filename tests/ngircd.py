@@ -100,6 +100,9 @@ class IrcUser:
     def __init__(self, server: Ngircd, nick: str) -> None:
         self.nick = nick
         self.sock = socket.create_connection(("127.0.0.1", server.port), 10)
+        # reads block: with the connect timeout left on, the reader ended at the first 10 s of quiet (a
+        # slow turn) and nothing said after it was heard
+        self.sock.settimeout(None)
         self.heard: queue.Queue[tuple[str, str, str]] = queue.Queue()
         """(from nick, target, text) of every PRIVMSG this user receives."""
         self.lines: list[str] = []
@@ -136,9 +139,10 @@ class IrcUser:
         """Until `nick` is on the server (asked with ISON, the way clients watch for a friend)."""
 
         def online() -> bool:
+            asked = len(self.lines)  # only answers to this ISON: an earlier one said who was on then
             self.send(f"ISON {nick}")
             time.sleep(0.2)
-            return any(f" 303 {self.nick} :{nick}" in line for line in self.lines[-20:])
+            return any(f" 303 {self.nick} :{nick}" in line for line in self.lines[asked:])
 
         wait_for(online, timeout)
 
