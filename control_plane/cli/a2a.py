@@ -29,7 +29,7 @@ def call(
 ) -> None:
     """Send TASK, print the agent's progress (stderr) and its answer (stdout). Exit 0 when the task
     completes, 3 when it waits for an answer, 1 when it fails, is canceled or is refused."""
-    from ..a2a.client import RemoteAgentError, call_agent
+    from ..tools.a2a_client import RemoteAgentError, call_agent
 
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         raise typer.BadParameter("an http:// or https:// URL", param_hint="URL")
