@@ -1,23 +1,42 @@
 """Hermetic as an A2A client: a task sent to another agent by its base URL (its card read from the
-well-known path, the SDK's client on the JSON-RPC interface it names), followed to its end as a stream."""
+well-known path, the SDK's client on the JSON-RPC interface it names), followed to its end as a stream,
+or stopped: then the remote task is canceled. `hermetic a2a call` and the delegate_remote tool use it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
-from a2a.client import ClientConfig, ClientFactory
+from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
-from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
 from a2a.utils.errors import A2AError
 
 STATE_PREFIX = "TASK_STATE_"
+NAMED_WAIT = 10.0
+"""Seconds a stop waits for the stream's first answer when it came before: without the task's id
+there is nothing to cancel."""
 
 
 class RemoteAgentError(RuntimeError):
     """The remote agent could not be reached, refused the call, or answered with an A2A error."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status of a refusal (401: the token), when there was one."""
 
 
 @dataclass
@@ -32,6 +51,8 @@ class RemoteOutcome:
     """The last status message: the answer when completed, the question when input is required."""
     artifacts: dict[str, str] = field(default_factory=dict)
     """The text of each artifact by id (Hermetic's `reply` holds all the agent wrote)."""
+    stopped: bool = False
+    """The caller stopped following before the task ended (and canceled it)."""
 
 
 async def call_agent(
@@ -43,9 +64,11 @@ async def call_agent(
     task_id: str = "",
     on_progress: Callable[[str], None] | None = None,
     timeout: float = 600.0,
+    stop: asyncio.Event | None = None,
 ) -> RemoteOutcome:
     """Send `text` to the agent at `url` (in a context or to a task waiting for input, when given) and
-    follow the task; `on_progress` gets each working status line. Raises RemoteAgentError."""
+    follow the task; `on_progress` gets each working status line. When `stop` is set first, the task is
+    canceled (CancelTask) and the outcome is `stopped`. Raises RemoteAgentError."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     message = Message(
         role=Role.ROLE_USER,
@@ -55,15 +78,56 @@ async def call_agent(
         task_id=task_id,
     )
     outcome = RemoteOutcome(task_id=task_id, context_id=context_id)
+    named = asyncio.Event()
     try:
         async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
             factory = ClientFactory(ClientConfig(httpx_client=http, streaming=True))
             client = await factory.create_from_url(url)
-            async for response in client.send_message(SendMessageRequest(message=message)):
-                _follow(outcome, response, on_progress)
+
+            async def follow() -> None:
+                async for response in client.send_message(SendMessageRequest(message=message)):
+                    _follow(outcome, response, on_progress)
+                    if outcome.task_id:
+                        named.set()
+
+            following = asyncio.ensure_future(follow())
+            if stop is not None and not await _first(following, stop.wait()):
+                await _first(following, named.wait(), NAMED_WAIT)  # to learn the task's id
+                await _cancel(client, following, outcome)
+            if not following.cancelled():
+                await following  # its end, or its error
     except (A2AError, httpx.HTTPError) as exc:
-        raise RemoteAgentError(f"{url}: {type(exc).__name__}: {exc}") from None
+        refusal = exc if isinstance(exc, httpx.HTTPStatusError) else exc.__cause__
+        status = refusal.response.status_code if isinstance(refusal, httpx.HTTPStatusError) else None
+        raise RemoteAgentError(f"{url}: {type(exc).__name__}: {exc}", status) from None
     return outcome
+
+
+async def _first(work: asyncio.Future[None], other: Any, timeout: float | None = None) -> bool:
+    """Wait for `work` or the coroutine `other` (or `timeout`); whether `work` is done."""
+    waiting = asyncio.ensure_future(other)
+    await asyncio.wait({work, waiting}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    return work.done()
+
+
+async def _cancel(client: Client, following: asyncio.Future[None], outcome: RemoteOutcome) -> None:
+    """Stop following the task and cancel it over there; the outcome says where it ended."""
+    if following.done():  # it ended while the id was awaited
+        return
+    following.cancel()
+    await asyncio.gather(following, return_exceptions=True)
+    outcome.stopped = True
+    if not outcome.task_id:
+        outcome.state, outcome.message = "unknown", "the remote agent had not named its task: not canceled"
+        return
+    try:
+        task = await client.cancel_task(CancelTaskRequest(id=outcome.task_id))
+    except A2AError as exc:  # it ended meanwhile (not cancelable), or is gone
+        outcome.message = f"the cancel was refused: {type(exc).__name__}: {exc}"
+        return
+    outcome.state = _state(task.status.state)
+    outcome.message = get_message_text(task.status.message) or outcome.message
 
 
 def _follow(
