@@ -120,11 +120,12 @@ def test_alpha_gets_betas_answer_and_its_progress(pair: Pair, fake_llm: FakeLLM)
     assert answer == "Beta printed remote-42."
     progress = "".join(e["data"]["text"] for e in events if e["event"] == "tool_progress")
     assert "terminal echo remote-$((6*7))\n" in progress and "remote-42\n" in progress  # beta's status lines
-    assert events[-1]["data"]["reason"] == "done" and events[-1]["data"]["session_id"] != beta["session"]["id"]
+    assert events[-1]["data"]["reason"] == "done"
+    assert events[-1]["data"]["session_id"] != beta["session"]["id"]
     # beta really ran the command in its own session and sandbox, and alpha's model read beta's answer
     assert "remote-42" in fake_llm.requests[2]["messages"][-1]["content"]
     assert "Beta printed remote-42." in fake_llm.requests[3]["messages"][-1]["content"]
-    assert f"delegate_remote (by this exact URL" in fake_llm.requests[0]["messages"][0]["content"]
+    assert "delegate_remote (by this exact URL" in fake_llm.requests[0]["messages"][0]["content"]
     assert f"{pair.url}: beta, with a sandbox" in fake_llm.requests[0]["messages"][0]["content"]
     roles = [(m["role"], m["content"]) for m in beta["messages"]]
     assert ("user", "Print the answer in your sandbox") in roles
@@ -190,7 +191,8 @@ def test_interrupting_alpha_cancels_betas_task_and_its_command(pair: Pair, fake_
     events: list[dict[str, Any]] = []
     with httpx.Client(base_url=pair.url, timeout=60) as client:
         session = new_session(client, pair.alpha)
-        posted = client.post(f"/sessions/{session}/messages", json={"content": "go"}, headers=auth(pair.alpha))
+        go = {"content": "go"}
+        posted = client.post(f"/sessions/{session}/messages", json=go, headers=auth(pair.alpha))
         url = f"/sessions/{session}/events?after={posted.json()['after']}&until_turn_end=true"
         with client.stream("GET", url, headers=auth(pair.alpha)) as stream:
             for line in stream.iter_lines():
