@@ -17,12 +17,16 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import GetTaskRequest, Task, TaskState
 from conftest import get_backend
 from served_app import serve_app
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import Settings, load_settings
+from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 
 TOKEN_ENV = "BETA_AGENT_TOKEN"
 """Where alpha's settings say beta's token is (the tool reads it when it calls)."""
@@ -178,6 +182,23 @@ def test_refused_urls_and_tokens_are_clear_errors(
     )
     assert [e[-1]["data"]["reason"] for e in (refused, bad, unset)] == ["done"] * 3  # the agent went on
     assert len(fake_llm.requests) == 6
+
+
+def test_a_card_pointing_elsewhere_gets_no_token(pair: Pair) -> None:
+    """An allowlisted URL whose card names its JSON-RPC interface on another host: the client (the
+    tool's and `hermetic a2a call`'s) sends nothing there, so the token stays with the agent named."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    card = httpx.get(f"{pair.url}/.well-known/agent-card.json", timeout=60).json()
+    card["supportedInterfaces"][0]["url"] = f"http://127.0.0.1:{listener.getsockname()[1]}/a2a"
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", lambda request: JSONResponse(card))])
+    with serve_app(app) as url, pytest.raises(RemoteAgentError, match="interfaces only elsewhere"):
+        asyncio.run(asyncio.wait_for(call_agent(url, "hello", token=pair.beta), 60))
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    listener.close()
 
 
 def test_interrupting_alpha_cancels_betas_task_and_its_command(pair: Pair, fake_llm: FakeLLM) -> None:

@@ -9,11 +9,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
-from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     Message,
     Part,
@@ -81,8 +83,9 @@ async def call_agent(
     named = asyncio.Event()
     try:
         async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
-            factory = ClientFactory(ClientConfig(httpx_client=http, streaming=True))
-            client = await factory.create_from_url(url)
+            card = await A2ACardResolver(http, url).get_agent_card()
+            _same_origin(card, url)
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
 
             async def follow() -> None:
                 async for response in client.send_message(SendMessageRequest(message=message)):
@@ -96,11 +99,26 @@ async def call_agent(
                 await _cancel(client, following, outcome)
             if not following.cancelled():
                 await following  # its end, or its error
+    except ValueError as exc:  # the card names no interface this client speaks
+        raise RemoteAgentError(f"{url}: {exc}") from None
     except (A2AError, httpx.HTTPError) as exc:
         refusal = exc if isinstance(exc, httpx.HTTPStatusError) else exc.__cause__
         status = refusal.response.status_code if isinstance(refusal, httpx.HTTPStatusError) else None
         raise RemoteAgentError(f"{url}: {type(exc).__name__}: {exc}", status) from None
     return outcome
+
+
+def _same_origin(card: AgentCard, url: str) -> None:
+    """Keep only the card's interfaces at `url`'s scheme, host and port: the token goes to the agent the
+    caller named (an allowlisted URL), never where a card points. Raises RemoteAgentError."""
+    origin = urlsplit(url)[:2]
+    elsewhere = [i.url for i in card.supported_interfaces if urlsplit(i.url)[:2] != origin]
+    kept = [i for i in card.supported_interfaces if i.url not in elsewhere]
+    if not kept:
+        where = ", ".join(elsewhere)
+        raise RemoteAgentError(f"{url}: its card names interfaces only elsewhere ({where}): not called")
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(kept)
 
 
 async def _first(work: asyncio.Future[None], other: Any, timeout: float | None = None) -> bool:
