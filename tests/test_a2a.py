@@ -156,8 +156,9 @@ def test_a_task_runs_a_tool_and_its_context_is_one_session(served: Served, fake_
     first, again, got = run(session())
     assert first.status.state == TaskState.TASK_STATE_COMPLETED
     assert get_message_text(first.status.message) == "The sandbox printed sealed-42."
-    [reply] = first.artifacts
+    reply, written = first.artifacts  # the reply, then the file the task wrote (with its bytes)
     assert reply.artifact_id == "reply" and get_artifact_text(reply, "") == "The sandbox printed sealed-42."
+    assert written.artifact_id == "file:out.txt" and written.parts[0].raw == b"sealed-42\n"
     lines = status_lines(first)
     assert any(line.startswith("terminal echo sealed") for line in lines)
     assert any(line.startswith("terminal ok: ") and "sealed-42" in line for line in lines)
@@ -165,6 +166,7 @@ def test_a_task_runs_a_tool_and_its_context_is_one_session(served: Served, fake_
     # the same context is the same session and sandbox: its history and its workspace
     assert again.context_id == first.context_id and again.id != first.id
     assert again.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [a.artifact_id for a in again.artifacts] == ["reply"]  # out.txt is unchanged: not sent again
     assert "sealed-42" in fake_llm.requests[3]["messages"][-1]["content"]
     users = [m["content"] for m in fake_llm.requests[2]["messages"] if m["role"] == "user"]
     assert users[0].endswith("Print the answer in the sandbox") and users[-1].endswith("still there?")

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import get_artifact_text
 from a2a.types import GetTaskRequest, Task, TaskState
 from conftest import get_backend
 from served_app import serve_app
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from test_api import auth, sse_events
 
+from control_plane.a2a import files
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
@@ -105,25 +107,32 @@ def remote_task(pair: Pair, result: str) -> Task:
     return asyncio.run(asyncio.wait_for(get(), 60))
 
 
-def test_alpha_gets_betas_answer_and_its_progress(pair: Pair, fake_llm: FakeLLM) -> None:
+def test_alpha_gets_betas_answer_its_progress_and_its_files(
+    pair: Pair, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_FILE", 1000)  # so that big.bin is over it
+    command = "mkdir out; echo remote-$((6*7)) | tee out/answer.txt; head -c 2000 /dev/zero > big.bin"
     fake_llm.load(
         [
             call("delegate_remote", url=pair.url + "/", task="Print the answer in your sandbox"),
-            call("terminal", command="echo remote-$((6*7))"),  # beta's turn
+            call("terminal", command=command),  # beta's turn
             {"text": "Beta printed remote-42."},
             {"text": "Beta says remote-42."},  # alpha's again
         ]
     )
     with httpx.Client(base_url=pair.url, timeout=60) as client:
-        events = turn(client, pair.alpha, new_session(client, pair.alpha), "Ask beta")
+        session = new_session(client, pair.alpha)
+        events = turn(client, pair.alpha, session, "Ask beta")
         beta = beta_session(client, pair)
+        params = {"path": "remote/out/answer.txt"}
+        saved = client.get(f"/sessions/{session}/files/download", params=params, headers=auth(pair.alpha))
     [end] = ends(events)
     assert end["ok"], end["result"]
     first, answer = end["result"].split("\n")[:2]
     assert re.fullmatch(rf"remote task \S+ \(context \S+\) at {pair.url}: completed", first)
     assert answer == "Beta printed remote-42."
     progress = "".join(e["data"]["text"] for e in events if e["event"] == "tool_progress")
-    assert "terminal echo remote-$((6*7))\n" in progress and "remote-42\n" in progress  # beta's status lines
+    assert f"terminal {command}\n" in progress and "remote-42\n" in progress  # beta's status lines
     assert events[-1]["data"]["reason"] == "done"
     assert events[-1]["data"]["session_id"] != beta["session"]["id"]
     # beta really ran the command in its own session and sandbox, and alpha's model read beta's answer
@@ -134,7 +143,18 @@ def test_alpha_gets_betas_answer_and_its_progress(pair: Pair, fake_llm: FakeLLM)
     roles = [(m["role"], m["content"]) for m in beta["messages"]]
     assert ("user", "Print the answer in your sandbox") in roles
     assert any(role == "tool" and "remote-42" in content for role, content in roles)
-    assert remote_task(pair, end["result"]).status.state == TaskState.TASK_STATE_COMPLETED
+    task = remote_task(pair, end["result"])
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    # the file beta wrote came as an artifact with its bytes, and is in alpha's workspace now; the one over
+    # the bound is named with where to download it
+    artifacts = {artifact.artifact_id: artifact for artifact in task.artifacts}
+    [part] = artifacts["file:out/answer.txt"].parts
+    assert (part.raw, part.filename, part.media_type) == (b"remote-42\n", "out/answer.txt", "text/plain")
+    over = get_artifact_text(artifacts["files"], "")
+    assert over.startswith("big.bin: 2000 bytes, over the bounds")
+    assert over.endswith(f"GET /sessions/{beta['session']['id']}/files/download?path=big.bin")
+    assert "[files it sent, in your workspace]\nsaved: remote/out/answer.txt (10 bytes)" in end["result"]
+    assert saved.status_code == 200 and saved.content == b"remote-42\n"
 
 
 def test_refused_urls_and_tokens_are_clear_errors(

@@ -16,6 +16,7 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
 from a2a.types import (
     AgentCard,
+    Artifact,
     CancelTaskRequest,
     Message,
     Part,
@@ -53,6 +54,8 @@ class RemoteOutcome:
     """The last status message: the answer when completed, the question when input is required."""
     artifacts: dict[str, str] = field(default_factory=dict)
     """The text of each artifact by id (Hermetic's `reply` holds all the agent wrote)."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """The files the task sent (FileParts with their bytes), by the name it gave each."""
     stopped: bool = False
     """The caller stopped following before the task ended (and canceled it)."""
 
@@ -157,6 +160,8 @@ def _follow(
         outcome.state = _state(task.status.state)
         outcome.message = get_message_text(task.status.message) or outcome.message
         outcome.artifacts.update({a.artifact_id: get_artifact_text(a, "") for a in task.artifacts})
+        for artifact in task.artifacts:
+            _files(outcome, artifact)
     elif response.HasField("status_update"):
         update = response.status_update
         outcome.state = _state(update.status.state)
@@ -168,8 +173,15 @@ def _follow(
         artifact = response.artifact_update.artifact
         before = outcome.artifacts.get(artifact.artifact_id, "") if response.artifact_update.append else ""
         outcome.artifacts[artifact.artifact_id] = before + get_artifact_text(artifact, "")
+        _files(outcome, artifact)
     elif response.HasField("message"):  # an agent that answers without a task
         outcome.state, outcome.message = "completed", get_message_text(response.message)
+
+
+def _files(outcome: RemoteOutcome, artifact: Artifact) -> None:
+    for part in artifact.parts:
+        if part.WhichOneof("content") == "raw":
+            outcome.files[part.filename or artifact.name or artifact.artifact_id] = part.raw
 
 
 def _state(state: TaskState) -> str:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
+
+from backends import SandboxError
 
 from ..remote_settings import RemoteAgent, RemoteAgentsSettings
 from .registry import ToolContext, ToolResult, tool
@@ -22,6 +26,10 @@ if TYPE_CHECKING:
     from .a2a_client import RemoteOutcome
 
 SETTING = "remote_agents.agents"
+SAVED_INTO = "remote"
+"""The directory of the workspace that receives the files a remote task sends."""
+MAX_SAVED = 8 * 1024 * 1024
+"""Bytes of files one call saves (a remote agent is not trusted to bound itself)."""
 
 
 class DelegateRemoteArgs(BaseModel):
@@ -71,7 +79,7 @@ def delegate_remote(ctx: ToolContext, args: DelegateRemoteArgs) -> ToolResult:
     except RemoteAgentError as exc:
         hint = f" (is {agent.token_env} the agent's token?)" if exc.status in (401, 403) else ""
         return ToolResult(f"error: the call to {agent.url} failed: {exc}{hint}", ok=False)
-    return _result(agent, outcome, why)
+    return _result(agent, outcome, why, _save(ctx, outcome.files) if outcome.files else [])
 
 
 async def _call(
@@ -115,7 +123,33 @@ async def _call(
     return outcome, why[0] if outcome.stopped and why else ""
 
 
-def _result(agent: RemoteAgent, outcome: RemoteOutcome, why: str) -> ToolResult:
+def _save(ctx: ToolContext, files: dict[str, bytes]) -> list[str]:
+    """Write the task's files under SAVED_INTO/ in the caller's workspace; a line for each."""
+    lines: list[str] = []
+    total = 0
+    with tempfile.TemporaryDirectory(prefix="hermetic-remote-") as spool:
+        top = Path(spool) / SAVED_INTO
+        for name, data in files.items():
+            path = PurePosixPath(name)
+            if path.is_absolute() or not path.parts or {"..", "."} & set(path.parts) or "\0" in name:
+                lines.append(f"not saved: {name!r} is not a relative path")
+                continue
+            if total + len(data) > MAX_SAVED:
+                lines.append(f"not saved: {name} ({len(data)} bytes): over {MAX_SAVED} bytes a call")
+                continue
+            (top / path).parent.mkdir(parents=True, exist_ok=True)
+            (top / path).write_bytes(data)
+            total += len(data)
+            lines.append(f"saved: {SAVED_INTO}/{path} ({len(data)} bytes)")
+        try:
+            if top.is_dir():
+                ctx.sandbox.upload(top, ".")
+        except SandboxError as exc:  # the answer still comes back
+            return [f"not saved: {exc}"]
+    return lines
+
+
+def _result(agent: RemoteAgent, outcome: RemoteOutcome, why: str, saved: list[str]) -> ToolResult:
     """Where the task ended and what it said, then how to go on."""
     lines = [f"remote task {outcome.task_id} (context {outcome.context_id}) at {agent.url}: {outcome.state}"]
     if why:
@@ -124,6 +158,8 @@ def _result(agent: RemoteAgent, outcome: RemoteOutcome, why: str) -> ToolResult:
     for name, text in outcome.artifacts.items():
         if text.strip() and text.strip() != outcome.message.strip():
             lines.append(f"[artifact {name}]\n{text}")
+    if saved:
+        lines.append("[files it sent, in your workspace]\n" + "\n".join(saved))
     if outcome.state == "input_required":
         lines.append(
             f"to answer: delegate_remote with url={agent.url}, task=<the answer>, "
