@@ -28,6 +28,7 @@ from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import Settings, load_settings
+from control_plane.tools import Interrupt
 from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 
 TOKEN_ENV = "BETA_AGENT_TOKEN"
@@ -255,3 +256,13 @@ def test_interrupting_alpha_cancels_betas_task_and_its_command(pair: Pair, fake_
     assert command.startswith("started")
     assert remote_task(pair, end["result"]).status.state == TaskState.TASK_STATE_CANCELED
     assert len(fake_llm.requests) == 2
+
+
+def test_an_interrupt_calls_back_once_and_at_once_when_already_set() -> None:
+    flag, calls = Interrupt(), list[str]()
+    flag.on_set(lambda: calls.append("waiting"))
+    flag.on_set(lambda: calls.append("forgotten"))()  # unregistered before the interrupt
+    flag.set()
+    flag.set()
+    flag.on_set(lambda: calls.append("late"))
+    assert calls == ["waiting", "late"] and flag.is_set()
