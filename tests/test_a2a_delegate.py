@@ -50,7 +50,7 @@ def pair(tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> 
     model = {"name": "openai/scripted", "api_base": fake_llm.url, "api_key": "k-123456", "retries": 0}
 
     def settings_for(profile: str) -> Settings:  # called when a token of the profile is first used
-        own: dict[str, Any] = {"toolsets": ["terminal"]}
+        own: dict[str, Any] = {"toolsets": ["terminal", "clarify"]}
         if profile == "alpha":
             agents = [{"url": served["url"], "token_env": TOKEN_ENV, "description": "beta, with a sandbox"}]
             own = {"toolsets": ["remote"], "remote_agents": {"agents": agents, "timeout": 90}}
@@ -156,6 +156,39 @@ def test_alpha_gets_betas_answer_its_progress_and_its_files(
     assert over.endswith(f"GET /sessions/{beta['session']['id']}/files/download?path=big.bin")
     assert "[files it sent, in your workspace]\nsaved: remote/out/answer.txt (10 bytes)" in end["result"]
     assert saved.status_code == 200 and saved.content == b"remote-42\n"
+
+
+def test_betas_question_comes_back_and_alphas_next_call_answers_it(pair: Pair, fake_llm: FakeLLM) -> None:
+    fake_llm.load(
+        [
+            call("delegate_remote", url=pair.url, task="Pick a colour"),
+            call("clarify", question="Which one?", choices=["red", "blue"]),  # beta asks
+            {"text": "Beta asks which one."},
+        ]
+    )
+    with httpx.Client(base_url=pair.url, timeout=60) as client:
+        session = new_session(client, pair.alpha)
+        [asked] = ends(turn(client, pair.alpha, session, "Ask beta for a colour"))
+        assert not asked["ok"]
+        assert ": input_required\nWhich one? (answer one of: red, blue)\n" in asked["result"]
+        found = re.search(r"task_id=(\S+), context_id=(\S+)$", asked["result"])
+        assert found, asked["result"]
+        task_id, context_id = found.groups()
+        fake_llm.load(  # the ids are beta's: the rest of the script is written once they are known
+            [
+                call("delegate_remote", url=pair.url, task="red", task_id=task_id, context_id=context_id),
+                {"text": "Red it is."},  # beta, with the answer
+                {"text": "Beta picked red."},
+            ]
+        )
+        [answered] = ends(turn(client, pair.alpha, session, "Tell it red"))
+        beta = beta_session(client, pair)
+    assert answered["ok"], answered["result"]
+    first, answer = answered["result"].split("\n")[:2]
+    assert first == f"remote task {task_id} (context {context_id}) at {pair.url}: completed"
+    assert answer == "Red it is."
+    assert fake_llm.requests[1]["messages"][-1]["content"] == "the user answered: red"
+    assert not beta["running"] and len(fake_llm.requests) == 3
 
 
 def test_refused_urls_and_tokens_are_clear_errors(
