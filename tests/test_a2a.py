@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -326,3 +329,26 @@ def test_hermetic_calls_a_served_hermetic(served: Served, fake_llm: FakeLLM, tmp
     assert done.stderr.strip() == f"task {task} (context {context}): completed"
     assert fake_llm.requests[-1]["messages"][-1]["content"] == "the user answered: red"
     assert len(fake_llm.requests) == 3
+
+
+def test_ctrl_c_in_a2a_call_cancels_the_task(served: Served, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.load([call("terminal", command="echo started; sleep 120"), {"text": "never reached"}])
+    env = scripted_env(tmp_path / "caller", fake_llm.url, HERMETIC_A2A_TOKEN=served.token)
+    command = [sys.executable, "-m", "control_plane", "a2a", "call", served.url, "Run the long one"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
+        assert cli.stderr is not None
+        for line in cli.stderr:
+            if line.strip() == "started":  # the remote command is running
+                cli.send_signal(signal.SIGINT)
+                break
+        out, err = cli.communicate(timeout=90)  # long before the sleep is over
+    assert cli.returncode == 130, err
+    assert err.rstrip().endswith("canceled\ninterrupted: the task was canceled")
+    task_id = re.search(r"task (\S+) \(context", err).group(1)  # type: ignore[union-attr]
+
+    async def get() -> Task:
+        async with a2a_client(served) as client:
+            return await client.get_task(GetTaskRequest(id=task_id))
+
+    assert run(get()).status.state == TaskState.TASK_STATE_CANCELED
+    assert len(fake_llm.requests) == 1  # the run stopped: no model call after the command
