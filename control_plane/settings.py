@@ -27,6 +27,7 @@ from .chat_settings import GatewaySettings
 from .env_lists import comma_list
 from .keys import load_env_file
 from .memory_settings import MemorySettings
+from .remote_settings import RemoteAgentsSettings
 from .surface_settings import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
 from .web.settings import WebSettings
 
@@ -354,6 +355,8 @@ class Settings(BaseSettings):
     """HERMETIC_MCP__IDLE_SECONDS=900, HERMETIC_MCP__PORT=8766"""
     mcp_servers: dict[str, MCPServerConfig] = {}
     """The MCP servers whose tools the agent gets (`hermetic mcp add|remove|list|test`)."""
+    remote_agents: RemoteAgentsSettings = RemoteAgentsSettings()
+    """The A2A agents the delegate_remote tool (toolset `remote`, off by default) may call, by exact URL."""
 
     @field_validator("mcp_servers")
     @classmethod

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -32,12 +35,12 @@ from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
 from served_app import scripted_profiles, serve_app
 
-from control_plane.a2a.client import RemoteAgentError, call_agent
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import SkillsSettings
 from control_plane.skills.library import SkillLibrary
+from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 
 
 @dataclass
@@ -156,8 +159,9 @@ def test_a_task_runs_a_tool_and_its_context_is_one_session(served: Served, fake_
     first, again, got = run(session())
     assert first.status.state == TaskState.TASK_STATE_COMPLETED
     assert get_message_text(first.status.message) == "The sandbox printed sealed-42."
-    [reply] = first.artifacts
+    reply, written = first.artifacts  # the reply, then the file the task wrote (with its bytes)
     assert reply.artifact_id == "reply" and get_artifact_text(reply, "") == "The sandbox printed sealed-42."
+    assert written.artifact_id == "file:out.txt" and written.parts[0].raw == b"sealed-42\n"
     lines = status_lines(first)
     assert any(line.startswith("terminal echo sealed") for line in lines)
     assert any(line.startswith("terminal ok: ") and "sealed-42" in line for line in lines)
@@ -165,6 +169,7 @@ def test_a_task_runs_a_tool_and_its_context_is_one_session(served: Served, fake_
     # the same context is the same session and sandbox: its history and its workspace
     assert again.context_id == first.context_id and again.id != first.id
     assert again.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [a.artifact_id for a in again.artifacts] == ["reply"]  # out.txt is unchanged: not sent again
     assert "sealed-42" in fake_llm.requests[3]["messages"][-1]["content"]
     users = [m["content"] for m in fake_llm.requests[2]["messages"] if m["role"] == "user"]
     assert users[0].endswith("Print the answer in the sandbox") and users[-1].endswith("still there?")
@@ -324,3 +329,26 @@ def test_hermetic_calls_a_served_hermetic(served: Served, fake_llm: FakeLLM, tmp
     assert done.stderr.strip() == f"task {task} (context {context}): completed"
     assert fake_llm.requests[-1]["messages"][-1]["content"] == "the user answered: red"
     assert len(fake_llm.requests) == 3
+
+
+def test_ctrl_c_in_a2a_call_cancels_the_task(served: Served, fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.load([call("terminal", command="echo started; sleep 120"), {"text": "never reached"}])
+    env = scripted_env(tmp_path / "caller", fake_llm.url, HERMETIC_A2A_TOKEN=served.token)
+    command = [sys.executable, "-m", "control_plane", "a2a", "call", served.url, "Run the long one"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
+        assert cli.stderr is not None
+        for line in cli.stderr:
+            if line.strip() == "started":  # the remote command is running
+                cli.send_signal(signal.SIGINT)
+                break
+        out, err = cli.communicate(timeout=90)  # long before the sleep is over
+    assert cli.returncode == 130, err
+    assert err.rstrip().endswith("canceled\ninterrupted: the task was canceled")
+    task_id = re.search(r"task (\S+) \(context", err).group(1)  # type: ignore[union-attr]
+
+    async def get() -> Task:
+        async with a2a_client(served) as client:
+            return await client.get_task(GetTaskRequest(id=task_id))
+
+    assert run(get()).status.state == TaskState.TASK_STATE_CANCELED
+    assert len(fake_llm.requests) == 1  # the run stopped: no model call after the command

@@ -25,6 +25,7 @@ from ..events import (
     ToolStart,
     TurnEnd,
 )
+from .files import MAX_FILE, MAX_TOTAL, Written
 
 REPLY = "reply"
 """The artifact holding everything the agent wrote in the task, as it streams."""
@@ -68,6 +69,23 @@ class Progress:
         """The run waits on `question`: the task needs input, the next message in it is the answer."""
         choices = f" (answer one of: {', '.join(question.choices)})" if question.choices else ""
         await self.updater.requires_input(self._message(question.prompt + choices, question))
+
+    async def files(self, written: list[Written], session_id: str) -> None:
+        """An artifact `file:PATH` per file the task wrote; the `files` artifact names those over the
+        bounds, with where to download them."""
+        for file in written:
+            if file.data is not None:
+                parts = [file.part()]
+                await self.updater.add_artifact(parts, f"file:{file.path}", name=file.path, last_chunk=True)
+        over = [
+            f"{file.path}: {file.size} bytes, over the bounds ({MAX_FILE} a file, {MAX_TOTAL} a task): "
+            f"GET /sessions/{session_id}/files/download?path={file.path}"
+            for file in written
+            if file.data is None
+        ]
+        if over:
+            listed = [new_text_part("\n".join(over))]
+            await self.updater.add_artifact(listed, "files", name="files", last_chunk=True)
 
     async def end(self, end: TurnEnd) -> None:
         """The task's final state: completed with the answer, canceled, or failed with the reason."""

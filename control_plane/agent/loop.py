@@ -27,7 +27,7 @@ from ..events import (
     UserMessage,
 )
 from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
-from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
+from ..tools import Interrupt, Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.todo import plan_block
 from .base import AgentBase
 from .budget import Budget
@@ -80,7 +80,7 @@ class Conversation:
         """False once the turn's final answer is in: a message then starts the next turn, not a steer."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupt_async: asyncio.Event | None = None
-        self._cancelled = threading.Event()
+        self._cancelled = Interrupt()
         self._last_write: Future[Any] | None = None
         self._turn_state: dict[str, Any] = {}
         self._turn_record = TurnRecord(user_text="")

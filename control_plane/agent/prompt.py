@@ -40,4 +40,16 @@ def system_prompt(settings: Settings) -> str:
         f"{network}, {spec.cpus:g} CPU, {spec.memory} memory. Tools enabled: {', '.join(settings.toolsets)}."
     )
     planning = "".join(f"\n{line}" for name, line in PLANNING.items() if name in settings.toolsets)
-    return f"{IDENTITY}\n\n{sandbox}\n\n{WORKING}{planning}"
+    return f"{IDENTITY}\n\n{sandbox}\n\n{WORKING}{planning}{_remote_agents(settings)}"
+
+
+def _remote_agents(settings: Settings) -> str:
+    """The agents delegate_remote may call, each by its URL (the only ones it may)."""
+    agents = settings.remote_agents.agents
+    if "remote" not in settings.toolsets or not agents:
+        return ""
+    listed = "".join(f"\n  - {a.url}" + (f": {a.description}" if a.description else "") for a in agents)
+    return (
+        "\n- Other agents you may give a self-contained task with delegate_remote (by this exact URL; "
+        f"they see nothing of this conversation):{listed}"
+    )

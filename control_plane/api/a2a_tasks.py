@@ -22,6 +22,7 @@ from a2a.utils.errors import InvalidParamsError
 from fastapi import HTTPException
 from pydantic import TypeAdapter, ValidationError
 
+from ..a2a.files import Listing, listing, written
 from ..a2a.progress import Progress
 from ..events import Question, TurnEnd
 from .bounds import MessageText
@@ -44,6 +45,8 @@ class _Parked:
     seq: int
     """The question's event number: following resumes after it."""
     question: Question
+    before: Listing
+    """The workspace's files when the task began (what it wrote is sent when it ends)."""
 
 
 class HermeticExecutor(AgentExecutor):
@@ -64,7 +67,7 @@ class HermeticExecutor(AgentExecutor):
         progress = Progress(updater)
         parked = self._parked.pop(context.task_id, None)
         if parked is not None:
-            live, after = parked.live, parked.seq
+            live, after, before = parked.live, parked.seq, parked.before
             try:
                 answered = live.conversation.answer(parked.question.id, text)
             except ValueError as exc:  # not one of its choices: asked again
@@ -77,6 +80,7 @@ class HermeticExecutor(AgentExecutor):
         if parked is None:
             live = await asyncio.to_thread(_session, profile, context.context_id)
             after = live.seq  # the turn's events are the ones after this
+            before = await asyncio.to_thread(listing, profile.agent.sandboxes.peek(live.conversation.id))
             refused = _start(profile, live, text)
             if refused:
                 await updater.reject(updater.new_agent_message([new_text_part(refused)]))
@@ -84,10 +88,13 @@ class HermeticExecutor(AgentExecutor):
         await updater.start_work()
         async for seq, event in live.follow(after):
             if isinstance(event, Question) and not event.delegate_call:
-                self._parked[context.task_id] = _Parked(live, seq, event)
+                self._parked[context.task_id] = _Parked(live, seq, event, before)
                 await progress.ask(event)
                 return
             if isinstance(event, TurnEnd) and not event.delegate_call:
+                session = live.conversation.id
+                files = await asyncio.to_thread(written, profile.agent.sandboxes.peek(session), before)
+                await progress.files(files, session)
                 await progress.end(event)
                 return
             await progress.show(event)

@@ -37,7 +37,7 @@ from ..agent.loop import Conversation
 from ..agent.tool_call import run_tool_call, tool_start
 from ..events import Event, Notice
 from ..models.router import ToolCall
-from ..tools import Tool, ToolContext, ToolOutcome, ToolResult
+from ..tools import Interrupt, Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.memory import MemoryTarget
 from .content import tool_content
 
@@ -129,7 +129,7 @@ class McpSurface:
             id=f"mcp-{secrets.token_hex(4)}", name=tool.name, arguments=json.dumps(params.arguments or {})
         )
         progress = _Progress(ctx, self._loop)
-        cancelled = threading.Event()
+        cancelled = Interrupt()
         try:
             outcome = await asyncio.to_thread(self._run, key, tool, call, progress, cancelled)
         except asyncio.CancelledError:  # the client cancelled the call: stop what it started
@@ -169,7 +169,7 @@ class McpSurface:
             self._used[session] = time.monotonic()
 
     def _run(
-        self, key: str, tool: Tool[Any], call: ToolCall, progress: _Progress, cancelled: threading.Event
+        self, key: str, tool: Tool[Any], call: ToolCall, progress: _Progress, cancelled: Interrupt
     ) -> ToolOutcome:
         """In a worker thread: the call, and the calls of a script it runs, through the agent's one path as
         one turn; returns once their audit rows are written."""

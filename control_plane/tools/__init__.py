@@ -9,6 +9,7 @@ from . import (
     memory,
     network,
     python_kernel,
+    remote,
     session_search,
     skills,
     terminal,
@@ -16,10 +17,11 @@ from . import (
     vision,
     web,
 )
-from .registry import TOOLS, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
+from .registry import TOOLS, Interrupt, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
 
 __all__ = [
     "TOOLS",
+    "Interrupt",
     "Registry",
     "Tool",
     "ToolContext",
@@ -34,6 +36,7 @@ __all__ = [
     "memory",
     "network",
     "python_kernel",
+    "remote",
     "session_search",
     "skills",
     "terminal",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import json
 import threading
 from collections.abc import Callable
@@ -28,6 +29,41 @@ if TYPE_CHECKING:
     from ..store import Store
 
 Args = TypeVar("Args", bound=BaseModel)
+
+
+class Interrupt(threading.Event):
+    """A turn's interrupt flag that also calls back when set: a handler blocked on something the
+    sandbox's interrupt does not reach (a remote agent's task) learns of it at once, without polling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._keys = itertools.count()
+        self._guard = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._guard:
+            callbacks, self._callbacks = list(self._callbacks.values()), {}
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` once when the flag is set (at once if it is), from the interrupting thread:
+        it must be quick. Returns what unregisters it."""
+        with self._guard:
+            now = self.is_set()
+            key = next(self._keys)
+            if not now:
+                self._callbacks[key] = callback
+        if now:
+            callback()
+
+        def forget() -> None:
+            with self._guard:
+                self._callbacks.pop(key, None)
+
+        return forget
 
 
 @dataclass
@@ -62,7 +98,8 @@ class ToolContext:
     limits: Limits
     get_sandbox: Callable[[], Sandbox]
     progress: Callable[[str], None] = lambda text: None
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: Interrupt = field(default_factory=Interrupt)
+    """Set when the user interrupts the turn (`on_set` calls back then)."""
     profile: str = "default"
     store: Store | None = None
     """The sessions database (recall tools)."""
