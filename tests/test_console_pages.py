@@ -14,6 +14,7 @@ import httpx
 import pytest
 from conftest import get_backend
 from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
+from gateway_harness import Running
 from playwright.sync_api import Browser, Page, expect
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
@@ -32,6 +33,7 @@ def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         "sandbox": {"network": "allowlist"},
         "toolsets": ["terminal", "network"],
         "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
+        "gateway": {"webhook": {"secret": "console-test-secret", "port": 0}},  # the status page's platform
     }
     root = tmp_path_factory.mktemp(f"console-{request.param}")
     with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
@@ -149,6 +151,25 @@ def test_a_skill_shows_its_verification_log(console: Console, page: Page) -> Non
     page.get_by_role("link", name="Settings").click()
     expect(page.get_by_role("definition").filter(has_text=backend_of(console))).to_be_visible()
     shot(page, console, f"settings-{backend_of(console)}")
+
+
+def test_the_status_page_shows_doctors_checks_and_the_platforms(console: Console, page: Page) -> None:
+    with Running(console.agent().settings):  # the profile's webhook platform, recorded as connected
+        page.get_by_role("link", name="Status").click()
+        webhook = page.get_by_role("table", name="Chat platforms").get_by_role("row", name="webhook")
+        expect(webhook).to_contain_text("connected since")
+        expect(webhook).to_contain_text("0 received · 0 answered · 0 waiting")
+        checks = page.get_by_role("table", name="Doctor's checks")
+        check = lambda name: checks.locator("tr", has=page.get_by_role("cell", name=name, exact=True))  # noqa: E731
+        expect(check("database").get_by_role("cell", name="ok", exact=True)).to_be_visible()
+        expect(check(f"backend {backend_of(console)}")).to_contain_text("ready")
+        expect(check("model")).to_contain_text("not called")
+        shot(page, console, f"status-{backend_of(console)}")
+        page.get_by_label("Call the model too").check()
+        console.llm.load([{"text": "OK"}])
+        page.get_by_role("button", name="Check again").click()
+        expect(check("model")).to_contain_text("openai/scripted answers")
+        expect(page.get_by_role("status").filter(has_text="Checked")).to_contain_text("the model was called")
 
 
 def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -> None:

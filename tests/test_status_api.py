@@ -86,7 +86,8 @@ def test_doctors_checks_for_the_profile_and_what_the_routes_refuse(tmp_path: Pat
         assert offline.status_code == 200, offline.text
         body = offline.json()
         rows = {row["name"]: row for row in body["checks"]}
-        assert rows["database"]["status"] == "ok" and str(tmp_path / "hermetic.db") in rows["database"]["detail"]
+        database = rows["database"]
+        assert database["status"] == "ok" and str(tmp_path / "hermetic.db") in database["detail"]
         assert rows["model"] == {
             "name": "model", "status": "ok", "detail": "openai/scripted configured (not called: --offline)",
             "fix": None,

@@ -8,6 +8,7 @@ import { sessionPage } from "./session.js";
 import { sessionsPage } from "./sessions.js";
 import { settingsPage } from "./settings.js";
 import { skillPage, skillsPage } from "./skills.js";
+import { statusPage } from "./status.js";
 import { terminalPage } from "./terminal.js";
 
-export const PAGES = [sessionsPage, sessionPage, sandboxPage, terminalPage, skillsPage, skillPage, memoryPage, schedulesPage, settingsPage];
+export const PAGES = [sessionsPage, sessionPage, sandboxPage, terminalPage, skillsPage, skillPage, memoryPage, schedulesPage, statusPage, settingsPage];
