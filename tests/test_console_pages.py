@@ -35,6 +35,7 @@ def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         "toolsets": ["terminal", "network"],
         "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
         "gateway": {"webhook": {"secret": "console-test-secret", "port": 0}},  # the status page's platform
+        "memory": {"providers": ["semantic"]},  # the memory page's provider
     }
     root = tmp_path_factory.mktemp(f"console-{request.param}")
     with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
@@ -240,6 +241,13 @@ def test_memory_edits_keep_the_tools_limit_and_scan(console: Console, page: Page
     expect(page.get_by_role("alert").last).to_contain_text("blocked by the threat scan")
     assert [text for text, _ in memory.entries("memory")] == ["The build runs with make -j4."]
     assert memory.entries("user") == []
+
+    console.agent().providers.wait_told(10)  # the saved entry was told to the providers
+    page.reload()
+    provider = page.get_by_role("table", name="Memory providers").get_by_role("row", name="semantic")
+    expect(provider).to_contain_text("(0 failed)")
+    expect(provider.get_by_role("cell").nth(2).locator("time")).to_be_visible()  # its last answer
+    shot(page, console, f"memory-providers-{backend_of(console)}")
 
 
 def test_soul_is_edited_with_the_tools_limit_and_scan(console: Console, page: Page) -> None:
