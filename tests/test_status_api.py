@@ -95,6 +95,8 @@ def test_doctors_checks_for_the_profile_and_what_the_routes_refuse(tmp_path: Pat
         assert body["model_called"] is False and fake_llm.requests == []
         assert body["failed"] == sum(row["status"] == "fail" for row in body["checks"])
         assert {"dockerd", "bubblewrap", "backend local", "recall", "snapshots"} <= set(rows)
+        again = client.get("/status/checks", headers=auth(token)).json()  # within 10 s: the same run
+        assert again["checked_at"] == body["checked_at"] and again["checks"] == body["checks"]
 
         fake_llm.load([{"text": "OK"}])
         called = client.get("/status/checks", params={"call_model": "true"}, headers=auth(token)).json()

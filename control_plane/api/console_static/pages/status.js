@@ -50,7 +50,7 @@ function doctorSection() {
       const summary = found.failed ? `${found.failed} failed` : "nothing failed";
       clear(
         result,
-        h("p", { role: "status" }, `Checked: ${summary}${found.model_called ? " (the model was called)" : ""}.`),
+        h("p", { role: "status" }, "Checked ", time(found.checked_at), `: ${summary}${found.model_called ? " (the model was called)" : ""}.`),
         table("Doctor's checks", ["Check", "Status", "Detail", "Fix"], found.checks.map(checkRow), "No checks."),
       );
     } catch (error) {
