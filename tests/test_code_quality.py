@@ -47,6 +47,8 @@ CORE = (
     "control_plane.trajectories",
     "control_plane.settings",
     "control_plane.sandbox_manager",
+    "control_plane.doctor",
+    "control_plane.sizes",
 )
 
 

@@ -14,7 +14,9 @@ import httpx
 import pytest
 from conftest import get_backend
 from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
+from gateway_harness import Running
 from playwright.sync_api import Browser, Page, expect
+from test_evals_api import suite_in_home
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
 from test_skills import add
@@ -32,6 +34,8 @@ def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         "sandbox": {"network": "allowlist"},
         "toolsets": ["terminal", "network"],
         "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
+        "gateway": {"webhook": {"secret": "console-test-secret", "port": 0}},  # the status page's platform
+        "memory": {"providers": ["semantic"]},  # the memory page's provider
     }
     root = tmp_path_factory.mktemp(f"console-{request.param}")
     with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
@@ -151,6 +155,52 @@ def test_a_skill_shows_its_verification_log(console: Console, page: Page) -> Non
     shot(page, console, f"settings-{backend_of(console)}")
 
 
+def test_the_status_page_shows_doctors_checks_and_the_platforms(console: Console, page: Page) -> None:
+    with Running(console.agent().settings):  # the profile's webhook platform, recorded as connected
+        page.get_by_role("link", name="Status").click()
+        webhook = page.get_by_role("table", name="Chat platforms").get_by_role("row", name="webhook")
+        expect(webhook).to_contain_text("connected since")
+        expect(webhook).to_contain_text("0 received · 0 answered · 0 waiting")
+        checks = page.get_by_role("table", name="Doctor's checks")
+        check = lambda name: checks.locator("tr", has=page.get_by_role("cell", name=name, exact=True))  # noqa: E731
+        expect(check("database").get_by_role("cell", name="ok", exact=True)).to_be_visible()
+        expect(check(f"backend {backend_of(console)}")).to_contain_text("ready")
+        expect(check("model")).to_contain_text("not called")
+        shot(page, console, f"status-{backend_of(console)}")
+        page.get_by_label("Call the model too").check()
+        console.llm.load([{"text": "OK"}])
+        page.get_by_role("button", name="Check again").click()
+        expect(check("model")).to_contain_text("openai/scripted answers")
+        expect(page.get_by_role("status").filter(has_text="Checked")).to_contain_text("the model was called")
+
+
+def test_an_evaluation_run_is_started_and_its_attempts_and_scores_shown(console: Console, page: Page) -> None:
+    get_backend("docker")  # evaluation runs are on docker whatever the profile's backend
+    suite_in_home(console.agent().settings.home)  # evals/suites/mine: a task that passes, one that fails
+    page.get_by_role("link", name="Evaluations").click()
+    page.get_by_label("Suite").fill("nowhere")
+    page.get_by_role("button", name="Start run").click()
+    expect(page.get_by_role("alert")).to_contain_text("no suite nowhere")
+    page.get_by_label("Suite").fill("mine")
+    page.get_by_label("Agent").select_option("oracle")
+    page.get_by_role("button", name="Start run").click()
+    expect(page).to_have_url(re.compile(r"#/evals/[a-f0-9]{12}$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    attempts = page.get_by_role("table", name="Attempts")
+    expect(attempts.locator("tbody tr")).to_have_count(2)
+    expect(attempts.get_by_role("row", name="passes")).to_contain_text("passed reward 1.00")
+    expect(attempts.get_by_role("row", name="fails")).to_contain_text("failed reward 0.00")
+    expect(page.get_by_label("Overall scores")).to_contain_text("pass@150%")  # read once the run ended
+    tasks = page.get_by_role("table", name="Tasks")
+    expect(tasks.get_by_role("row", name="passes")).to_contain_text("1 of 1")
+    shot(page, console, f"eval-run-{backend_of(console)}")
+    page.get_by_role("link", name="All runs").click()
+    row = page.get_by_role("table", name="Evaluation runs").get_by_role("row", name=run_id)
+    expect(row).to_contain_text("finished")
+    expect(row).to_contain_text("2 of 2")
+    shot(page, console, f"evals-{backend_of(console)}")
+
+
 def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -> None:
     library = console.agent().skills
     add(library, "old-notes", "Notes nobody has read in a while.")
@@ -191,6 +241,13 @@ def test_memory_edits_keep_the_tools_limit_and_scan(console: Console, page: Page
     expect(page.get_by_role("alert").last).to_contain_text("blocked by the threat scan")
     assert [text for text, _ in memory.entries("memory")] == ["The build runs with make -j4."]
     assert memory.entries("user") == []
+
+    console.agent().providers.wait_told(10)  # the saved entry was told to the providers
+    page.reload()
+    provider = page.get_by_role("table", name="Memory providers").get_by_role("row", name="semantic")
+    expect(provider).to_contain_text("(0 failed)")
+    expect(provider.get_by_role("cell").nth(2).locator("time")).to_be_visible()  # its last answer
+    shot(page, console, f"memory-providers-{backend_of(console)}")
 
 
 def test_soul_is_edited_with_the_tools_limit_and_scan(console: Console, page: Page) -> None:

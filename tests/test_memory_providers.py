@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from honcho_standin import HonchoStandin
+from served_app import scripted_profiles, serve_app
+from test_api import auth, sse_events
 
 from control_plane.agent.agent import Agent
+from control_plane.api.app import create_app
+from control_plane.api.tokens import TokenStore
 from control_plane.memory.providers import FENCE, MemoryProvider, Providers, TurnStart
 from control_plane.memory.store import Op
 from control_plane.safety.redaction import Redactor
@@ -40,10 +46,22 @@ def test_a_hanging_or_raising_provider_is_skipped_with_a_notice_and_the_others_s
     hangs = Scripted("hangs", "hang", timeout=0.2)
     raises = Scripted("raises", ConnectionError("connection refused"))
     good = Scripted("good", "the user prefers tabs")
+    providers = Providers([hangs, raises, good])
+    assert [(h.name, h.calls, h.last_ok_at) for h in providers.health()] == [
+        ("hangs", 0, None), ("raises", 0, None), ("good", 0, None),
+    ]  # fmt: skip
+    before = time.time()
     try:
-        context, notices = Providers([hangs, raises, good]).turn_start(TURN)
+        context, notices = providers.turn_start(TURN)
     finally:
         hangs.release.set()
+    hangs_now, raises_now, good_now = providers.health()
+    assert (hangs_now.calls, hangs_now.failures, hangs_now.last_ok_at) == (1, 1, None)
+    assert hangs_now.last_problem == "at a turn's start: no answer within 0.2 s"
+    assert raises_now.last_problem == "at a turn's start: ConnectionError: connection refused"
+    assert (good_now.failures, good_now.last_problem) == (0, None) and (good_now.last_ok_at or 0) >= before
+    providers.session_end("default", "s-1", "summary", [])  # told: counted too
+    assert [h.calls for h in providers.health()] == [2, 2, 2] and providers.health()[2].failures == 0
     assert notices == [
         "memory provider hangs skipped this turn: no answer within 0.2 s",
         "memory provider raises skipped this turn: ConnectionError: connection refused",
@@ -122,6 +140,40 @@ def test_a_hanging_honcho_never_blocks_the_turn(tmp_path: Path, fake_llm: Any) -
     notices = [e.message for e in events if e.type == "notice"]
     assert notices == ["memory provider honcho skipped this turn: no answer within 0.5 s"]
     assert [m["content"] for m in fake_llm.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
+
+
+def test_the_providers_health_over_http(tmp_path: Path, fake_llm: Any) -> None:
+    """GET /memory/providers after a turn run through the API: the semantic provider answered, a hanging
+    Honcho was skipped with the reason; no token is a 401."""
+    with HonchoStandin() as honcho:
+        honcho.delay.clear()  # representation requests hang
+        spec = {"type": "honcho", "base_url": honcho.url, "api_key": honcho.api_key, "timeout": 0.5}
+        settings_for = scripted_profiles(tmp_path, fake_llm.url, memory={"providers": ["semantic", spec]})
+        token = TokenStore(tmp_path).create("alpha")
+        app = create_app(tmp_path, settings_for)
+        try:
+            with serve_app(app) as url, httpx.Client(base_url=url, headers=auth(token)) as client:
+                assert [(p["name"], p["calls"]) for p in client.get("/memory/providers").json()] == [
+                    ("semantic", 0), ("honcho", 0),
+                ]  # fmt: skip
+                fake_llm.load([{"text": "Hello!"}])
+                session = client.post("/sessions", json={}).json()["id"]
+                posted = client.post(f"/sessions/{session}/messages", json={"content": "hi"})
+                assert posted.status_code == 202, posted.text
+                after = posted.json()["after"]
+                events = sse_events(
+                    client, f"{url}/sessions/{session}/events?after={after}&until_turn_end=true", token
+                )
+                assert events[-1]["event"] == "turn_end"
+                semantic, hanging = client.get("/memory/providers").json()
+                assert (semantic["calls"], semantic["failures"], semantic["last_problem"]) == (1, 0, None)
+                assert semantic["last_ok_at"] is not None and semantic["timeout"] > 0
+                assert (hanging["calls"], hanging["failures"], hanging["last_ok_at"]) == (1, 1, None)
+                assert hanging["last_problem"] == "at a turn's start: no answer within 0.5 s"
+                assert httpx.get(f"{url}/memory/providers").status_code == 401
+        finally:
+            honcho.delay.set()
+            app.state.hub.close()
 
 
 def test_the_semantic_provider_injects_past_snippets_by_meaning(tmp_path: Path, fake_llm: Any) -> None:

@@ -44,6 +44,7 @@ from .signins import SignInStore
 from .skill_sources import router as skill_sources_router
 from .skills import router as skills_router
 from .snapshots import router as snapshots_router
+from .status import router as status_router
 from .terminal import router as terminal_router
 from .tokens import TokenStore
 from .watch import router as watch_router
@@ -137,6 +138,7 @@ def create_app(
     app.include_router(sandboxes_router)
     app.include_router(terminal_router)
     app.include_router(evals_router)
+    app.include_router(status_router)
     app.include_router(a2a_router(base.profile))
 
     @app.get("/health", openapi_extra={PUBLIC: True})

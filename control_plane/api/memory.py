@@ -1,7 +1,7 @@
 """Curated memory over HTTP: MEMORY.md and USER.md with their limits and threat marks, edited with the
 memory tool's own ops and validation (all or nothing; a refusal is a 400 with the tool's message),
-and SOUL.md with the lines the threat scan withholds, replaced whole under the same checks. Mounted by
-api/app.py."""
+and SOUL.md with the lines the threat scan withholds, replaced whole under the same checks; the memory
+providers' health. Mounted by api/app.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..memory.persona import MAX_CHARS, load_persona, save_soul, soul_path
+from ..memory.providers import ProviderHealth
 from ..memory.store import FILES, MemoryFileError, Op, Target
 from .bounds import AUTHENTICATED, NO_NUL, errors
 from .profiles import Auth
@@ -92,6 +93,14 @@ def read_memory(profile: Auth) -> Memories:
         else None
     )
     return Memories(files=[_file(profile, target) for target in FILES], soul=soul, soul_limit=MAX_CHARS)
+
+
+@router.get("/providers")
+def providers(profile: Auth) -> list[ProviderHealth]:
+    """The profile's memory providers (config.yaml's memory.providers), in order, with their calls in this
+    server since it started: how many, how many failed (skipped), the last answer and the last problem.
+    Turns run by another process (a gateway of its own) are not counted here."""
+    return profile.agent.providers.health()
 
 
 @router.put("/soul", responses=errors(400))

@@ -18,7 +18,7 @@ from rich.markup import escape
 from ..chat_settings import PLATFORMS
 from ..gateway import Gateway, GatewayLocked, create_gateway
 from ..gateway.records import GatewayStore
-from ..gateway.status import PlatformStatus
+from ..gateway.status import platform_reports
 from ..settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -126,24 +126,14 @@ def serve_beside(settings: Settings, config: uvicorn.Config, base: type[uvicorn.
 @app.command("status")
 def status() -> None:
     """Each platform's connection, last message and latest errors."""
-    settings = gateway_settings()
-    store = GatewayStore(str(settings.database_url))
-    try:
-        for platform in settings.gateway.platforms:
-            saved = store.get_state(f"status:{platform}")
-            found = PlatformStatus.model_validate_json(saved) if saved else PlatformStatus(platform=platform)
-            last = store.last_inbound(platform)
-            waiting = len(store.unanswered(platform))
-            state = found.state if saved else "never run"
-            console.print(f"[bold]{platform}[/]: {state} since {_when(found.since)}")
-            console.print(
-                f"  last message {_when(last.received_at) if last else 'never'}; "
-                f"{found.received} received, {found.answered_count} answered, {waiting} waiting"
-            )
-            for error in found.errors:
-                console.print(f"  [red]{escape(error)}[/]")
-    finally:
-        store.close()
+    for report in platform_reports(gateway_settings()):
+        console.print(f"[bold]{report.platform}[/]: {report.state} since {_when(report.since)}")
+        console.print(
+            f"  last message {_when(report.last_message_at) if report.last_message_at else 'never'}; "
+            f"{report.received} received, {report.answered} answered, {report.waiting} waiting"
+        )
+        for error in report.errors:
+            console.print(f"  [red]{escape(error)}[/]")
 
 
 @app.command("pair")

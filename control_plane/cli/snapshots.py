@@ -19,6 +19,7 @@ from ..agent.agent import Agent
 from ..checkpoints import Checkpoints, NoSuchCheckpoint
 from ..sandbox_manager import SandboxManager, choose_backend, snapshot_store
 from ..settings import Settings, load_settings
+from ..sizes import human_size
 from .agent import sessions_app
 from .listing_json import AsJson, print_json
 
@@ -29,15 +30,6 @@ err = Console(stderr=True, highlight=False)
 
 def _when(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def _store() -> tuple[Settings, SnapshotStore]:

@@ -99,6 +99,10 @@ class Gateway:
         for name in self._locks:
             await asyncio.to_thread(self.store.release, name, self.holder)
         self._locks = []
+        for platform, status in self.status.items():
+            if status.state != "stopped":  # a platform stopped by a bad token keeps its error's time
+                status.stopped()
+                await asyncio.to_thread(self._save_status, platform)
         for chat in self._chats.values():
             if chat.conversation is not None:
                 await asyncio.to_thread(chat.conversation.close)
@@ -158,6 +162,7 @@ class Gateway:
             log.info("%s: message %s seen before (a redelivery)", message.platform, message.message_id)
             return False
         self.status[adapter.platform].received_one()
+        await asyncio.to_thread(self._save_status, adapter.platform)
         if not adapter.authenticates:
             decision = await asyncio.to_thread(
                 decide, self.store, self.config(message.platform), message, self.settings.pairing_ttl
@@ -331,6 +336,7 @@ class Gateway:
         for answered in done:
             await asyncio.to_thread(self.store.mark, answered, state="answered")
         self.status[adapter.platform].answered()
+        await asyncio.to_thread(self._save_status, adapter.platform)
 
     async def _say(self, adapter: Adapter, message: Inbound, text: str) -> None:
         """A plain message (a command's answer, a pairing code); failures are logged, not raised."""

@@ -1,11 +1,16 @@
-"""Each platform's connection as `hermetic gateway status` shows it: saved in the store by the running
-gateway, so another process can read it."""
+"""Each platform's connection as `hermetic gateway status` and the console's status page show it: saved
+in the store by the running gateway at each change (connected, an error, a message in or answered,
+stopped), so another process can read it."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 KEPT_ERRORS = 5
 
@@ -13,7 +18,7 @@ KEPT_ERRORS = 5
 class PlatformStatus(BaseModel):
     platform: str
     state: str = "starting"
-    """starting, connected, reconnecting, stopped."""
+    """starting, connected, reconnecting, stopped (a bad token, or the gateway stopped)."""
     since: float = 0.0
     last_message_at: float | None = None
     received: int = 0
@@ -31,9 +36,66 @@ class PlatformStatus(BaseModel):
         stamp = time.strftime("%H:%M:%S")
         self.errors = [*self.errors, f"{stamp} {error}"][-KEPT_ERRORS:]
 
+    def stopped(self) -> None:
+        self.state, self.since, self.updated_at = "stopped", time.time(), time.time()
+
     def received_one(self) -> None:
         self.received += 1
         self.last_message_at = self.updated_at = time.time()
 
     def answered(self) -> None:
         self.answered_count += 1
+        self.updated_at = time.time()
+
+
+class PlatformReport(BaseModel):
+    """One configured platform as the gateway last recorded it, with its messages read from the store now."""
+
+    platform: str
+    state: str
+    """connected, reconnecting, stopped, starting; `never run` when no gateway has recorded this platform."""
+    since: float | None
+    """When it entered that state (seconds since the epoch)."""
+    last_message_at: float | None
+    """The newest message stored from this platform (read now)."""
+    received: int
+    answered: int
+    """Messages received and answered since the gateway last started."""
+    waiting: int
+    """Messages stored but not answered yet (read now): the next start answers them."""
+    errors: list[str]
+    """The latest errors, newest last, each with its time (the gateway's clock)."""
+    last_error: str | None
+    updated_at: float | None
+    """When the gateway last wrote this record. A gateway killed outright (SIGKILL, a power cut) writes
+    nothing more: its last state stays, with this time."""
+
+
+def platform_reports(settings: Settings) -> list[PlatformReport]:
+    """Each platform of the profile's config.yaml, as the running gateway (in any process) recorded it."""
+    from .records import GatewayStore
+
+    store = GatewayStore(str(settings.database_url))
+    try:
+        reports = []
+        for platform in settings.gateway.platforms:
+            saved = store.get_state(f"status:{platform}")
+            found = PlatformStatus.model_validate_json(saved) if saved else None
+            last = store.last_inbound(platform)
+            reports.append(
+                PlatformReport(
+                    platform=platform,
+                    state=found.state if found else "never run",
+                    since=found.since if found else None,
+                    last_message_at=last.received_at if last else None,
+                    received=found.received if found else 0,
+                    answered=found.answered_count if found else 0,
+                    waiting=len(store.unanswered(platform)),
+                    errors=found.errors if found else [],
+                    last_error=found.errors[-1] if found and found.errors else None,
+                    updated_at=found.updated_at if found else None,
+                )
+            )
+        return reports
+    finally:
+        store.close()

@@ -3,7 +3,8 @@
 At a turn's start each provider may return text for the model, bounded in characters and threat-scanned
 like memory; after a memory write and at a session's end it is told what happened. Every hook runs under
 the provider's timeout in a thread of its own: one that raises or hangs is skipped for that call with a
-notice, and the turn goes on. What a provider is sent passes the redactor first.
+notice, and the turn goes on. What a provider is sent passes the redactor first. Each provider's health
+(calls, failures, the last answer and the last problem) is kept for the console's memory page.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import functools
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from ..safety.threats import scan
 
@@ -58,18 +62,53 @@ class Outcome:
     problem: str | None = None
 
 
+class ProviderHealth(BaseModel):
+    """One provider's calls in this process since it started (nothing is stored)."""
+
+    name: str
+    timeout: float
+    calls: int = 0
+    failures: int = 0
+    """Calls that raised or did not answer within the timeout (skipped)."""
+    last_ok_at: float | None = None
+    last_problem: str | None = None
+    """The last failure: the hook and why."""
+    last_problem_at: float | None = None
+
+
 @dataclass
 class Providers:
     providers: list[MemoryProvider]
     redact: Callable[[str], str] = field(default=lambda text: text)
     _telling: list[threading.Thread] = field(default_factory=list)
+    _health: list[ProviderHealth] = field(default_factory=list)
+    _counting: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._health = [ProviderHealth(name=p.name, timeout=p.timeout) for p in self.providers]
+
+    def health(self) -> list[ProviderHealth]:
+        """Each provider's health, in the configured order (copies)."""
+        with self._counting:
+            return [h.model_copy() for h in self._health]
+
+    def _count(self, index: int, done: Outcome, when: str) -> None:
+        with self._counting:
+            health = self._health[index]
+            health.calls += 1
+            if done.problem is None:
+                health.last_ok_at = time.time()
+            else:
+                health.failures += 1
+                health.last_problem, health.last_problem_at = f"{when}: {done.problem}", time.time()
 
     def turn_start(self, turn: TurnStart) -> tuple[str, list[str]]:
         """The fenced context every provider gave for this turn ("" for none) and the notices to show."""
         safe = TurnStart(turn.profile, turn.session_id, self.redact(turn.text))
         parts, notices = [], []
-        for provider in self.providers:
+        for index, provider in enumerate(self.providers):
             done = _bounded(provider, functools.partial(provider.turn_start, safe))
+            self._count(index, done, "at a turn's start")
             if done.problem:
                 notices.append(f"memory provider {provider.name} skipped this turn: {done.problem}")
                 continue
@@ -109,8 +148,9 @@ class Providers:
         self._tell(lambda p: p.session_end(profile, session_id, text, said), "at the session's end")
 
     def _tell(self, call: Callable[[MemoryProvider], None], when: str) -> None:
-        for provider in self.providers:
+        for index, provider in enumerate(self.providers):
             done = _bounded(provider, functools.partial(call, provider))
+            self._count(index, done, when)
             if done.problem:
                 log.warning("memory provider %s failed %s: %s", provider.name, when, done.problem)
 

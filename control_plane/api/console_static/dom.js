@@ -41,6 +41,16 @@ export function tokens(prompt, completion, cost) {
   return parts.join(" · ");
 }
 
+// A labelled table of `rows` (tr elements) under `heads`, or one row saying `empty`.
+export function table(label, heads, rows, empty) {
+  return h(
+    "table",
+    { class: "list", "aria-label": label },
+    h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: heads.length }, empty))),
+  );
+}
+
 export function notice(text, kind = "error") {
   return h("p", { class: `notice ${kind}`, role: kind === "error" ? "alert" : "status" }, text);
 }

@@ -1,17 +1,10 @@
 // The sandbox page's live state: what the sandbox costs now (read again every few seconds while the
 // page is open), its exposed ports as links, and its egress proxy's decisions (the audit log).
 import { api } from "./api.js";
-import { clear, h, notice, time } from "./dom.js";
+import { clear, h, notice, table, time } from "./dom.js";
 
 const EVERY_MS = 3000;
 const size = (n) => (n === null || n === undefined ? "—" : n > 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${Math.round(n / 1e3)} kB`);
-const table = (label, heads, rows, empty) =>
-  h(
-    "table",
-    { class: "list", "aria-label": label },
-    h("thead", {}, h("tr", {}, heads.map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: heads.length }, empty))),
-  );
 
 function statsList(stats) {
   const facts = [

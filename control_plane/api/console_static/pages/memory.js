@@ -1,8 +1,9 @@
 // MEMORY.md and USER.md with their limits and threat marks, edited with the memory tool's ops (add,
 // replace, remove) and its validation: a refused edit changes nothing and says why. SOUL.md as the
-// prompt gets it, edited whole under the same checks (a refused text stays in the box).
+// prompt gets it, edited whole under the same checks (a refused text stays in the box). The memory
+// providers' health: their calls in this server, failures and the last problem.
 import { api } from "../api.js";
-import { clear, h, notice } from "../dom.js";
+import { clear, h, notice, table, time } from "../dom.js";
 
 function usage(file) {
   const percent = Math.round((100 * file.chars) / file.limit);
@@ -98,10 +99,31 @@ function soulFile(soul, limit, reload) {
   );
 }
 
+function providersPart(providers) {
+  const rows = providers.map((p) =>
+    h(
+      "tr",
+      {},
+      h("td", {}, p.name),
+      h("td", { class: "num" }, `${p.calls} (${p.failures} failed)`),
+      h("td", {}, p.last_ok_at ? time(p.last_ok_at) : "never"),
+      h("td", {}, p.last_problem ? [time(p.last_problem_at), " ", h("span", { class: "failed" }, p.last_problem)] : "—"),
+      h("td", { class: "num" }, `${p.timeout} s`),
+    ),
+  );
+  return h(
+    "section",
+    { "aria-labelledby": "h-providers" },
+    h("h2", { id: "h-providers" }, "Memory providers"),
+    h("p", { class: "muted" }, "Outside memory consulted at each turn's start, told after memory writes and at a session's end (memory.providers). Calls counted in this server since it started; a failed call is skipped and the turn goes on."),
+    table("Memory providers", ["Provider", "Calls", "Last answer", "Last problem", "Timeout"], rows, "No memory provider is configured."),
+  );
+}
+
 async function render(view, _params, _query, message = "") {
-  let memories;
+  let memories, providers;
   try {
-    memories = await api("GET", "/memory");
+    [memories, providers] = await Promise.all([api("GET", "/memory"), api("GET", "/memory/providers")]);
   } catch (error) {
     clear(view, h("h1", {}, "Memory"), notice(error.message));
     return;
@@ -113,6 +135,7 @@ async function render(view, _params, _query, message = "") {
     message ? notice(message, "ok") : null,
     memories.files.map((file) => memoryFile(file, reload)),
     soulFile(memories.soul, memories.soul_limit, reload),
+    providersPart(providers),
   );
 }
 
