@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 from served_app import serve_app
 
 from control_plane.api.app import create_app
@@ -21,7 +21,10 @@ from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
-expect.set_options(timeout=15_000)  # the machine's cores are shared: a page may take a while, not fail
+PAGE_TIMEOUT_MS = 60_000
+"""Every wait of a test page (expect, goto, click): bounds of a loaded machine, where a first request
+opens the profile and its backend. They end as soon as their condition holds."""
+expect.set_options(timeout=PAGE_TIMEOUT_MS)
 ARGS = ["--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update"]
 
 
@@ -46,6 +49,13 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def new_context(browser: Browser, **options: Any) -> BrowserContext:
+    """A browser context whose pages wait PAGE_TIMEOUT_MS (Playwright's own default is 30 s)."""
+    context = browser.new_context(**options)
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
+    return context
 
 
 @contextlib.contextmanager

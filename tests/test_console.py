@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import get_backend
-from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
+from console_browser import Console, artifacts, chromium, new_context, served_console, shot, sign_in
 from hermetic_cli import scripted_env
 from playwright.sync_api import Browser, expect
 from test_skills import add
@@ -66,7 +66,7 @@ def test_the_console_is_served_at_root_with_a_strict_policy(console: Console) ->
 def test_sign_in_gives_an_http_only_strict_cookie_that_logout_revokes(
     console: Console, browser: Browser
 ) -> None:
-    context = browser.new_context()
+    context = new_context(browser)
     page = context.new_page()
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
@@ -105,7 +105,7 @@ def test_an_expired_or_orphaned_signin_is_refused(console: Console, browser: Bro
     orphan, _ = signins.create("alpha", digest("hmt_a-token-since-revoked"), lifetime=3600)
     for value in (expired, orphan):
         assert httpx.get(console.url + "/sessions", cookies={COOKIE: value}).status_code == 401
-        context = browser.new_context()
+        context = new_context(browser)
         context.add_cookies([{"name": COOKIE, "value": value, "url": console.url}])
         page = context.new_page()
         page.goto(console.url + "/#/sessions")
@@ -161,7 +161,7 @@ def attacker(console: Console) -> Iterator[int]:
 def test_a_cross_site_post_changes_nothing(
     console: Console, browser: Browser, attacker: int, host: str
 ) -> None:
-    context = browser.new_context()
+    context = new_context(browser)
     page = context.new_page()
     sign_in(page, console)
     before = sessions(console)
@@ -197,7 +197,7 @@ def test_markup_in_titles_tool_output_skills_and_chat_is_only_text(
             {"text": "reply " + PAYLOAD},
         ]
     )
-    page = browser.new_page()
+    page = new_context(browser).new_page()
     violations: list[str] = []
     page.on("console", lambda message: violations.append(message.text))
     sign_in(page, console)
@@ -289,7 +289,7 @@ def test_the_terminal_socket_wants_the_signin_from_this_origin(console: Console,
     other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtherSite)  # same site: another port
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
-        context = browser.new_context()
+        context = new_context(browser)
         page = context.new_page()
         sign_in(page, console)
         assert json.loads(page.evaluate(OPEN_SOCKET, target))["type"] == "terminal"
@@ -297,10 +297,10 @@ def test_the_terminal_socket_wants_the_signin_from_this_origin(console: Console,
         evil.goto(f"http://127.0.0.1:{other.server_address[1]}/")
         assert evil.evaluate(OPEN_SOCKET, target) == "refused"
         context.close()
-        stranger = browser.new_page()  # this server's page, never signed in: no cookie
+        stranger = new_context(browser).new_page()  # this server's page, never signed in: no cookie
         stranger.goto(console.url + "/")
         assert stranger.evaluate(OPEN_SOCKET, target) == "refused"
-        stranger.close()
+        stranger.context.close()
     finally:
         other.shutdown()
 

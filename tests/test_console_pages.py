@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import get_backend
-from console_browser import Console, artifacts, chromium, served_console, shot, sign_in
+from console_browser import Console, artifacts, chromium, new_context, served_console, shot, sign_in
 from gateway_harness import Running
 from playwright.sync_api import Browser, Page, expect
 from test_evals_api import suite_in_home
@@ -50,7 +50,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(console: Console, browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    context = new_context(browser, viewport={"width": 1280, "height": 720})
     page = context.new_page()
     sign_in(page, console)
     yield page
