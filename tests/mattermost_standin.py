@@ -15,6 +15,7 @@ Errors are the API's `{"id", "message", "status_code"}`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -150,7 +151,8 @@ class MattermostStandin(StandinServer):
             "broadcast": {"channel_id": post["channel_id"]},
         }  # fmt: skip
         for socket in list(self._sockets):
-            await socket.send_str(json.dumps(event))
+            with contextlib.suppress(ConnectionResetError):  # a killed client's, before its close is read
+                await socket.send_str(json.dumps(event))
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(autoping=True)

@@ -15,6 +15,7 @@ API's `{"ok": false, "error"}`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -166,9 +167,12 @@ class SlackStandin(StandinServer):
             await self._send(self._sockets[-1], envelope)
 
     async def _send(self, socket: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+        """Send on `socket`; one that is closing (a killed app's, before its close is read) loses it, as
+        Slack's would: the envelope stays pending and the next connection gets it as a retry."""
         with self._changed:
             wire = {k: v for k, v in envelope.items() if k != "sent"}
-        await socket.send_str(json.dumps(wire))
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_str(json.dumps(wire))
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(autoping=True)

@@ -87,7 +87,8 @@ def _answered_once_after_restart(
     again = _gateway(env)
     try:
         # the message sent meanwhile is answered on its own or, arriving while the rerun runs, steers it
-        wait_for(lambda: {"answer one", "answer two"} <= set("\n".join(bot_texts()).split("\n")), timeout=60)
+        # bounds of a loaded machine: the restart pays the gateway's imports and the first litellm one
+        wait_for(lambda: {"answer one", "answer two"} <= set("\n".join(bot_texts()).split("\n")), timeout=180)
         _wait_all_answered(Path(env["HERMETIC_ROOT"]), platform)  # marked once the last edit is out
         again.send_signal(signal.SIGINT)
         assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
@@ -102,7 +103,7 @@ def _answered_once_after_restart(
     assert joined.count("answer one") == 1 and joined.count("answer two") == 1
 
 
-def _wait_all_answered(root: Path, platform: str, timeout: float = 30) -> None:
+def _wait_all_answered(root: Path, platform: str, timeout: float = 120) -> None:
     store = GatewayStore(f"sqlite:///{root / 'hermetic.db'}")
     deadline = time.monotonic() + timeout
     try:

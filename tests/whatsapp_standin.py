@@ -141,7 +141,7 @@ class WhatsAppStandin(StandinServer):
         self.release()
         super().close()
 
-    def wait_listening(self, timeout: float = 10) -> None:
+    def wait_listening(self, timeout: float = 120) -> None:
         """Until the gateway's webhook listener accepts connections (it opens as the gateway starts)."""
         port = int(self.webhook_url.split(":")[2].split("/")[0])
         deadline = time.monotonic() + timeout
