@@ -26,6 +26,14 @@ class TextDelta(_Event):
     text: str
 
 
+class ReasoningDelta(_Event):
+    """A piece of the model's reasoning as it streams, when its provider sends one (`reasoning_content`:
+    DeepSeek, vLLM and other servers of reasoning models). The whole is kept with the stored message."""
+
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    text: str
+
+
 class AssistantMessage(_Event):
     """The model's complete reply of one step (its text and the tools it calls)."""
 
@@ -206,6 +214,7 @@ class TurnEnd(_Event):
 
 Event = Annotated[
     TextDelta
+    | ReasoningDelta
     | AssistantMessage
     | ToolStart
     | ToolProgress

@@ -23,6 +23,7 @@ from acp.client.connection import ClientSideConnection
 from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
+    AgentThoughtChunk,
     AllowedOutcome,
     AvailableCommandsUpdate,
     ClientCapabilities,
@@ -147,7 +148,7 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
             call("read_file", path="draft.md"),
             call("write_file", path="/workspace/made.md", content="made through the editor\n"),
             call("terminal", command="cat notes.md made.md; echo from-sandbox"),
-            {"text": "The notes now say new line."},
+            {"reasoning": "The edit took; say so.", "text": "The notes now say new line."},
         ]
     )
     editor = Editor(lambda options: None)
@@ -191,6 +192,9 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
     assert "from-sandbox" in ends[-1].content[0].content.text
     assert "new line" in ends[-1].content[0].content.text
     assert "The notes now say new line." in editor.text()
+    thoughts = "".join(u.content.text for u in editor.of(AgentThoughtChunk))
+    assert thoughts == "The edit took; say so.", "the reasoning streams as thoughts, not as the message"
+    assert "The edit took" not in editor.text()
     assert f"session {session_id}" in editor.text()  # /status answered without the model
     assert len(fake_llm.requests) == 6
     results = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]

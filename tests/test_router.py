@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fake_llm import scripted_model
 
-from control_plane.events import Event, Notice, TextDelta, Usage
+from control_plane.events import Event, Notice, ReasoningDelta, TextDelta, Usage
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import ModelError, ModelNotConfigured, ModelReply, Router
 from control_plane.settings import ModelEndpoint, ModelSettings
@@ -50,6 +50,24 @@ def test_a_text_reply(fake_llm: FakeLLM, stream: bool) -> None:
     else:
         assert deltas == []
     assert fake_llm.requests[0]["messages"] == HELLO and bool(fake_llm.requests[0].get("stream")) is stream
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_providers_reasoning_streams_as_its_own_events_and_is_kept_whole(
+    fake_llm: FakeLLM, stream: bool
+) -> None:
+    thinking = "The user greets me; a short greeting back will do."
+    fake_llm.load([{"reasoning": thinking, "text": "Hello!"}])
+    reply, events = complete(Router(scripted_model(fake_llm)), stream=stream)
+    assert reply.reasoning == thinking and reply.content == "Hello!"
+    thoughts = [event.text for event in events if isinstance(event, ReasoningDelta)]
+    if stream:
+        assert len(thoughts) > 1 and "".join(thoughts) == thinking
+        first_text = next(i for i, e in enumerate(events) if isinstance(e, TextDelta))
+        assert all(isinstance(e, ReasoningDelta) for e in events[:first_text] if not isinstance(e, Usage))
+    else:
+        assert thoughts == []  # no stream: the whole reasoning is in the reply
+    assert "Hello!" not in "".join(thoughts)
 
 
 @pytest.mark.parametrize("stream", [True, False])

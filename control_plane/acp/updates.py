@@ -13,13 +13,14 @@ from acp import (
     tool_content,
     tool_diff_content,
     update_agent_message_text,
+    update_agent_thought_text,
     update_plan,
     update_tool_call,
 )
 from acp.helpers import SessionUpdate, ToolCallContentVariant
 from acp.schema import ToolCallLocation, ToolCallStatus, ToolKind
 
-from ..events import Error, Event, Notice, TextDelta, Todo, ToolEnd, ToolProgress, ToolStart
+from ..events import Error, Event, Notice, ReasoningDelta, TextDelta, Todo, ToolEnd, ToolProgress, ToolStart
 
 KINDS: dict[str, ToolKind] = {
     "terminal": "execute",
@@ -57,6 +58,8 @@ class Updates:
             return []
         if isinstance(event, TextDelta):
             return [update_agent_message_text(event.text)]
+        if isinstance(event, ReasoningDelta):
+            return [update_agent_thought_text(event.text)]
         if isinstance(event, ToolStart):
             self._running[event.call_id] = event.name
             return [self._start(event)]

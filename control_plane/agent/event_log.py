@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..events import Event, EventAdapter
 
-STREAMED = {"text_delta", "tool_progress"}  # their content arrives whole in assistant_message / tool_end
+STREAMED = {"text_delta", "reasoning_delta", "tool_progress"}
+"""Not logged: their content arrives whole in assistant_message (reasoning: the stored message) / tool_end."""
 IMAGE_DATA = {"images": {"__all__": {"data"}}}  # a tool's images are logged by their labels
 
 

@@ -25,7 +25,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from ..events import Event, Notice, TextDelta, Usage
+from ..events import Event, Notice, ReasoningDelta, TextDelta, Usage
 from ..settings import ModelEndpoint, ModelSettings
 
 Emit = Callable[[Event], None]
@@ -207,7 +207,9 @@ class _Attempt:
                     continue
                 choice = chunk.choices[0]
                 finish_reason = choice.finish_reason or finish_reason
-                reasoning.append(getattr(choice.delta, "reasoning_content", None) or "")
+                if thought := getattr(choice.delta, "reasoning_content", None):
+                    reasoning.append(thought)
+                    self.emit(ReasoningDelta(text=thought))
                 if choice.delta.content:
                     text.append(choice.delta.content)
                     self.emitted_text = True
