@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from acp import (
     PROTOCOL_VERSION,
     Client,
@@ -208,6 +209,13 @@ def test_a_zed_session_end_to_end(tmp_path: Path, fake_llm: FakeLLM) -> None:
 
     async def load() -> None:
         async with acp_process(env, loaded) as conn:
+            listed = await conn.list_sessions(cwd=str(project))  # the editor's history of this project
+            assert [(s.session_id, s.cwd) for s in listed.sessions] == [(session_id, str(project))]
+            assert listed.sessions[0].updated_at and listed.next_cursor is None
+            assert (await conn.list_sessions(cwd=str(tmp_path))).sessions == []
+            assert [s.session_id for s in (await conn.list_sessions()).sessions] == [session_id]
+            with pytest.raises(RequestError, match="Invalid params"):
+                await conn.list_sessions(cursor="not-ours")
             await conn.load_session(cwd=str(project), session_id=session_id, mcp_servers=[])
             said = [u.content.text for u in loaded.of(UserMessageChunk)]
             assert said and said[0].startswith("Fix the notes")

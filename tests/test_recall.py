@@ -285,6 +285,7 @@ def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
         raw.execute("DELETE FROM store_meta WHERE key = ?", (indexing.INDEXED_THROUGH,))
         raw.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
         raw.execute("ALTER TABLE messages DROP COLUMN reasoning")  # schema 3 added it
+        raw.execute("ALTER TABLE sessions DROP COLUMN workspace")  # and 4 this
         for ddl in V1_TRIGGERS:
             raw.execute(ddl)
         raw.executemany(
@@ -305,7 +306,7 @@ def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
     triggers = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
     version = raw.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone()
     raw.close()
-    assert triggers == {"messages_unindex"} and version == ("3",)
+    assert triggers == {"messages_unindex"} and version == ("4",)
 
 
 # -- through the agent loop ------------------------------------------------------------------------------

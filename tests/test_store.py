@@ -53,6 +53,10 @@ def test_session_crud(store: Store) -> None:
     assert [s.id for s in store.list_sessions(P)] == [first.id, second.id]
     assert [s.id for s in store.list_sessions(P, limit=1, offset=1)] == [second.id]
     assert store.list_sessions(P, limit=10**30, offset=10**30) == []  # past any SQL integer: nothing
+    store.update_session(second.id, workspace="/home/me/project")
+    assert [s.id for s in store.list_sessions(P, mounted=True)] == [second.id]
+    assert [s.workspace for s in store.list_sessions(P, workspace="/home/me/project")] == ["/home/me/project"]
+    assert store.list_sessions(P, workspace="/home/me/other") == []
 
     store.update_session(first.id, title="renamed", ended_at=123.5, sandbox_id="sb-1")
     got = store.get_session(first.id, P)
@@ -468,6 +472,7 @@ def test_a_schema_2_database_gains_the_reasoning_column_and_keeps_its_messages(t
         store.add_messages(session.id, [{"role": "user", "content": "kept"}])
     db = sqlite3.connect(tmp_path / "old.db")  # as Hermetic of schema 2 left it
     db.execute("ALTER TABLE messages DROP COLUMN reasoning")
+    db.execute("ALTER TABLE sessions DROP COLUMN workspace")  # schema 4's
     db.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
     db.commit()
     db.close()
@@ -476,7 +481,8 @@ def test_a_schema_2_database_gains_the_reasoning_column_and_keeps_its_messages(t
         assert [m["content"] for m in store.history(session.id)] == ["kept", "ok"]
     db = sqlite3.connect(tmp_path / "old.db")
     try:
-        assert db.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone() == ("4",)
         assert db.execute("SELECT reasoning FROM messages ORDER BY id").fetchall() == [(None,), ("thought",)]
+        assert db.execute("SELECT workspace FROM sessions").fetchall() == [(None,)]
     finally:
         db.close()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,14 @@ from acp.schema import (
     ClientCapabilities,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
+    SessionCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
     UnstructuredCommandInput,
 )
 
@@ -50,6 +55,8 @@ BIND_BACKENDS = ("local", "docker")
 """Backends that can mount a directory of this machine as the workspace."""
 SESSION_COMMANDS = ("/new", "/stop")
 """Not advertised: the editor starts new threads (session/new) and stops runs (session/cancel)."""
+LIST_PAGE = 50
+"""Sessions per session/list page."""
 STOP = {"done": "end_turn", "interrupted": "cancelled", "budget": "max_turn_requests", "error": "end_turn"}
 
 
@@ -85,6 +92,7 @@ class HermeticAcp:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
+                session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
                 prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
             ),
             agent_info=Implementation(name="hermetic", title="Hermetic", version=__version__),
@@ -96,7 +104,7 @@ class HermeticAcp:
     ) -> NewSessionResponse:
         workspace = await self._workspace(cwd)
         conversation = await asyncio.to_thread(self.agent.new_conversation, source="acp")
-        self._open(conversation, workspace)
+        await self._open(conversation, workspace)
         return NewSessionResponse(session_id=conversation.id)
 
     async def load_session(
@@ -110,7 +118,7 @@ class HermeticAcp:
             raise RequestError.invalid_params(
                 {"sessionId": f"no session {session_id} in this profile"}
             ) from None
-        self._open(conversation, workspace)
+        await self._open(conversation, workspace)
         for update in _replay(conversation.history):
             await self._send(session_id, update)
         return LoadSessionResponse()
@@ -175,7 +183,37 @@ class HermeticAcp:
             )
         return path.resolve()
 
-    def _open(self, conversation: Conversation, workspace: Path) -> None:
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        """The profile's sessions opened from an editor (they have a workspace), latest first; `cwd`
+        keeps those of that directory. The cursor is the offset of the next page."""
+        offset = int(cursor) if cursor and cursor.isdigit() and len(cursor) < 10 else None
+        if cursor is not None and offset is None:
+            raise RequestError.invalid_params({"cursor": f"{cursor!r} is not a cursor this agent gave"})
+        where = str(Path(cwd).resolve()) if cwd else None
+        found = await asyncio.to_thread(
+            self.agent.store.list_sessions,
+            self.agent.settings.profile,
+            limit=LIST_PAGE + 1,
+            offset=offset or 0,
+            mounted=True,
+            workspace=where,
+        )
+        sessions = [
+            SessionInfo(
+                session_id=record.id,
+                cwd=record.workspace or "",
+                title=record.title,
+                updated_at=datetime.fromtimestamp(record.updated_at, UTC).isoformat(),
+            )
+            for record in found[:LIST_PAGE]
+        ]
+        more = str((offset or 0) + LIST_PAGE) if len(found) > LIST_PAGE else None
+        return ListSessionsResponse(sessions=sessions, next_cursor=more)
+
+    async def _open(self, conversation: Conversation, workspace: Path) -> None:
+        await asyncio.to_thread(self.agent.store.update_session, conversation.id, workspace=str(workspace))
         self.agent.sandboxes.use_workspace(conversation.id, str(workspace))
         assert self.client is not None
         files = EditorFiles(

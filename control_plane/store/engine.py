@@ -18,9 +18,9 @@ from .records import StoreMeta, VectorIndexRecord  # noqa: F401 (its table, for 
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: a trigger indexed each message as it was inserted. 2: SQLite indexes in bulk (indexing.py).
-3: messages keep the model's reasoning (`reasoning`)."""
+3: messages keep the model's reasoning (`reasoning`). 4: sessions record a mounted host `workspace`."""
 WRITE = "hermetic_write"
 """Execution option on a connection whose transaction will write: SQLite begins it IMMEDIATE."""
 BUSY_TIMEOUT_MS = 30_000
@@ -148,6 +148,8 @@ def _create_schema(engine: Engine) -> None:
                 migrate_v1(conn)
             if int(found) < 3:  # the same DDL on both: a nullable column, no default to fill in
                 conn.execute(text("ALTER TABLE messages ADD COLUMN reasoning TEXT"))
+            if int(found) < 4:
+                conn.execute(text("ALTER TABLE sessions ADD COLUMN workspace TEXT"))
             conn.execute(
                 update(StoreMeta)
                 .where(col(StoreMeta.key) == "schema_version")

@@ -25,6 +25,8 @@ class SessionRecord(SQLModel, table=True):
     model: str | None = None
     backend: str | None = None
     sandbox_id: str | None = None
+    workspace: str | None = None
+    """The host directory mounted as its sandbox's workspace (an editor's project over ACP), if any."""
     parent_id: str | None = Field(default=None, foreign_key="sessions.id", ondelete="SET NULL")
     created_at: float
     updated_at: float

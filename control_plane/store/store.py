@@ -38,7 +38,9 @@ from .vectors import nearest_pgvector, nearest_sqlite, uses_pgvector
 
 log = logging.getLogger(__name__)
 
-UPDATABLE = frozenset({"title", "source", "model", "backend", "sandbox_id", "parent_id", "ended_at"})
+UPDATABLE = frozenset(
+    {"title", "source", "model", "backend", "sandbox_id", "workspace", "parent_id", "ended_at"}
+)
 """Session fields update_session may set; ids, profile and totals are the store's."""
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
 MAX_ROW = 2**63 - 1
@@ -139,12 +141,24 @@ class Store:
         with self._read() as db:
             return db.exec(query).first()
 
-    def list_sessions(self, profile: str, *, limit: int = 50, offset: int = 0) -> list[SessionRecord]:
-        """The profile's sessions, latest activity first."""
+    def list_sessions(
+        self,
+        profile: str,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        mounted: bool = False,
+        workspace: str | None = None,
+    ) -> list[SessionRecord]:
+        """The profile's sessions, latest activity first; `mounted`: only those with a host workspace,
+        `workspace`: only those on that directory."""
+        query = select(SessionRecord).where(SessionRecord.profile == profile)
+        if mounted:
+            query = query.where(col(SessionRecord.workspace).is_not(None))
+        if workspace is not None:
+            query = query.where(SessionRecord.workspace == workspace)
         query = (
-            select(SessionRecord)
-            .where(SessionRecord.profile == profile)
-            .order_by(col(SessionRecord.updated_at).desc(), col(SessionRecord.id).desc())
+            query.order_by(col(SessionRecord.updated_at).desc(), col(SessionRecord.id).desc())
             .limit(min(max(limit, 0), MAX_ROW))
             .offset(min(max(offset, 0), MAX_ROW))
         )
