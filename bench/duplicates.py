@@ -44,13 +44,18 @@ def scores(*, vectors: bool) -> tuple[list[float], list[float]]:
     """(duplicates' similarities, distinct pairs' similarities)."""
     with tempfile.TemporaryDirectory() as root:
         found = [
-            [pair_similarity(Path(root) / f"{label}{i}", a, b, vectors=vectors) for i, (a, b) in enumerate(pairs)]
+            [
+                pair_similarity(Path(root) / f"{label}{i}", a, b, vectors=vectors)
+                for i, (a, b) in enumerate(pairs)
+            ]
             for label, pairs in (("dup", DUPLICATES), ("distinct", DISTINCT))
         ]
     return found[0], found[1]
 
 
-def precision_recall(dups: list[float], distinct: list[float], threshold: float) -> tuple[float | None, float]:
+def precision_recall(
+    dups: list[float], distinct: list[float], threshold: float
+) -> tuple[float | None, float]:
     true = sum(s >= threshold for s in dups)
     false = sum(s >= threshold for s in distinct)
     return (true / (true + false) if true + false else None), true / len(dups)

@@ -58,7 +58,9 @@ def test_a_paraphrased_duplicate_is_found_by_vectors_missed_by_words_and_shared_
         [pair] = duplicates(library)
         assert (pair.a, pair.b, pair.method) == ("dump-pg-db", "postgres-backup", "vectors")
         assert pair.similarity >= library.settings.duplicate_vector_threshold
-        assert pair.reason.startswith(f"cosine similarity {pair.similarity:.2f} of name, description and body")
+        assert pair.reason.startswith(
+            f"cosine similarity {pair.similarity:.2f} of name, description and body"
+        )
         assert WordLlamaEmbedder.model in pair.reason
 
         library.embedder = None  # semantic recall off: word shingles, which this pair does not share
@@ -68,7 +70,9 @@ def test_a_paraphrased_duplicate_is_found_by_vectors_missed_by_words_and_shared_
         library.close()
 
 
-def test_a_skill_not_yet_embedded_and_a_failing_model_fall_back_to_words(tmp_path: Path, fake_llm: Any) -> None:
+def test_a_skill_not_yet_embedded_and_a_failing_model_fall_back_to_words(
+    tmp_path: Path, fake_llm: Any
+) -> None:
     library = library_with(tmp_path / "skills", [PARAPHRASED, NEAR_COPY])
     try:
         library.store.execute("DELETE FROM skills_fts WHERE name = ?", ("check-answer",))  # not indexed yet
@@ -83,9 +87,13 @@ def test_a_skill_not_yet_embedded_and_a_failing_model_fall_back_to_words(tmp_pat
 
         fake_llm.embeddings_down = True  # the configured litellm model answers 503
         try:
-            model = EmbeddingSettings(model="openai/text-embedding-3-small", api_base=fake_llm.url, api_key="k")
+            model = EmbeddingSettings(
+                model="openai/text-embedding-3-small", api_base=fake_llm.url, api_key="k"
+            )
             library.embedder = LiteLLMEmbedder(model)
-            assert [(p.a, p.b, p.method) for p in duplicates(library)] == [("answer-check", "check-answer", "words")]
+            assert [(p.a, p.b, p.method) for p in duplicates(library)] == [
+                ("answer-check", "check-answer", "words")
+            ]
         finally:
             fake_llm.embeddings_down = False
     finally:

@@ -170,8 +170,7 @@ def curate(
         pairs = duplicates(skills)
         failing = [s.name for s in skills.list_skills() if s.state == "failing"]
     lines += [
-        f"{p.a} + {p.b}: near-duplicates ({p.reason}){'' if apply else ', a merge to review'}"
-        for p in pairs
+        f"{p.a} + {p.b}: near-duplicates ({p.reason}){'' if apply else ', a merge to review'}" for p in pairs
     ]
     lines += [
         f"{name}: failing (out of the prompt listing; hermetic skills restore {name})" for name in failing
