@@ -7,6 +7,12 @@ tests (tests/test_skill_duplicates.py) and `python -m bench.duplicates` measure 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from control_plane.settings import SkillsSettings
+from control_plane.skills.library import SkillLibrary
+from control_plane.skills.model import GatePolicy, Verdict
+
 Skill = tuple[str, str, str]
 
 DUPLICATES: list[tuple[Skill, Skill]] = [
@@ -232,3 +238,16 @@ DISTINCT: list[tuple[Skill, Skill]] = [
 def skill_md(skill: Skill) -> str:
     name, description, body = skill
     return f"---\nname: {name}\ndescription: {description}\n---\n{body}\n"
+
+
+def passes(candidate: Path, policy: GatePolicy, backend: object) -> Verdict:
+    return Verdict(candidate.name, "pass")  # curation is measured, not the gate
+
+
+def library_with(root: Path, skills: list[Skill], settings: SkillsSettings | None = None) -> SkillLibrary:
+    """A library at `root` holding `skills`, each merged as its version 1."""
+    library = SkillLibrary(root, settings or SkillsSettings(), backend=lambda: None, verify=passes)  # type: ignore[arg-type, return-value]
+    for skill in skills:
+        library.write(skill[0], "SKILL.md", skill_md(skill), new=True)
+        assert library.submit(skill[0], proposer="corpus").version is not None
+    return library

@@ -11,28 +11,19 @@ from pathlib import Path
 from control_plane.recall.embeddings import WordLlamaEmbedder
 from control_plane.settings import SkillsSettings
 from control_plane.skills.curation import duplicates
-from control_plane.skills.library import SkillLibrary
-from control_plane.skills.model import GatePolicy, Verdict
 
-from .duplicate_corpus import DISTINCT, DUPLICATES, Skill, skill_md
+from .duplicate_corpus import DISTINCT, DUPLICATES, Skill, library_with
 
 ALL = 1e-9
 """A threshold every pair passes, so duplicates() reports each pair's similarity."""
 
 
-def passes(candidate: Path, policy: GatePolicy, backend: object) -> Verdict:
-    return Verdict(candidate.name, "pass")
-
-
 def pair_similarity(root: Path, a: Skill, b: Skill, *, vectors: bool) -> float:
     """The similarity duplicates() gives the pair in a library holding just the two."""
     settings = SkillsSettings(duplicate_threshold=ALL, duplicate_vector_threshold=ALL)
-    library = SkillLibrary(root, settings, backend=lambda: None, verify=passes)  # type: ignore[arg-type, return-value]
+    library = library_with(root, [a, b], settings)
     try:
         library.embedder = WordLlamaEmbedder() if vectors else None
-        for skill in (a, b):
-            library.write(skill[0], "SKILL.md", skill_md(skill), new=True)
-            library.submit(skill[0], proposer="bench")
         pairs = duplicates(library)  # none: nothing in common at all
         assert all(pair.method == ("vectors" if vectors else "words") for pair in pairs)
         return pairs[0].similarity if pairs else 0.0

@@ -11,14 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.duplicate_corpus import DISTINCT, DUPLICATES, Skill, skill_md
+from bench.duplicate_corpus import DISTINCT, DUPLICATES, Skill, library_with
 from control_plane.cli.main import app as cli_app
 from control_plane.memory_settings import EmbeddingSettings
 from control_plane.recall.embeddings import LiteLLMEmbedder, WordLlamaEmbedder
-from control_plane.settings import SkillsSettings, load_settings
+from control_plane.settings import load_settings
 from control_plane.skills.curation import duplicates, similarity
-from control_plane.skills.library import SkillLibrary
-from control_plane.skills.model import GatePolicy, Verdict
 
 PARAPHRASED = DUPLICATES[0]
 """postgres-backup and dump-pg-db: the same job, hardly a word in common."""
@@ -33,26 +31,10 @@ NEAR_COPY: tuple[Skill, Skill] = (
 """A reworded copy keeping most of the wording: what the word method was made for."""
 
 
-def passes(candidate: Path, policy: GatePolicy, backend: object) -> Verdict:
-    return Verdict(candidate.name, "pass")  # curation is under test, not the gate
-
-
-def library_with(skills_dir: Path, pairs: list[tuple[Skill, Skill]]) -> SkillLibrary:
-    library = SkillLibrary(skills_dir, SkillsSettings(), backend=lambda: None, verify=passes)  # type: ignore[arg-type, return-value]
-    for skill in (skill for pair in pairs for skill in pair):
-        library.write(skill[0], "SKILL.md", skill_md(skill), new=True)
-        assert library.submit(skill[0], proposer="test").version is not None
-    return library
-
-
-def names(pairs: list[Any]) -> list[tuple[str, str]]:
-    return [(pair.a, pair.b) for pair in pairs]
-
-
 def test_a_paraphrased_duplicate_is_found_by_vectors_missed_by_words_and_shared_words_are_not_enough(
     tmp_path: Path,
 ) -> None:
-    library = library_with(tmp_path / "skills", [PARAPHRASED, *SHARED_WORDS])
+    library = library_with(tmp_path / "skills", [s for pair in (PARAPHRASED, *SHARED_WORDS) for s in pair])
     try:
         library.embedder = WordLlamaEmbedder()
         [pair] = duplicates(library)
@@ -73,7 +55,7 @@ def test_a_paraphrased_duplicate_is_found_by_vectors_missed_by_words_and_shared_
 def test_a_skill_not_yet_embedded_and_a_failing_model_fall_back_to_words(
     tmp_path: Path, fake_llm: Any
 ) -> None:
-    library = library_with(tmp_path / "skills", [PARAPHRASED, NEAR_COPY])
+    library = library_with(tmp_path / "skills", [*PARAPHRASED, *NEAR_COPY])
     try:
         library.store.execute("DELETE FROM skills_fts WHERE name = ?", ("check-answer",))  # not indexed yet
         library.embedder = WordLlamaEmbedder()
@@ -106,7 +88,7 @@ def test_the_cli_curator_goes_by_vectors_and_by_words_with_embeddings_off(
     monkeypatch.setenv("HERMETIC_ROOT", str(tmp_path))
     monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.delenv("HERMETIC_PROFILE", raising=False)
-    library_with(load_settings().home / "skills", [PARAPHRASED, NEAR_COPY]).close()
+    library_with(load_settings().home / "skills", [*PARAPHRASED, *NEAR_COPY]).close()
     runner = CliRunner()
 
     shown = runner.invoke(cli_app, ["skills", "curate"])
