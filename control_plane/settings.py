@@ -183,7 +183,12 @@ class SkillsSettings(BaseModel):
     """Failed runs in a row after which a skill is marked failing and left out of the prompt listing."""
     duplicate_threshold: float = Field(0.6, gt=0, le=1)
     """Similarity (Jaccard of word 3-shingles over name, description and body) from which curation
-    calls two skills near-duplicates and offers them to the reviewer for a merge."""
+    calls two skills near-duplicates and offers them to the reviewer for a merge, when semantic recall
+    is off (`memory.embeddings.model: off`) or a skill has no vector yet."""
+    duplicate_vector_threshold: float = Field(0.6, gt=0, le=1)
+    """Cosine similarity of the skills' vectors (the embedding model's, over name, description and body)
+    from which curation calls two skills near-duplicates when semantic recall is on. 0.6 is measured for
+    wordllama on bench/duplicate_corpus.py (docs/skills.md); tune it for another model."""
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

@@ -35,7 +35,7 @@ def review_duplicates(agent: Agent, pairs: list[Pair] | None = None) -> list[str
         except UnknownSkill:  # merged away by an earlier pair
             continue
         text = (
-            f"Similarity {pair.similarity:.2f}.\n\n<skill name={pair.a!r}>\n{a}\n</skill>\n\n"
+            f"Proposed as near-duplicates: {pair.reason}.\n\n<skill name={pair.a!r}>\n{a}\n</skill>\n\n"
             f"<skill name={pair.b!r}>\n{b}\n</skill>"
         )
         fork = agent.new_conversation(
@@ -53,5 +53,5 @@ def review_duplicates(agent: Agent, pairs: list[Pair] | None = None) -> list[str
             end = asyncio.run(fork.run(text, quiet))
         finally:
             fork.close()
-        answers.append(f"{pair.a} + {pair.b} ({pair.similarity:.2f}): {end.content or end.reason}")
+        answers.append(f"{pair.a} + {pair.b} ({pair.reason}): {end.content or end.reason}")
     return answers

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..recall.embeddings import embedder_for
 from ..sandbox_manager import choose_backend
 from ..settings import load_settings
 from ..skills.curation import duplicates
@@ -164,12 +165,12 @@ def curate(
     are left alone), and offer near-duplicate pairs to the reviewer, who may merge them (through the
     gate; `hermetic skills unmerge NAME` undoes a merge). Failing skills are listed for a look."""
     with library() as skills:
+        skills.embedder = embedder_for(load_settings().memory.embeddings)  # duplicates by vectors
         lines = skills.curate(apply=apply)
         pairs = duplicates(skills)
         failing = [s.name for s in skills.list_skills() if s.state == "failing"]
     lines += [
-        f"{p.a} + {p.b}: near-duplicates ({p.similarity:.2f}){'' if apply else ', a merge to review'}"
-        for p in pairs
+        f"{p.a} + {p.b}: near-duplicates ({p.reason}){'' if apply else ', a merge to review'}" for p in pairs
     ]
     lines += [
         f"{name}: failing (out of the prompt listing; hermetic skills restore {name})" for name in failing

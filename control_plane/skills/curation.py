@@ -1,28 +1,33 @@
 """Curation beyond staleness: near-duplicate skills found and merged (through the gate, undoable), and
 which skills are due a repair review after a run.
 
-Similarity: the Jaccard index of the sets of word 3-shingles (three consecutive lowercase words) of
-each skill's name, description and body. It is cheap, needs no model, and treats reworded copies as
-close and skills that merely share a topic as far; `skills.duplicate_threshold` (0.6) is where curation
-starts calling a pair near-duplicates.
+Similarity, when semantic recall is on: the cosine of the embedding model's vectors of each skill's
+name, description and body (the vectors skills by relevance use), from `skills.duplicate_vector_threshold`;
+it finds copies written in other words. Otherwise, and for a skill not yet embedded: the Jaccard index of
+the sets of word 3-shingles (three consecutive lowercase words) of the same text, from
+`skills.duplicate_threshold`; it needs no model and finds reworded copies that keep most of the wording.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..recall.embeddings import EmbeddingError
 from .format import SKILL_FILE, parse_skill
 from .model import SkillError, UnknownSkill
 
 if TYPE_CHECKING:
     from .library import SkillLibrary, Submission
+
+log = logging.getLogger("hermetic.curation")
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,10 @@ class Pair:
     a: str
     b: str
     similarity: float
+    method: str
+    """vectors (cosine of the embedding model's vectors) or words (Jaccard of word 3-shingles)."""
+    reason: str
+    """Why the pair is proposed, for the reviewer and the user."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +59,36 @@ def similarity(a: str, b: str) -> float:
     return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
 
 
-def duplicates(library: SkillLibrary, threshold: float | None = None) -> list[Pair]:
-    """Pairs of listed skills at least `threshold` similar, most similar first."""
-    threshold = library.settings.duplicate_threshold if threshold is None else threshold
+def duplicates(library: SkillLibrary) -> list[Pair]:
+    """Pairs of listed skills similar enough to be near-duplicates, most similar first: by vectors when
+    the library has an embedder, by words when it has none, when embedding fails, or for a pair with a
+    skill not yet embedded."""
+    settings = library.settings
+    infos = {info.name: info for info in library.list_skills()}
     texts = {}
-    for info in library.list_skills():
-        skill = parse_skill(library.path(info.name))
-        texts[info.name] = f"{skill.name} {skill.description} {skill.body}"
-    pairs = [Pair(a, b, similarity(texts[a], texts[b])) for a, b in combinations(sorted(texts), 2)]
-    return sorted((p for p in pairs if p.similarity >= threshold), key=lambda p: -p.similarity)
+    for name in infos:
+        skill = parse_skill(library.path(name))
+        texts[name] = f"{skill.name} {skill.description} {skill.body}"
+    vectors: dict[str, Any] = {}
+    if library.embedder is not None:
+        try:
+            vectors = library.skill_vectors(infos)
+        except EmbeddingError as exc:
+            log.warning("duplicates by words: cannot embed the skills: %s", exc)
+    model = library.embedder.model if library.embedder is not None else ""
+    pairs = []
+    for a, b in combinations(sorted(texts), 2):
+        if a in vectors and b in vectors:
+            cosine = float(vectors[a] @ vectors[b])
+            if cosine >= settings.duplicate_vector_threshold:
+                reason = f"cosine similarity {cosine:.2f} of name, description and body ({model})"
+                pairs.append(Pair(a, b, cosine, "vectors", reason))
+            continue
+        jaccard = similarity(texts[a], texts[b])
+        if jaccard >= settings.duplicate_threshold:
+            reason = f"Jaccard {jaccard:.2f} of word 3-shingles of name, description and body"
+            pairs.append(Pair(a, b, jaccard, "words", reason))
+    return sorted(pairs, key=lambda p: -p.similarity)
 
 
 def due_reviews(library: SkillLibrary, loaded: list[str], failed: bool, why: str) -> list[Due]:

@@ -151,9 +151,10 @@ class Listing:
         )
         return {row["name"]: row["score"] for row in rows}
 
-    def _nearest(self, query: str, skills: dict[str, SkillInfo]) -> list[str]:
-        """Skill names by cosine similarity to `query`, nearest first, those below MIN_SIMILARITY left out.
-        Each skill's vector is cached by name and version, so a library is embedded once per process."""
+    def skill_vectors(self, skills: dict[str, SkillInfo]) -> dict[str, Any]:
+        """Each skill's unit vector of its name, description and body, by name; a skill not yet in the
+        search index has none. Cached by name, version and model, so a library is embedded once per
+        process. Raises EmbeddingError."""
         assert self.embedder is not None
         if not hasattr(self, "_vectors"):
             self._vectors = {}
@@ -164,12 +165,21 @@ class Listing:
                 row["name"]: f"{row['name']}: {row['description']}\n{row['body']}"
                 for row in self.store.execute("SELECT name, description, body FROM skills_fts")
             }
-            vectors = self.embedder.embed([texts.get(info.name, info.description) for info in missing])
-            for info, vector in zip(missing, vectors, strict=True):
+            indexed = [info for info in missing if info.name in texts]
+            vectors = self.embedder.embed([texts[info.name] for info in indexed])
+            for info, vector in zip(indexed, vectors, strict=True):
                 self._vectors[(info.name, info.version, model)] = vector
-        names = list(skills)
-        matrix = np.stack([self._vectors[(n, skills[n].version, model)] for n in names])
-        similarity = matrix @ self.embedder.embed([query])[0]
+        keys = {name: (name, info.version, model) for name, info in skills.items()}
+        return {name: self._vectors[key] for name, key in keys.items() if key in self._vectors}
+
+    def _nearest(self, query: str, skills: dict[str, SkillInfo]) -> list[str]:
+        """Skill names by cosine similarity to `query`, nearest first, those below MIN_SIMILARITY left out."""
+        assert self.embedder is not None
+        vectors = self.skill_vectors(skills)
+        if not vectors:
+            return []
+        names = list(vectors)
+        similarity = np.stack([vectors[n] for n in names]) @ self.embedder.embed([query])[0]
         order = np.argsort(-similarity, kind="stable")
         return [names[i] for i in order if similarity[i] >= MIN_SIMILARITY]
 

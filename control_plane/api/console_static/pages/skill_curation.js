@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { clear, h, notice } from "../dom.js";
 
 function planView(plan, status, onApplied) {
-  const pairs = plan.duplicates.map((p) => `${p.a} + ${p.b}: near-duplicates (${p.similarity.toFixed(2)}), a merge for the reviewer: hermetic skills curate --apply`);
+  const pairs = plan.duplicates.map((p) => `${p.a} + ${p.b}: near-duplicates (${p.reason}), a merge for the reviewer: hermetic skills curate --apply`);
   const failing = plan.failing.map((name) => `${name}: failing (out of the prompt listing; restore it from its page or the CLI)`);
   const apply = async () => {
     try {
