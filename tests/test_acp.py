@@ -4,6 +4,7 @@ subprocess, the scripted model answering, the local backend with the editor's di
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -31,10 +32,12 @@ from acp.schema import (
     DeniedOutcome,
     FileEditToolCallContent,
     FileSystemCapabilities,
+    ImageContentBlock,
     Implementation,
     PermissionOption,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
@@ -43,7 +46,9 @@ from acp.schema import (
 from hermetic_cli import scripted_env
 
 from control_plane.acp.server import HermeticAcp
+from control_plane.acp.updates import Updates
 from control_plane.agent.agent import Agent
+from control_plane.events import ToolEnd, ToolImage, ToolStart
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.settings import load_settings
 
@@ -357,3 +362,21 @@ def test_backends_that_cannot_mount_the_editors_directory_refuse_it(tmp_path: Pa
         raise AssertionError("session/new on the ssh backend succeeded")
     finally:
         agent.close()
+
+
+def test_a_tools_images_reach_the_editor_beside_its_text(tmp_path: Path) -> None:
+    """A screenshot or a figure a tool returned is an image block in the call's final update (its text
+    first); an edit's update keeps only its diff."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+    updates = Updates(tmp_path, "/workspace")
+    updates.of(ToolStart(call_id="c1", name="browser_screenshot", arguments={}))
+    image = ToolImage(mime="image/png", data=png, label="screenshot.png (PNG 1x1)")
+    (done,) = updates.of(
+        ToolEnd(
+            call_id="c1", name="browser_screenshot", ok=True, result="saved", duration_ms=1, images=[image]
+        )
+    )
+    assert isinstance(done, ToolCallProgress) and done.status == "completed"
+    text, shown = [item.content for item in done.content or []]
+    assert isinstance(text, TextContentBlock) and "saved" in text.text
+    assert isinstance(shown, ImageContentBlock) and (shown.data, shown.mime_type) == (png, "image/png")

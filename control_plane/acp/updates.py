@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from acp import (
+    image_block,
     plan_entry,
     start_tool_call,
     text_block,
@@ -70,6 +71,8 @@ class Updates:
             self._running.pop(event.call_id, None)
             output = self._output.pop(event.call_id, None)
             content = None if event.name in EDITS and event.ok else [_text(output or event.result)]
+            if content is not None:  # a screenshot, a figure: shown in the editor beside the text
+                content += [tool_content(image_block(image.data, image.mime)) for image in event.images]
             status: ToolCallStatus = "completed" if event.ok else "failed"
             return [update_tool_call(event.call_id, status=status, content=content, raw_output=event.result)]
         if isinstance(event, Todo):
