@@ -152,6 +152,12 @@ def test_a_skill_shows_its_verification_log(console: Console, page: Page) -> Non
     shot(page, console, f"skill-{backend_of(console)}")
     page.get_by_role("link", name="Settings").click()
     expect(page.get_by_role("definition").filter(has_text=backend_of(console))).to_be_visible()
+    limits = page.get_by_role("table", name="Limits")
+    max_sandboxes = console.agent().settings.limits.max_sandboxes
+    expect(limits.get_by_role("row", name="limits.max_sandboxes")).to_contain_text(str(max_sandboxes))
+    expect(limits.get_by_role("row", name="sandbox.memory")).to_contain_text(
+        console.agent().settings.sandbox.memory
+    )
     shot(page, console, f"settings-{backend_of(console)}")
 
 

@@ -136,7 +136,18 @@ class AgentBase:
             backend=backend,
             memory_percent=memory,
             skills=len(self.skills.list_skills()),
+            limits=self._limits(),
         )
+
+    def _limits(self) -> dict[str, float | int | str | None]:
+        sandbox = self.settings.sandbox
+        sandbox_limits = {
+            "cpus": sandbox.cpus, "memory": sandbox.memory, "pids": sandbox.pids, "disk": sandbox.disk,
+            "ttl": sandbox.ttl, "idle_seconds": sandbox.idle_seconds, "output_limit": sandbox.output_limit,
+        }  # fmt: skip
+        return {f"limits.{name}": value for name, value in self.settings.limits.model_dump().items()} | {
+            f"sandbox.{name}": value for name, value in sandbox_limits.items()
+        }
 
     def close(self) -> None:
         """Finish background reviews, release the sandboxes, flush the database writes."""

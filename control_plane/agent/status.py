@@ -1,8 +1,9 @@
-"""The one-line status a surface shows when a session opens: profile, model, backend, memory, skills."""
+"""The one-line status a surface shows when a session opens: profile, model, backend, memory, skills; and
+the profile's limits, which the console's settings page lists."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -15,6 +16,8 @@ class Status:
     """Share of each memory file's limit in use (MEMORY.md, USER.md), in percent; None if unreadable."""
     skills: int
     """Skills in the library (not archived)."""
+    limits: dict[str, float | int | str | None] = field(default_factory=dict)
+    """By setting name: a turn's and the server's (`limits.*`), each sandbox's (`sandbox.*`)."""
 
     def line(self) -> str:
         memory = ", ".join(

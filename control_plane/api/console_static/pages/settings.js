@@ -1,6 +1,6 @@
-// Health and the profile's settings as /health reports them to a signed-in caller.
+// Health, the profile's settings and its limits as /health reports them to a signed-in caller.
 import { api } from "../api.js";
-import { clear, h, notice } from "../dom.js";
+import { clear, h, notice, table } from "../dom.js";
 
 async function render(view) {
   clear(view, h("h1", {}, "Settings and health"));
@@ -15,6 +15,8 @@ async function render(view) {
         [["Server", `${health.status} · Hermetic ${health.version}`], ["Profile", profile.profile], ["Model", profile.model], ["Backend", profile.backend], ["Memory in use", memory.join(", ")], ["Skills", profile.skills]].map(([t, v]) => [h("dt", {}, t), h("dd", {}, String(v ?? "—"))]),
       ),
     );
+    const limits = Object.entries(profile.limits || {}).map(([name, value]) => h("tr", {}, [h("td", {}, h("code", {}, name)), h("td", {}, String(value ?? "none"))]));
+    view.append(h("h2", {}, "Limits"), table("Limits", ["Setting", "Value"], limits, "No limits reported."));
   } catch (error) {
     view.append(notice(error.message));
   }
