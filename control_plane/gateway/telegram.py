@@ -6,9 +6,10 @@ text + entities converted from the model's Markdown by telegramify-markdown.
 The Bot, not PTB's Application/Updater: the Updater acknowledges an update (the next getUpdates'
 offset) on its own schedule, while the gateway must store each update first. Here the offset moves
 past an update only after `deliver` has stored it. In webhook mode a POST is answered 200 only after
-its update is stored (Telegram redelivers any other answer); the same offset, every update_id below
-it stored, recognises a redelivery. setWebhook asks for one connection at a time (max_connections=1),
-so updates come in order and that watermark holds. On stop the webhook stays set: Telegram keeps what
+its update is stored (Telegram redelivers any other answer); the last SEEN_UPDATES update_ids, kept
+in the store, recognise a redelivery (not a watermark: after a week without updates Telegram picks
+the next id at random). setWebhook asks for one connection at a time (max_connections=1), so
+updates are stored in the order Telegram sends them. On stop the webhook stays set: Telegram keeps what
 arrives meanwhile and redelivers it when the gateway is back, just as after a kill -9, which could
 delete nothing; polling mode deletes a webhook left set (getUpdates is refused while one is).
 """
@@ -20,6 +21,7 @@ import contextlib
 import datetime
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 from collections.abc import Iterator
@@ -39,6 +41,8 @@ from .text import utf16_length
 UPDATES = ["message", "callback_query"]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_BODY = 1_000_000
+SEEN_UPDATES = 1000
+"""How many of the latest webhook update_ids are remembered to recognise a redelivery."""
 log = logging.getLogger("hermetic.gateway.telegram")
 
 
@@ -121,7 +125,7 @@ class TelegramAdapter(Adapter):
 
     async def _serve_webhook(self, deliver: Deliver) -> None:
         secret = self._secret()
-        one_at_a_time = asyncio.Lock()  # the offset watermark needs updates stored in order
+        one_at_a_time = asyncio.Lock()  # stored in the order they came, each seen list read-and-written whole
 
         async def handle(request: web.Request) -> web.Response:
             async with one_at_a_time:
@@ -158,13 +162,16 @@ class TelegramAdapter(Adapter):
             update = Update.de_json(await request.json(), self.bot)
         except Exception as exc:  # not JSON, or not an Update
             return web.json_response({"error": f"not an update: {exc}"}, status=400)
-        if update.update_id < self._offset():
+        key = f"{self._name}:webhook_seen"
+        seen: list[int] = json.loads(self.state.get_state(key) or "[]")
+        if update.update_id in seen:
             return web.json_response({"status": "duplicate"})  # stored before: a redelivery
         try:
             await self._store(update, deliver)
         except Exception:  # not stored: Telegram redelivers an update that was not answered 2xx
             log.exception("telegram: update %s could not be stored", update.update_id)
             return web.json_response({"error": "not stored"}, status=503)
+        self.state.set_state(key, json.dumps([*seen, update.update_id][-SEEN_UPDATES:]))
         return web.json_response({"status": "stored"})
 
     async def _settle(self, query_id: str) -> None:
