@@ -91,8 +91,10 @@ class TelegramStandin(StandinServer):
         chat_type: str = "private",
         thread: int | None = None,
         document: tuple[str, bytes] | None = None,
+        update_id: int | None = None,
     ) -> dict[str, Any]:
-        """A user's message arrives for the bot; returns the update."""
+        """A user's message arrives for the bot (in an update with this id, else the next); returns the
+        update."""
         sender = user if user is not None else chat
         message: dict[str, Any] = {
             "message_id": next(self._ids),
@@ -113,7 +115,7 @@ class TelegramStandin(StandinServer):
             message["caption"] = text
         else:
             message["text"] = text
-        return self._push({"message": message})
+        return self._push({"message": message}, update_id)
 
     def redeliver(self, update: dict[str, Any]) -> None:
         """The same message again, in a new update (as after a lost confirmation)."""
@@ -178,8 +180,8 @@ class TelegramStandin(StandinServer):
     def _progress(self) -> object:
         return [name for name, _ in self.calls]
 
-    def _push(self, update: dict[str, Any]) -> dict[str, Any]:
-        update = {"update_id": next(self._update_ids), **update}
+    def _push(self, update: dict[str, Any], update_id: int | None = None) -> dict[str, Any]:
+        update = {"update_id": next(self._update_ids) if update_id is None else update_id, **update}
         with self._changed:
             self._updates.append(update)
         self._loop.call_soon_threadsafe(self._wake)
