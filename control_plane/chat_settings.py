@@ -7,9 +7,10 @@ import os
 import re
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 def _from_env(value: Any) -> Any:
@@ -52,11 +53,31 @@ class TelegramSettings(ChatAccess):
     base_file_url: str = "https://api.telegram.org/file/bot"
     poll_timeout: int = Field(30, ge=0, le=50)
     """Seconds one getUpdates long poll waits for updates."""
+    mode: Literal["polling", "webhook"] = "polling"
+    """How updates arrive: long polling (no public address needed), or Telegram POSTing each one to
+    `webhook_url`, which a reverse proxy forwards to the gateway's listener on host:port/path."""
+    webhook_url: str | None = None
+    """The public HTTPS URL Telegram posts updates to (webhook mode; ports 443, 80, 88 or 8443)."""
+    webhook_secret: SecretStr | None = None
+    """The X-Telegram-Bot-Api-Secret-Token every update must carry (`${TELEGRAM_WEBHOOK_SECRET}`);
+    unset, one is generated and kept in the profile's database."""
+    host: str = "127.0.0.1"
+    port: int = Field(8770, ge=0, le=65535)
+    path: str = "/telegram"
 
-    @field_validator("token", mode="before")
+    @field_validator("token", "webhook_secret", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
         return _from_env(value)
+
+    @model_validator(mode="after")
+    def _webhook_has_url(self) -> TelegramSettings:
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError("mode: webhook needs webhook_url, the public URL Telegram posts updates to")
+        secret = self.webhook_secret
+        if secret is not None and not _SECRET_TOKEN.fullmatch(secret.get_secret_value()):
+            raise ValueError("webhook_secret: 1 to 256 of A-Z, a-z, 0-9, _ and - (the Bot API's rule)")
+        return self
 
 
 class Backfilled(ChatAccess):

@@ -4,12 +4,17 @@ to talk to through `base_url` / `base_file_url`. It records every call it was se
 Implemented, as the reference describes them: getMe; getUpdates (long polling: `offset` confirms every
 update below it, `timeout` waits for the first new one; `allowed_updates`); sendMessage and
 editMessageText (text, entities, reply_markup inline keyboards, message_thread_id); sendDocument (multipart);
-getFile and the file download URL (/file/bot<token>/<file_path>); sendChatAction; answerCallbackQuery.
+getFile and the file download URL (/file/bot<token>/<file_path>); sendChatAction; answerCallbackQuery;
+setWebhook (url, secret_token, allowed_updates, max_connections, drop_pending_updates), getWebhookInfo and
+deleteWebhook. While a webhook is set, getUpdates is refused with 409 Conflict and each pending update
+is POSTed to its URL, oldest first, with the X-Telegram-Bot-Api-Secret-Token header; an answer other
+than 2xx (or none) is retried after `retry_delay` until one is 2xx, as Telegram retries.
 Errors use the reference's envelope ({"ok": false, "error_code", "description", "parameters"}): a
 wrong token is 401, an unknown method 404, a flood 429 with parameters.retry_after.
 
 The test side (any thread): `user_says`, `press`, `upload`, `rate_limit_edits`, `fail_polls`,
-`restart`; `calls` (method, params) in order; `bot_messages(chat)` the bot's messages as they read now.
+`restart`; `calls` (method, params) in order; `bot_messages(chat)` the bot's messages as they read now;
+`webhook` (as set, or None) and `webhook_posts` (update_id, HTTP status) of every delivery attempt.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from standin_server import StandinServer
 
@@ -58,6 +64,12 @@ class TelegramStandin(StandinServer):
         self._retry_after = 1
         self._failing_polls = 0
         self._new_update: asyncio.Event | None = None
+        self.webhook: dict[str, Any] | None = None
+        self.webhook_posts: list[tuple[int, int]] = []
+        """(update_id, status) of each webhook delivery attempt; 0 when no answer came."""
+        self.retry_delay = 0.2
+        """Seconds before a failed webhook delivery is tried again."""
+        self._delivery: asyncio.Task[None] | None = None
         super().__init__("telegram-standin")
 
     # -- the test's side -------------------------------------------------------------------
@@ -79,8 +91,10 @@ class TelegramStandin(StandinServer):
         chat_type: str = "private",
         thread: int | None = None,
         document: tuple[str, bytes] | None = None,
+        update_id: int | None = None,
     ) -> dict[str, Any]:
-        """A user's message arrives for the bot; returns the update."""
+        """A user's message arrives for the bot (in an update with this id, else the next); returns the
+        update."""
         sender = user if user is not None else chat
         message: dict[str, Any] = {
             "message_id": next(self._ids),
@@ -101,11 +115,17 @@ class TelegramStandin(StandinServer):
             message["caption"] = text
         else:
             message["text"] = text
-        return self._push({"message": message})
+        return self._push({"message": message}, update_id)
 
     def redeliver(self, update: dict[str, Any]) -> None:
         """The same message again, in a new update (as after a lost confirmation)."""
         self._push({k: v for k, v in update.items() if k != "update_id"})
+
+    def resend(self, update: dict[str, Any]) -> None:
+        """The same update, update_id and all, pending again (a webhook delivery whose 200 was lost)."""
+        with self._changed:
+            self._updates.append(update)
+        self._loop.call_soon_threadsafe(self._wake)
 
     def press(self, chat: int, message_id: int, data: str, *, user: int | None = None) -> dict[str, Any]:
         """A user presses an inline button under one of the bot's messages."""
@@ -160,8 +180,8 @@ class TelegramStandin(StandinServer):
     def _progress(self) -> object:
         return [name for name, _ in self.calls]
 
-    def _push(self, update: dict[str, Any]) -> dict[str, Any]:
-        update = {"update_id": next(self._update_ids), **update}
+    def _push(self, update: dict[str, Any], update_id: int | None = None) -> dict[str, Any]:
+        update = {"update_id": next(self._update_ids) if update_id is None else update_id, **update}
         with self._changed:
             self._updates.append(update)
         self._loop.call_soon_threadsafe(self._wake)
@@ -176,7 +196,43 @@ class TelegramStandin(StandinServer):
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
+        self._delivery = asyncio.get_running_loop().create_task(self._deliver_webhooks())
         return app
+
+    async def _stop(self) -> None:
+        if self._delivery is not None:
+            self._delivery.cancel()
+            await asyncio.gather(self._delivery, return_exceptions=True)
+            self._delivery = None
+        await super()._stop()
+
+    async def _deliver_webhooks(self) -> None:
+        """Telegram's side of a webhook: each pending update POSTed, in order, until answered 2xx."""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
+            while True:
+                assert self._new_update is not None
+                self._new_update.clear()
+                with self._changed:
+                    hook, pending = self.webhook, self._updates[:1]
+                if hook is None or not pending:
+                    await self._new_update.wait()
+                    continue
+                status = await self._post(client, hook, pending[0])
+                with self._changed:
+                    self.webhook_posts.append((pending[0]["update_id"], status))
+                    if 200 <= status < 300 and pending[0] in self._updates:
+                        self._updates.remove(pending[0])
+                    self._changed.notify_all()
+                if not 200 <= status < 300:
+                    await asyncio.sleep(self.retry_delay)  # Telegram's retry, not a wait of the test
+
+    async def _post(self, client: aiohttp.ClientSession, hook: dict[str, Any], update: dict[str, Any]) -> int:
+        headers = {"X-Telegram-Bot-Api-Secret-Token": hook["secret_token"]} if hook["secret_token"] else {}
+        try:
+            async with client.post(hook["url"], json=update, headers=headers) as answer:
+                return answer.status
+        except (aiohttp.ClientError, TimeoutError):  # refused, cut (a killed gateway), no answer in time
+            return 0
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
         params: dict[str, Any] = dict(request.query)
@@ -217,8 +273,45 @@ class TelegramStandin(StandinServer):
     async def _m_getMe(self, params: dict[str, Any]) -> web.Response:
         return _ok(BOT)
 
+    async def _m_setWebhook(self, params: dict[str, Any]) -> web.Response:
+        if not params.get("url"):
+            return await self._m_deleteWebhook(params)
+        secret = params.get("secret_token") or ""
+        if secret and not (len(secret) <= 256 and all(c.isalnum() or c in "_-" for c in secret)):
+            return _error(400, "Bad Request: secret token contains unallowed characters")
+        with self._changed:
+            if str(params.get("drop_pending_updates")).lower() == "true":
+                self._updates.clear()
+            self.webhook = {
+                "url": params["url"], "secret_token": secret,
+                "allowed_updates": params.get("allowed_updates"),
+                "max_connections": int(params.get("max_connections") or 40),
+            }  # fmt: skip
+        self._wake()
+        return _ok(True)
+
+    async def _m_deleteWebhook(self, params: dict[str, Any]) -> web.Response:
+        with self._changed:
+            if str(params.get("drop_pending_updates")).lower() == "true":
+                self._updates.clear()
+            self.webhook = None
+        return _ok(True)
+
+    async def _m_getWebhookInfo(self, params: dict[str, Any]) -> web.Response:
+        with self._changed:
+            hook, pending = self.webhook or {}, len(self._updates)
+        info = {"url": hook.get("url", ""), "has_custom_certificate": False, "pending_update_count": pending}
+        if hook:
+            info |= {"max_connections": hook["max_connections"], "allowed_updates": hook["allowed_updates"]}
+        return _ok(info)
+
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
         with self._changed:
+            if self.webhook is not None:
+                return _error(
+                    409, "Conflict: can't use getUpdates method while webhook is active; "
+                    "use deleteWebhook to delete the webhook first",
+                )  # fmt: skip
             if self._failing_polls:
                 self._failing_polls -= 1
                 return _error(502, "Bad Gateway")

@@ -33,6 +33,7 @@ from mattermostdriver import Driver
 from ..chat_settings import MattermostSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .listener import listen
 from .records import GatewayStore
 
 log = logging.getLogger("hermetic.gateway.mattermost")
@@ -131,11 +132,9 @@ class MattermostAdapter(Adapter):
 
         app = web.Application(client_max_size=100_000)
         app.router.add_post("/actions", pressed)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.actions_host, self.settings.actions_port)
-        await site.start()
-        self.actions_port = self._runner.addresses[0][1]
+        self._runner, self.actions_port = await listen(
+            app, self.settings.actions_host, self.settings.actions_port
+        )
 
     def _sign(self, data: str) -> str:
         return hmac.new(self._token.encode(), data.encode(), hashlib.sha256).hexdigest()

@@ -1,30 +1,48 @@
 """Telegram through python-telegram-bot's `Bot` (asyncio): long polling with getUpdates, the offset
-persisted in the store, so updates sent while the gateway was down are answered on return. Replies
-go out as plain text + entities converted from the model's Markdown by telegramify-markdown.
+persisted in the store, so updates sent while the gateway was down are answered on return; or, in
+webhook mode, Telegram POSTing each update to the gateway's own listener. Replies go out as plain
+text + entities converted from the model's Markdown by telegramify-markdown.
 
 The Bot, not PTB's Application/Updater: the Updater acknowledges an update (the next getUpdates'
 offset) on its own schedule, while the gateway must store each update first. Here the offset moves
-past an update only after `deliver` has stored it.
+past an update only after `deliver` has stored it. In webhook mode a POST is answered 200 only after
+its update is stored (Telegram redelivers any other answer); the last SEEN_UPDATES update_ids, kept
+in the store, recognise a redelivery (not a watermark: after a week without updates Telegram picks
+the next id at random). setWebhook asks for one connection at a time (max_connections=1), so
+updates are stored in the order Telegram sends them. On stop the webhook stays set: Telegram keeps what
+arrives meanwhile and redelivers it when the gateway is back, just as after a kill -9, which could
+delete nothing; polling mode deletes a webhook left set (getUpdates is refused while one is).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import hashlib
+import hmac
+import json
 import logging
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegramify_markdown import convert
 
 from ..chat_settings import TelegramSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .listener import listen
 from .text import utf16_length
 
 UPDATES = ["message", "callback_query"]
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+MAX_BODY = 1_000_000
+SEEN_UPDATES = 1000
+"""How many of the latest webhook update_ids are remembered to recognise a redelivery."""
 log = logging.getLogger("hermetic.gateway.telegram")
 
 
@@ -43,6 +61,9 @@ class TelegramAdapter(Adapter):
         token = settings.token.get_secret_value()
         self._name = "telegram:" + hashlib.sha256(token.encode()).hexdigest()[:16]
         self.bot = Bot(token, base_url=settings.base_url, base_file_url=settings.base_file_url)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        """The webhook listener's port (settings.port 0 picks a free one)."""
 
     @staticmethod
     def length(text: str) -> int:
@@ -54,31 +75,104 @@ class TelegramAdapter(Adapter):
 
     async def connect(self) -> None:
         await _call(self.bot.initialize())  # getMe: proves the token
+        if self.settings.mode == "polling":  # a webhook left set would make every getUpdates a 409
+            await _call(self.bot.delete_webhook())
 
     async def disconnect(self) -> None:
+        if self._runner is not None:  # the webhook itself stays set (the module's docstring says why)
+            await self._runner.cleanup()
+            self._runner = None
         with contextlib.suppress(TelegramError):  # already gone
             await self.bot.shutdown()
 
     async def receive(self, deliver: Deliver) -> None:
-        key = f"{self._name}:offset"
-        offset = int(self.state.get_state(key) or 0) or None
+        if self.settings.mode == "webhook":
+            return await self._serve_webhook(deliver)
         while True:
             updates = await _call(
                 self.bot.get_updates(
-                    offset=offset,
+                    offset=self._offset() or None,
                     timeout=self.settings.poll_timeout,
                     allowed_updates=UPDATES,
                     read_timeout=self.settings.poll_timeout + 10,
                 )
             )
             for update in updates:
-                message = _inbound(update)
-                if message is not None:
-                    await deliver(message)
-                if update.callback_query is not None:
-                    await self._settle(update.callback_query.id)
-                offset = update.update_id + 1
-                self.state.set_state(key, str(offset))  # the next getUpdates acknowledges it
+                await self._store(update, deliver)  # the next getUpdates acknowledges it
+
+    def _offset(self) -> int:
+        """Every update_id below this one is stored."""
+        return int(self.state.get_state(f"{self._name}:offset") or 0)
+
+    async def _store(self, update: Update, deliver: Deliver) -> None:
+        message = _inbound(update)
+        if message is not None:
+            await deliver(message)
+        if update.callback_query is not None:
+            await self._settle(update.callback_query.id)
+        self.state.set_state(f"{self._name}:offset", str(update.update_id + 1))
+
+    def _secret(self) -> str:
+        """The webhook's secret token: the configured one, else one generated once and kept."""
+        if self.settings.webhook_secret is not None:
+            return self.settings.webhook_secret.get_secret_value()
+        key = f"{self._name}:webhook_secret"
+        kept = self.state.get_state(key)
+        if kept is None:
+            kept = secrets.token_urlsafe(32)  # A-Z a-z 0-9 _ -, as the Bot API allows
+            self.state.set_state(key, kept)
+        return kept
+
+    async def _serve_webhook(self, deliver: Deliver) -> None:
+        secret = self._secret()
+        one_at_a_time = asyncio.Lock()  # stored in the order they came, each seen list read-and-written whole
+
+        async def handle(request: web.Request) -> web.Response:
+            async with one_at_a_time:
+                return await self._update(request, deliver, secret)
+
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post(self.settings.path, handle)
+        self._runner, self.port = await listen(app, self.settings.host, self.settings.port)
+        assert self.settings.webhook_url is not None  # the settings require it in webhook mode
+        with _hidden(secret):
+            await _call(
+                self.bot.set_webhook(
+                    self.settings.webhook_url,
+                    allowed_updates=UPDATES,
+                    secret_token=secret,
+                    max_connections=1,
+                    drop_pending_updates=False,  # what arrived while the gateway was down is answered
+                )
+            )
+        log.info(
+            "telegram: webhook set, listening on %s:%s%s", self.settings.host, self.port, self.settings.path
+        )
+        await asyncio.Event().wait()  # serve until cancelled
+
+    async def _update(self, request: web.Request, deliver: Deliver, secret: str) -> web.Response:
+        given = request.headers.get(SECRET_HEADER)
+        if given is None:
+            log.warning("telegram: refused a webhook POST without %s", SECRET_HEADER)
+            return web.json_response({"error": f"missing {SECRET_HEADER}"}, status=401)
+        if not hmac.compare_digest(given.encode(), secret.encode()):
+            log.warning("telegram: refused a webhook POST with a wrong %s", SECRET_HEADER)
+            return web.json_response({"error": f"wrong {SECRET_HEADER}"}, status=403)
+        try:
+            update = Update.de_json(await request.json(), self.bot)
+        except Exception as exc:  # not JSON, or not an Update
+            return web.json_response({"error": f"not an update: {exc}"}, status=400)
+        key = f"{self._name}:webhook_seen"
+        seen: list[int] = json.loads(self.state.get_state(key) or "[]")
+        if update.update_id in seen:
+            return web.json_response({"status": "duplicate"})  # stored before: a redelivery
+        try:
+            await self._store(update, deliver)
+        except Exception:  # not stored: Telegram redelivers an update that was not answered 2xx
+            log.exception("telegram: update %s could not be stored", update.update_id)
+            return web.json_response({"error": "not stored"}, status=503)
+        self.state.set_state(key, json.dumps([*seen, update.update_id][-SEEN_UPDATES:]))
+        return web.json_response({"status": "stored"})
 
     async def _settle(self, query_id: str) -> None:
         """Stop the button's spinner in the user's app (best effort)."""
@@ -169,6 +263,21 @@ async def _call(call: Any) -> Any:
         raise ConnectionLost(f"Telegram unreachable: {exc.message}") from exc
     except TelegramError as exc:  # Conflict (another poller), ...
         raise ConnectionLost(f"Telegram: {exc.message}") from exc
+
+
+@contextlib.contextmanager
+def _hidden(secret: str) -> Iterator[None]:
+    """python-telegram-bot logs each call's parameters at DEBUG: not the call carrying the secret."""
+    bot_log = logging.getLogger("telegram.Bot")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return secret not in record.getMessage()
+
+    bot_log.addFilter(keep)
+    try:
+        yield
+    finally:
+        bot_log.removeFilter(keep)
 
 
 def _keyboard(buttons: list[Button] | None) -> InlineKeyboardMarkup | None:

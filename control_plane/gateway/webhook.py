@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..chat_settings import WebhookSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
+from .listener import listen
 
 log = logging.getLogger("hermetic.gateway.webhook")
 MAX_BODY = 1_000_000
@@ -76,18 +77,7 @@ class WebhookAdapter(Adapter):
             return await self._handle(request, deliver)
 
         app.router.add_post(self.settings.path, handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise ConnectionLost(
-                f"cannot listen on {self.settings.host}:{self.settings.port}: {exc}"
-            ) from exc
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
+        self._runner, self.port = await listen(app, self.settings.host, self.settings.port)
         log.info("webhook listening on %s:%s%s", self.settings.host, self.port, self.settings.path)
         await asyncio.Event().wait()  # serve until cancelled
 

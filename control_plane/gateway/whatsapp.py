@@ -34,6 +34,7 @@ from whatsapp_formatter import convert_markdown_to_whatsapp
 
 from ..chat_settings import WhatsAppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .listener import listen
 
 log = logging.getLogger("hermetic.gateway.whatsapp")
 TEXT_LIMIT = 4096
@@ -104,11 +105,7 @@ class WhatsAppAdapter(Adapter):
         app = web.Application(client_max_size=1_000_000)
         app.router.add_get(self.settings.path, self._challenge)
         app.router.add_post(self.settings.path, self._update)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await listen(app, self.settings.host, self.settings.port)
         await asyncio.Event().wait()
 
     async def _challenge(self, request: web.Request) -> web.Response:
