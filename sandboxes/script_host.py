@@ -83,7 +83,8 @@ class Host:
 
 
 class Spares:
-    """Keeps one Host ready; made on first use, then again in the background after each take."""
+    """Keeps one Host ready for the next script: made in the background when a script ends (`refill`),
+    not while one runs, so its start-up does not take the CPU from the script and its calls."""
 
     def __init__(self, cwd: str, env: dict[str, str]) -> None:
         self._cwd = cwd
@@ -94,12 +95,14 @@ class Spares:
     def take(self) -> Host:
         with self._lock:
             host, self._spare = self._spare, None
-        threading.Thread(target=self._refill, name="script-spare", daemon=True).start()
         if host is not None and host.proc.poll() is None:
             return host
         if host is not None:
             host.discard()
         return Host(self._cwd, self._env)
+
+    def refill(self) -> None:
+        threading.Thread(target=self._refill, name="script-spare", daemon=True).start()
 
     def _refill(self) -> None:
         host = Host(self._cwd, self._env)

@@ -219,6 +219,7 @@ class ScriptTable:
         if event["event"] == "done":
             with self._lock:
                 self._runs.pop(run.id, None)
+            self._spares.refill()
         return event
 
     def _get(self, run_id: str) -> ScriptRun:
