@@ -21,7 +21,7 @@ from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .network import Egress, Ingress
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
-from .stats import SandboxStats, StatsReader, changes, read_cgroup
+from .stats import LimitCounts, SandboxStats, StatsReader, changes, limit_counts, read_cgroup
 from .terminal import Terminals
 from .watch import Watch
 
@@ -270,19 +270,19 @@ class Sandbox(ABC):
     def limits_hit(self) -> list[str]:
         """Limits the sandbox ran into since the last call (an OOM kill, a fork refused at pids.max), as
         sentences; from the cgroup's counters, without a call into the sandbox (empty without one)."""
-        counters = read_cgroup(self.cgroup_dirs())
-        if counters is None:
+        dirs = self.cgroup_dirs()
+        counts = limit_counts(dirs)
+        if counts is None:
             return []
-        now = self._stats.reading({}, counters)
-        found = changes(self._limits_seen, now)
-        self._limits_seen = now
-        return found
+        seen, self._limits_seen = self._limits_seen, counts
+        return changes(seen, counts, dirs)
 
     @functools.cached_property
     def _stats(self) -> StatsReader:
         return StatsReader(self.id)
 
-    _limits_seen: SandboxStats | None = None
+    _limits_seen = LimitCounts(0, 0)
+    """Counted since the sandbox started: the first call reports what came before it."""
 
     @functools.cached_property
     def terminals(self) -> Terminals:

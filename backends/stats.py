@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -110,6 +110,26 @@ def read_cgroup(dirs: dict[str, Path]) -> dict[str, Any] | None:
     }
 
 
+class LimitCounts(NamedTuple):
+    """The cgroup's counters of limits hit: what a tool call compares before and after."""
+
+    oom_kills: int
+    pids_max_hits: int
+
+
+def limit_counts(dirs: dict[str, Path]) -> LimitCounts | None:
+    """The two counters alone (two small files, read on every tool call), not read_cgroup's whole
+    reading; None when the cgroup is unreadable."""
+    memory, pids, unified = dirs.get("memory"), dirs.get("pids"), dirs.get("")
+    if memory is not None and (oom := _read(memory / "memory.oom_control")) is not None:  # v1
+        events = _read(pids / "pids.events") if pids else None
+    elif unified is not None and (oom := _read(unified / "memory.events")) is not None:
+        events = _read(unified / "pids.events")
+    else:
+        return None
+    return LimitCounts(_keyed(oom).get("oom_kill", 0), _keyed(events).get("max", 0))
+
+
 def _limit(text: str | None) -> int | None:
     """A limit, or None for none ("max", or v1's huge page-rounded 'unlimited')."""
     value = _number(text)
@@ -168,13 +188,16 @@ class StatsReader:
         return stats
 
 
-def changes(before: SandboxStats | None, after: SandboxStats) -> list[str]:
-    """Limits hit between two readings, as sentences for the agent and the session's events."""
-    if before is None:
-        before = after.model_copy(update={"oom_kills": 0, "pids_max_hits": 0})
+def changes(before: LimitCounts, after: LimitCounts, dirs: dict[str, Path]) -> list[str]:
+    """Limits hit between two counts, as sentences for the agent and the session's events (the limits
+    themselves read from `dirs` only then)."""
+    if after == before:
+        return []
+    limits = read_cgroup(dirs) or {}
     found = []
     if after.oom_kills > before.oom_kills:
-        limit = f" ({after.memory_limit_bytes // (1 << 20)} MiB)" if after.memory_limit_bytes else ""
+        memory = limits.get("memory_limit_bytes")
+        limit = f" ({memory // (1 << 20)} MiB)" if memory else ""
         found.append(
             f"out of memory: the kernel killed {after.oom_kills - before.oom_kills} process(es) in the "
             f"sandbox at its memory limit{limit}"
@@ -182,6 +205,6 @@ def changes(before: SandboxStats | None, after: SandboxStats) -> list[str]:
     if after.pids_max_hits > before.pids_max_hits:
         found.append(
             f"process limit: {after.pids_max_hits - before.pids_max_hits} fork(s) refused at the sandbox's "
-            f"limit of {after.pids_limit} processes"
+            f"limit of {limits.get('pids_limit')} processes"
         )
     return found
