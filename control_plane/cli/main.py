@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..keys import KeyFileError
+from ..safety.log_redaction import redact_log_handlers
 from . import a2a as a2a_cli
 from . import acp as acp_cli
 from . import agent as agent_cli
@@ -80,6 +81,7 @@ def main(
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    redact_log_handlers()
 
 
 @image_app.command("build")
