@@ -28,7 +28,7 @@ from control_plane.skills.gate import verify as gate_verify
 from control_plane.skills.library import DAY, SkillLibrary, UnknownSkill
 from control_plane.skills.model import GatePolicy, Verdict
 
-REPO_SKILLS = Path(__file__).parent.parent / "skills"
+REPO_SKILLS = Path(__file__).parent.parent / "control_plane" / "skills" / "examples"
 
 
 def docker() -> Backend:
