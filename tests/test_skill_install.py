@@ -892,3 +892,23 @@ def test_the_benchmark_runs_with_tiny_counts() -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "install 3 instruction-only skills from one git repo" in run.stdout
+
+
+def test_a_shipped_example_installs_by_name_over_the_api_through_the_gate(tmp_path: Path) -> None:
+    """`example:NAME` is the package's own data: allowed over the API where a server path is not, gated
+    like any outside skill; a name that is not an example (or tries to leave the folder) is a clear 400."""
+    token = TokenStore(tmp_path).create("default")
+    app = create_app(tmp_path, lambda profile: load_settings(profile, root=tmp_path, backend="local"))
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        for wrong in ("example:nope", "example:../../../etc", "example:csv-summary/../.."):
+            refused = client.post("/skills/install", json={"source": wrong, "confirm": True})
+            assert refused.status_code == 400, refused.text
+            assert "the examples are: csv-summary, git-bisect-run" in refused.json()["detail"]
+        done = client.post("/skills/install", json={"source": "example:csv-summary", "confirm": True}).json()
+        assert done["merged"] == ["csv-summary"], done
+        assert done["candidates"][0]["verdict"]["status"] == "pass"
+        [listed] = client.get("/skills").json()
+        assert listed["name"] == "csv-summary" and listed["provenance"].startswith("installed from ")
+        tap = client.post("/skills/taps", json={"name": "ex", "url": "example:csv-summary"})
+        assert tap.status_code == 400 and "over the HTTP API" in tap.json()["detail"]  # not a tap's URL

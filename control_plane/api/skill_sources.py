@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, StringConstraints
 
+from ..skills.examples import is_example
 from ..skills.install import Installer, Plan
 from ..skills.library import SkillError, UnknownSkill
 from ..skills.sources import REMOTE_SCHEMES, Limits, SourceError, is_remote
@@ -70,13 +71,13 @@ def _remote_only(profile: Auth, installer: Installer, source: str, *, tap_ok: bo
     skill_install.local_sources_over_api); a configured tap's TAP/NAME is what its URL says."""
     if profile.settings.skill_install.local_sources_over_api or is_remote(source):
         return
-    if tap_ok and installer.tap_reference(source.strip()):
-        return
+    if tap_ok and (installer.tap_reference(source.strip()) or is_example(source)):
+        return  # an example is the package's own data, not a path the caller chose
     schemes = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
     raise HTTPException(
         status.HTTP_400_BAD_REQUEST,
         f"{source!r}: over the HTTP API a source must be a {schemes} URL"
-        + (" or TAP/NAME of a configured tap" if tap_ok else "")
+        + (" or TAP/NAME of a configured tap, or example:NAME" if tap_ok else "")
         + "; this server's own paths, file:// and ssh are for `hermetic skills` on the server "
         "(or set skill_install.local_sources_over_api)",
     )

@@ -58,7 +58,8 @@ def installer() -> Iterator[Installer]:
 
 def install(
     source: Annotated[
-        str, typer.Argument(help="DIR, FILE.tar.gz|.zip, URL, git repo[#REF][:SUBDIR], TAP/NAME")
+        str,
+        typer.Argument(help="DIR, FILE.tar.gz|.zip, URL, git repo[#REF][:SUBDIR], TAP/NAME, example:NAME"),
     ],
     all_: Annotated[bool, typer.Option("--all", help="Install every skill the source holds")] = False,
     accept: Accept = None,

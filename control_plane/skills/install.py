@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .examples import example_path, is_example
 from .format import SKILL_FILE
 from .gate import declared_checks
 from .lenient import SkillParseError, read_lenient, render
@@ -300,7 +301,10 @@ class Installer:
     # -- internals ----------------------------------------------------------------------
 
     def _resolve(self, text: str) -> tuple[Source, str | None]:
-        """`TAP/NAME` of a configured tap (when no such local path exists), else a source."""
+        """`TAP/NAME` of a configured tap (when no such local path exists), `example:NAME` of the
+        shipped examples, else a source."""
+        if is_example(text):
+            return parse_source(str(example_path(text))), None
         match = self.tap_reference(text)
         if match and not Path(text).exists():
             return parse_source(self.taps.resolve(match.group(1), match.group(2))), match.group(1)
