@@ -242,8 +242,7 @@ class DockerSandbox(Sandbox):
             self.ingress = open_ingress(self.id)
         if self.ingress is not None:
             mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
-        env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
-        env.update(spec.env)
+        env = spec.given_env()
         env.update(
             HERMETIC_WORKSPACE=spec.workdir,
             HERMETIC_ROOTS=f"{spec.workdir}:/tmp",

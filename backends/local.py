@@ -160,8 +160,7 @@ class LocalSandbox(Sandbox):
             "HERMETIC_ROOTS": roots,
             "HERMETIC_OUTPUT_LIMIT": str(self.spec.output_limit),
         }
-        env.update({k: os.environ[k] for k in self.spec.env_allow if k in os.environ})
-        env.update(self.spec.env)
+        env.update(self.spec.given_env())
         return env
 
     def _command(self) -> tuple[list[str], dict[str, str]]:

@@ -191,8 +191,7 @@ class ModalBackend(Backend):
 
     def create_kwargs(self, spec: SandboxSpec, sandbox_id: str) -> dict[str, Any]:
         """What `modal.Sandbox.create` gets for a spec."""
-        env = {k: os.environ[k] for k in spec.env_allow if k in os.environ}
-        env.update(spec.env)
+        env = spec.given_env()
         mib = max(spec.memory_bytes >> 20, 1)
         kwargs: dict[str, Any] = {
             "app": self.app(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 
@@ -109,6 +110,11 @@ class SandboxSpec(BaseModel):
     def _valid_size(cls, value: str) -> str:
         parse_size(value)
         return value
+
+    def given_env(self) -> dict[str, str]:
+        """What the sandbox's environment starts from, on every backend: the host variables named in
+        `env_allow` that are set here, then `env` (which wins)."""
+        return {**{k: os.environ[k] for k in self.env_allow if k in os.environ}, **self.env}
 
     @property
     def memory_bytes(self) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 from pathlib import Path
 from typing import Literal
@@ -174,8 +173,7 @@ class SSHSandbox(Sandbox):
     def _start_runtime(self, client: paramiko.SSHClient, runtime_path: str) -> Channel:
         assert self.workspace is not None
         workdir = self.spec.workdir if self.spec.own_root else self.workspace
-        env = {k: os.environ[k] for k in self.spec.env_allow if k in os.environ}
-        env.update(self.spec.env)
+        env = self.spec.given_env()
         env.update(
             HERMETIC_WORKSPACE=workdir,
             HERMETIC_ROOTS=f"{workdir}:/tmp",
