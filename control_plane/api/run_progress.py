@@ -1,0 +1,85 @@
+"""Runs this server drives in the background (evaluations, batches): each run's results as they come, for
+any number of followers, kept per kind of run and keyed by (profile, run id); one run of a kind at a time
+per profile. The routes of each kind read a run that no server drives from its directory."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
+
+from fastapi import HTTPException, Request, status
+
+T = TypeVar("T")
+RETRY_RUNNING = 60
+"""Retry-After when the profile already has a run of that kind going."""
+
+
+class Progress(Generic[T]):
+    """A run's results so far (those on disk at its start first), numbered from 1 in the order they came."""
+
+    def __init__(self, results: list[T], total: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.results = results
+        self.total = total
+        self.running = True
+        self._wake = asyncio.Event()
+
+    def publish(self, result: T | None) -> None:
+        """On the event loop: a result, or None when the run is over."""
+        if result is None:
+            self.running = False
+        else:
+            self.results.append(result)
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def arrived(self, result: T) -> None:
+        """From the run's thread: one result."""
+        self.loop.call_soon_threadsafe(self.publish, result)
+
+    def drive(self, name: str, work: Callable[[], None], after: Callable[[], None]) -> None:
+        """`work` on a thread of its own, then `after` (the summary, closing) whatever happened."""
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                try:
+                    after()
+                finally:
+                    self.loop.call_soon_threadsafe(self.publish, None)
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    async def follow(self, after: int) -> AsyncIterator[tuple[int, T | None]]:
+        """Results numbered after `after`, each as it comes; (n, None) once the run is over."""
+        while True:
+            wake = self._wake
+            while after < len(self.results):
+                after += 1
+                yield after, self.results[after - 1]
+            if not self.running:
+                yield after + 1, None
+                return
+            await wake.wait()
+
+
+def runs(request: Request, kind: str) -> dict[tuple[str, str], Progress[Any]]:
+    """This server's runs of one kind ("evals", "batches")."""
+    state = request.app.state
+    if not hasattr(state, "runs"):
+        state.runs = {}
+    kinds: dict[str, dict[tuple[str, str], Progress[Any]]] = state.runs
+    return kinds.setdefault(kind, {})
+
+
+def admit(request: Request, kind: str, profile: str, what: str) -> None:
+    """A 429 when the profile already has a run of this kind going."""
+    if any(p == profile and run.running for (p, _), run in runs(request, kind).items()):
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"this profile already has {what} running; wait for it to finish",
+            headers={"Retry-After": str(RETRY_RUNNING)},
+        )
