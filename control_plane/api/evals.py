@@ -19,7 +19,7 @@ from backends import BackendUnavailable
 
 from ..evals import AttemptResult, ResultsFile, RunError, RunRecord, Summary, open_run
 from ..evals.run import RECORD, SUMMARY
-from .bounds import AUTHENTICATED, Offset, errors
+from .bounds import AUTHENTICATED, Offset, errors, stream_errors
 from .profiles import Auth, Profile
 from .run_progress import Progress, admit, runs
 
@@ -155,11 +155,7 @@ def results(
     return ResultsFile(directory / "results.jsonl").read()[after:]
 
 
-STREAM_ERRORS = {
-    code: {**answer, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-    for code, answer in RUN_ERRORS.items()
-}
-"""An event stream's errors are JSON, not events: said so, or the document would list them as the stream's."""
+STREAM_ERRORS = stream_errors(RUN_ERRORS)
 
 
 @router.get("/{run_id}/events", response_class=EventSourceResponse, responses=STREAM_ERRORS)
