@@ -207,8 +207,7 @@ def create_app(
             return Posted(status="steered", after=after)
         if live.task is not None and not live.task.done():  # its reply is in, it is only saving: a new turn
             await asyncio.gather(live.task, return_exceptions=True)
-        profile.admit_run(live)
-        live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
+        profile.start_turn(live, body.content)
         return Posted(status="started", after=after)
 
     @app.post("/sessions/{session_id}/interrupt", responses=errors(401, 404))
