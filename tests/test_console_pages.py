@@ -18,7 +18,9 @@ from gateway_harness import Running
 from playwright.sync_api import Browser, Page, expect
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
-from test_skills import add
+from test_skill_lifecycle import BODY
+from test_skill_merge_api import merge_turns
+from test_skills import PASSING, add
 
 from control_plane.skills.library import DAY
 
@@ -199,6 +201,27 @@ def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -
     expect(page.get_by_role("status")).to_contain_text("Curation applied: old-notes: stale")
     assert library.info("old-notes").state == "stale"
     expect(page.get_by_role("row", name="old-notes").get_by_role("cell", name="stale")).to_be_visible()
+
+
+def test_a_near_duplicate_pair_is_merged_by_the_reviewer(console: Console, page: Page) -> None:
+    library = console.agent().skills
+    add(library, "answer-check", "Check that the answer is 42.", BODY)
+    add(library, "check-answer", "Checks that the answer is 42.", BODY + " Then report it.")
+    console.llm.load(merge_turns(PASSING))
+    page.get_by_role("link", name="Skills").click()
+    page.get_by_role("button", name="Show the curation plan").click()
+    page.get_by_role("button", name="Merge answer-check and check-answer with the reviewer").click()
+    expect(page).to_have_url(re.compile(r"#/sessions/[^/]+$"))  # the reviewer's session, streaming
+    expect(page.locator("details").filter(has_text="skill_manage")).to_contain_text("merged as version 2")
+    expect(page.get_by_text("done reviewing")).to_be_visible()
+    shot(page, console, f"merge-review-{backend_of(console)}")
+    assert (library.info("check-answer").state, library.info("answer-check").version) == ("archived", 2)
+    page.get_by_role("link", name="Skills").click()
+    page.get_by_role("button", name="Show the curation plan").click()
+    expect(page.get_by_role("heading", name="Changes")).to_be_visible()
+    expect(
+        page.get_by_role("button", name="Merge answer-check and check-answer with the reviewer")
+    ).to_have_count(0)
 
 
 def test_memory_edits_keep_the_tools_limit_and_scan(console: Console, page: Page) -> None:
