@@ -5,16 +5,14 @@ back; what the API refuses, and another profile's runs unseen."""
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from conftest import get_backend
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
+from test_api import auth, events_of, sse_events
 from test_batch import PerConversation
 
 from control_plane.api.app import create_app
@@ -33,21 +31,6 @@ class HeldModel(PerConversation):
         if any(m["role"] == "user" and "hold" in str(m["content"]) for m in body["messages"]):
             assert self.release.wait(60), "the test never released the held prompt"
         return super()._next(body)
-
-
-def events_of(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """The events of an open SSE response, each as it arrives."""
-    current: dict[str, Any] = {}
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            current["event"] = line[7:]
-        elif line.startswith("id: "):
-            current["id"] = int(line[4:])
-        elif line.startswith("data: "):
-            current["data"] = json.loads(line[6:])
-        elif not line and "data" in current:
-            yield current
-            current = {}
 
 
 def test_a_batch_is_followed_as_it_runs_then_read_back(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from ..batch import BatchError, BatchItem, BatchResult, BatchRunner, Summary, ba
 from ..batch.runner import write_summary
 from .bounds import AUTHENTICATED, NO_NUL, errors, stream_errors
 from .profiles import Auth, Profile
-from .run_progress import Progress, admit, runs
+from .run_progress import Progress, admit, directory_of, runs, stream
 
 router = APIRouter(prefix="/batches", tags=["batches"], responses=AUTHENTICATED)
 RunId = Annotated[str, StringConstraints(pattern=r"^[a-f0-9]{12}$")]
@@ -101,10 +101,7 @@ def _home(profile: Profile) -> Path:
 
 def run_directory(profile: Auth, run_id: RunId) -> Path:
     """The run's directory; 404 before any answer starts (an event stream cannot turn into a 404)."""
-    directory = _home(profile) / run_id
-    if not (directory / RECORD).is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no batch run {run_id}")
-    return directory
+    return directory_of(_home(profile), run_id, RECORD, "batch run")
 
 
 RunDir = Annotated[Path, Depends(run_directory)]
@@ -191,18 +188,11 @@ async def events(
     """One `result` event per finished prompt (its result, as a line of results.jsonl; `id` its number),
     then `end` with the summary. A finished run replays its results; a reconnecting client resumes after
     Last-Event-ID."""
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
     progress = _runs(request).get((profile.settings.profile, run_id))
-    if progress is None:  # not driven here: what is on disk
-        for n, result in enumerate(_results(directory)[after:], after + 1):
-            yield ServerSentEvent(data=result.model_dump(), event="result", id=str(n))
-        yield ServerSentEvent(data=_summary_data(directory), event="end")
-        return
-    async for n, found in progress.follow(after):
-        if found is None:
-            yield ServerSentEvent(data=_summary_data(directory), event="end", id=str(n))
-            return
-        yield ServerSentEvent(data=found.model_dump(), event="result", id=str(n))
+    async for message in stream(
+        progress, lambda: _results(directory), lambda: _summary_data(directory), "result", last_event_id
+    ):
+        yield message
 
 
 def _results(directory: Path) -> list[BatchResult]:

@@ -21,7 +21,7 @@ from ..evals import AttemptResult, ResultsFile, RunError, RunRecord, Summary, op
 from ..evals.run import RECORD, SUMMARY
 from .bounds import AUTHENTICATED, Offset, errors, stream_errors
 from .profiles import Auth, Profile
-from .run_progress import Progress, admit, runs
+from .run_progress import Progress, admit, directory_of, runs, stream
 
 router = APIRouter(prefix="/evals", tags=["evals"], responses=AUTHENTICATED)
 RunId = Annotated[str, StringConstraints(pattern=r"^[a-f0-9]{12}$")]
@@ -67,10 +67,7 @@ def _home(profile: Profile) -> Path:
 
 
 def _directory(profile: Profile, run_id: str) -> Path:
-    directory = _home(profile) / run_id
-    if not (directory / RECORD).is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation run {run_id}")
-    return directory
+    return directory_of(_home(profile), run_id, RECORD, "evaluation run")
 
 
 def run_directory(profile: Auth, run_id: RunId) -> Path:
@@ -168,18 +165,10 @@ async def events(
 ) -> AsyncIterator[ServerSentEvent]:
     """One `attempt` event per finished attempt (its result; `id` its number), then `end` with the
     summary. A finished run replays its attempts; a reconnecting client resumes after Last-Event-ID."""
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
     progress = _runs(request).get((profile.settings.profile, run_id))
-    if progress is None:  # not driven here: what is on disk
-        for n, result in enumerate(ResultsFile(directory / "results.jsonl").read()[after:], after + 1):
-            yield ServerSentEvent(data=result.model_dump(), event="attempt", id=str(n))
-        yield ServerSentEvent(data=_summary(directory), event="end")
-        return
-    async for n, found in progress.follow(after):
-        if found is None:
-            yield ServerSentEvent(data=_summary(directory), event="end", id=str(n))
-            return
-        yield ServerSentEvent(data=found.model_dump(), event="attempt", id=str(n))
+    stored = ResultsFile(directory / "results.jsonl").read
+    async for message in stream(progress, stored, lambda: _summary(directory), "attempt", last_event_id):
+        yield message
 
 
 def _summary(directory: Path) -> dict[str, object] | None:

@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from fastapi import HTTPException, Request, status
+from fastapi.sse import ServerSentEvent
+from pydantic import BaseModel
 
 T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
 RETRY_RUNNING = 60
 """Retry-After when the profile already has a run of that kind going."""
 
@@ -83,3 +87,33 @@ def admit(request: Request, kind: str, profile: str, what: str) -> None:
             f"this profile already has {what} running; wait for it to finish",
             headers={"Retry-After": str(RETRY_RUNNING)},
         )
+
+
+def directory_of(home: Path, run_id: str, record: str, what: str) -> Path:
+    """A run's directory under `home` (the profile's), which has its record file; else a 404."""
+    directory = home / run_id
+    if not (directory / record).is_file():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {what} {run_id}")
+    return directory
+
+
+async def stream(
+    progress: Progress[R] | None,
+    stored: Callable[[], list[R]],
+    summary: Callable[[], dict[str, Any] | None],
+    event: str,
+    last_event_id: str | None,
+) -> AsyncIterator[ServerSentEvent]:
+    """A run's results as server-sent events: `event` per result (`id` its number, so Last-Event-ID
+    resumes after it), then `end` with `summary()`. A run this server does not drive replays `stored()`."""
+    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    if progress is None:
+        for n, result in enumerate(stored()[after:], after + 1):
+            yield ServerSentEvent(data=result.model_dump(), event=event, id=str(n))
+        yield ServerSentEvent(data=summary(), event="end")
+        return
+    async for n, found in progress.follow(after):
+        if found is None:
+            yield ServerSentEvent(data=summary(), event="end", id=str(n))
+            return
+        yield ServerSentEvent(data=found.model_dump(), event=event, id=str(n))

@@ -3,9 +3,9 @@
 // and session, updated as each one ends.
 import { api } from "../api.js";
 import { clear, h, notice, table, time, tokens } from "../dom.js";
+import { renderRuns, stateBadge } from "../run_list.js";
 
 const runLink = (run) => h("a", { href: `#/batches/${encodeURIComponent(run.id)}` }, run.id);
-const stateBadge = (state) => h("span", { class: `badge ${state === "finished" ? "pass" : state === "interrupted" ? "fail" : ""}` }, state);
 const statusBadge = (status) => h("span", { class: `badge ${status === "completed" ? "pass" : status === "pending" ? "" : "fail"}` }, status);
 const failed = (statuses) => Object.entries(statuses).reduce((n, [status, count]) => n + (status === "completed" ? 0 : count), 0);
 
@@ -22,53 +22,28 @@ function runRow(run) {
   );
 }
 
-function startForm(problem) {
-  const field = (id, label, input) => [h("label", { for: id }, label), input];
+function renderList(view) {
   const lines = h("textarea", { id: "batch-prompts", rows: 4, placeholder: "One prompt per line" });
   const file = h("input", { id: "batch-file", type: "file", accept: ".jsonl,.json,.txt" });
   const workers = h("input", { id: "batch-workers", type: "number", min: 1, max: 64, value: 2 });
   const timeout = h("input", { id: "batch-timeout", type: "number", min: 1, value: 600 });
-  const form = h(
-    "form",
-    { class: "card toolbar", "aria-label": "Start a batch" },
-    field("batch-prompts", "Prompts", lines),
-    field("batch-file", "Or a prompts file (JSON lines)", file),
-    field("batch-workers", "Workers", workers),
-    field("batch-timeout", "Seconds per prompt", timeout),
-    h("button", { type: "submit" }, "Start batch"),
-  );
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const body = { workers: Number(workers.value), timeout: Number(timeout.value) };
-    if (file.files.length) body.prompts_file = await file.files[0].text();
-    else body.prompts = lines.value.split("\n").filter((line) => line.trim()).map((prompt) => ({ prompt }));
-    try {
-      const run = await api("POST", "/batches", body);
-      location.hash = `#/batches/${encodeURIComponent(run.id)}`;
-    } catch (error) {
-      clear(problem, notice(error.message));
-    }
+  const body = async () => {
+    const sent = { workers: Number(workers.value), timeout: Number(timeout.value) };
+    if (file.files.length) sent.prompts_file = await file.files[0].text();
+    else sent.prompts = lines.value.split("\n").filter((line) => line.trim()).map((prompt) => ({ prompt }));
+    return sent;
+  };
+  return renderRuns(view, {
+    title: "Batch runs",
+    intro: "Each prompt runs in a session of its own (source batch) with its own sandbox, as hermetic batch run does. A prompts file has one JSON line per prompt: {\"prompt\": ..., \"id\", \"category\", \"toolsets\"}.",
+    label: "Start a batch",
+    button: "Start batch",
+    fields: [["batch-prompts", "Prompts", lines], ["batch-file", "Or a prompts file (JSON lines)", file], ["batch-workers", "Workers", workers], ["batch-timeout", "Seconds per prompt", timeout]],
+    body,
+    path: "/batches",
+    heads: ["Run", "Started", "State", "Done", "Completed", "Failed"],
+    row: runRow,
   });
-  return form;
-}
-
-async function renderList(view) {
-  const problem = h("div", { "aria-live": "polite" });
-  const list = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  clear(
-    view,
-    h("h1", {}, "Batch runs"),
-    h("p", { class: "muted" }, "Each prompt runs in a session of its own (source batch) with its own sandbox, as hermetic batch run does. A prompts file has one JSON line per prompt: {\"prompt\": ..., \"id\", \"category\", \"toolsets\"}."),
-    startForm(problem),
-    problem,
-    list,
-  );
-  try {
-    const runs = await api("GET", "/batches");
-    clear(list, table("Batch runs", ["Run", "Started", "State", "Done", "Completed", "Failed"], runs.map(runRow), "No runs yet."));
-  } catch (error) {
-    clear(list, notice(error.message));
-  }
 }
 
 // A prompt's row: pending until its result arrives, then its status, answer, counts and session.
