@@ -75,6 +75,7 @@ def test_a_batch_is_followed_as_it_runs_then_read_back(tmp_path: Path) -> None:
             replay = sse_events(client, f"{url}{path}/events", token)
             assert [(e["event"], e.get("id")) for e in replay] == [("result", 1), ("result", 2), ("end", 3)]
 
+            model.tool_first = False  # no sandbox needed from here on
             from_file = client.post(
                 "/batches", json={"prompts_file": '"say three"\n\n{"prompt": "say four"}\n'}
             )
