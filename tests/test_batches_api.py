@@ -1,10 +1,12 @@
 """Batch runs over the HTTP API (uvicorn on a free port, the local backend, a model server that answers
 each conversation by its own state): a run started from a list of prompts and one from a prompts file's
 text, followed over SSE while it runs (the second prompt held until the test has seen the first), read
-back; what the API refuses, and another profile's runs unseen."""
+back; a batch's sandbox counted against the profile's limit; what the API refuses, and another profile's
+runs unseen."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ def test_a_batch_is_followed_as_it_runs_then_read_back(tmp_path: Path) -> None:
     get_backend("local")
     token, other = TokenStore(tmp_path).create("alpha"), TokenStore(tmp_path).create("beta")
     with HeldModel() as model:
-        app = create_app(tmp_path, scripted_profiles(tmp_path, model.url))
+        app = create_app(tmp_path, scripted_profiles(tmp_path, model.url, limits={"max_sandboxes": 1}))
         with serve_app(app) as url, httpx.Client(base_url=url, headers=auth(token)) as client:
             prompts = [{"id": "first", "prompt": "say one"}, {"prompt": "hold then say two", "category": "c"}]
             started = client.post("/batches", json={"prompts": prompts, "workers": 1})
@@ -77,12 +79,26 @@ def test_a_batch_is_followed_as_it_runs_then_read_back(tmp_path: Path) -> None:
 
             model.tool_first = False  # no sandbox needed from here on
             from_file = client.post(
-                "/batches", json={"prompts_file": '"say three"\n\n{"prompt": "say four"}\n'}
+                "/batches", json={"prompts_file": '"say three"\n\n{"prompt": "say four"}\n', "workers": 1}
             )
             assert from_file.status_code == 202, from_file.text
             ended = sse_events(client, f"{url}/batches/{from_file.json()['id']}/events", token)
             assert sorted(e["data"]["id"] for e in ended if e["event"] == "result") == ["line-1", "line-3"]
             assert [r["id"] for r in client.get("/batches").json()] == [from_file.json()["id"], run["id"]]
+
+            profile = app.state.hub.profile("alpha")  # a session holds the profile's only sandbox
+            holder = profile.agent.new_conversation(title="holds the sandbox", source="api")
+            profile.agent.sandboxes.get(holder.id)
+            model.tool_first = True
+            limited = client.post("/batches", json={"prompts": [{"prompt": "say five"}], "workers": 1})
+            [result] = [
+                e
+                for e in sse_events(client, f"{url}/batches/{limited.json()['id']}/events", token)
+                if e["event"] == "result"
+            ]
+            detail = client.get(f"/sessions/{result['data']['session_id']}").json()  # its tool was refused
+            assert "limits.max_sandboxes" in json.dumps(detail["messages"]), detail["messages"]
+            profile.agent.sandboxes.release(holder.id)
 
             for refused, problem in (
                 ({"prompts_file": '{"prompt": "ok"}\n{"prompt": \n'}, "prompts_file:2: not JSON"),
@@ -90,7 +106,7 @@ def test_a_batch_is_followed_as_it_runs_then_read_back(tmp_path: Path) -> None:
                 ({"prompts": [{"id": "a", "prompt": "x"}, {"id": "a", "prompt": "y"}]}, "used twice"),
                 ({"prompts_file": "\n\n"}, "no prompts"),
                 ({"prompts_file": '"\\u0000"'}, "prompts_file:1"),
-                ({"prompts": prompts, "workers": 64}, "at most 8 (limits.max_sandboxes)"),
+                ({"prompts": prompts, "workers": 64}, "at most 1 (limits.max_sandboxes)"),
             ):
                 answer = client.post("/batches", json=refused)
                 assert answer.status_code == 400 and problem in answer.json()["detail"], answer.text

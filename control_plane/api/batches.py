@@ -149,7 +149,10 @@ async def start(profile: Auth, body: NewBatch, request: Request) -> BatchStatus:
 
 def _open(profile: Profile, directory: Path, items: list[BatchItem], record: BatchRecord) -> Agent:
     """The run's agent, and its directory as `hermetic batch run --resume` reads it."""
-    agent = Agent(batch_settings(profile.settings, record.max_iterations))
+    # The profile's database, model router and sandboxes: a batch's sandboxes count against its limits.
+    shared = profile.agent
+    settings = batch_settings(profile.settings, record.max_iterations)
+    agent = Agent(settings, store=shared.store, router=shared.router, sandboxes=shared.sandboxes)
     directory.mkdir(parents=True)
     (directory / PROMPTS).write_text("".join(item.model_dump_json() + "\n" for item in items))
     (directory / RESULTS).touch()
