@@ -5,6 +5,7 @@ per profile. The routes of each kind read a run that no server drives from its d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -41,7 +42,12 @@ class Progress(Generic[T]):
 
     def arrived(self, result: T) -> None:
         """From the run's thread: one result."""
-        self.loop.call_soon_threadsafe(self.publish, result)
+        self._tell(result)
+
+    def _tell(self, result: T | None) -> None:
+        """`publish` on the event loop; once the server has stopped (its loop closed) no one follows."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the results are on disk
+            self.loop.call_soon_threadsafe(self.publish, result)
 
     def drive(self, name: str, work: Callable[[], None], after: Callable[[], None]) -> None:
         """`work` on a thread of its own, then `after` (the summary, closing) whatever happened."""
@@ -53,7 +59,7 @@ class Progress(Generic[T]):
                 try:
                     after()
                 finally:
-                    self.loop.call_soon_threadsafe(self.publish, None)
+                    self._tell(None)
 
         threading.Thread(target=run, name=name, daemon=True).start()
 
