@@ -35,23 +35,26 @@ def auth(token: str) -> dict[str, str]:
 
 def sse_events(client: httpx.Client, url: str, token: str) -> list[dict[str, Any]]:
     """Read an SSE stream to its end: each event's name, id and JSON data."""
-    events: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
     with client.stream("GET", url, headers=auth(token), timeout=60) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith(
             "text/event-stream"
         )
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                current["event"] = line[7:]
-            elif line.startswith("id: "):
-                current["id"] = int(line[4:])
-            elif line.startswith("data: "):
-                current["data"] = json.loads(line[6:])
-            elif not line and "data" in current:
-                events.append(current)
-                current = {}
-    return events
+        return list(events_of(response))
+
+
+def events_of(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The events of an open SSE response, each as it arrives: its name, id and JSON data."""
+    current: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            current["event"] = line[7:]
+        elif line.startswith("id: "):
+            current["id"] = int(line[4:])
+        elif line.startswith("data: "):
+            current["data"] = json.loads(line[6:])
+        elif not line and "data" in current:
+            yield current
+            current = {}
 
 
 def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:

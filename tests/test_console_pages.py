@@ -16,10 +16,11 @@ from conftest import get_backend
 from console_browser import Console, artifacts, chromium, new_context, served_console, shot, sign_in
 from gateway_harness import Running
 from playwright.sync_api import Browser, Page, expect
-from test_evals_api import suite_in_home
 from test_network_cli import _script, web  # noqa: F401 (the fixture)
 from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
-from test_skills import add
+from test_skill_lifecycle import BODY
+from test_skill_merge_api import merge_turns
+from test_skills import PASSING, add
 
 from control_plane.skills.library import DAY
 
@@ -180,33 +181,6 @@ def test_the_status_page_shows_doctors_checks_and_the_platforms(console: Console
         expect(page.get_by_role("status").filter(has_text="Checked")).to_contain_text("the model was called")
 
 
-def test_an_evaluation_run_is_started_and_its_attempts_and_scores_shown(console: Console, page: Page) -> None:
-    get_backend("docker")  # evaluation runs are on docker whatever the profile's backend
-    suite_in_home(console.agent().settings.home)  # evals/suites/mine: a task that passes, one that fails
-    page.get_by_role("link", name="Evaluations").click()
-    page.get_by_label("Suite").fill("nowhere")
-    page.get_by_role("button", name="Start run").click()
-    expect(page.get_by_role("alert")).to_contain_text("no suite nowhere")
-    page.get_by_label("Suite").fill("mine")
-    page.get_by_label("Agent").select_option("oracle")
-    page.get_by_role("button", name="Start run").click()
-    expect(page).to_have_url(re.compile(r"#/evals/[a-f0-9]{12}$"))
-    run_id = page.url.rsplit("/", 1)[1]
-    attempts = page.get_by_role("table", name="Attempts")
-    expect(attempts.locator("tbody tr")).to_have_count(2)
-    expect(attempts.get_by_role("row", name="passes")).to_contain_text("passed reward 1.00")
-    expect(attempts.get_by_role("row", name="fails")).to_contain_text("failed reward 0.00")
-    expect(page.get_by_label("Overall scores")).to_contain_text("pass@150%")  # read once the run ended
-    tasks = page.get_by_role("table", name="Tasks")
-    expect(tasks.get_by_role("row", name="passes")).to_contain_text("1 of 1")
-    shot(page, console, f"eval-run-{backend_of(console)}")
-    page.get_by_role("link", name="All runs").click()
-    row = page.get_by_role("table", name="Evaluation runs").get_by_role("row", name=run_id)
-    expect(row).to_contain_text("finished")
-    expect(row).to_contain_text("2 of 2")
-    shot(page, console, f"evals-{backend_of(console)}")
-
-
 def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -> None:
     library = console.agent().skills
     add(library, "old-notes", "Notes nobody has read in a while.")
@@ -227,6 +201,27 @@ def test_the_curation_plan_is_shown_then_applied(console: Console, page: Page) -
     expect(page.get_by_role("status")).to_contain_text("Curation applied: old-notes: stale")
     assert library.info("old-notes").state == "stale"
     expect(page.get_by_role("row", name="old-notes").get_by_role("cell", name="stale")).to_be_visible()
+
+
+def test_a_near_duplicate_pair_is_merged_by_the_reviewer(console: Console, page: Page) -> None:
+    library = console.agent().skills
+    add(library, "answer-check", "Check that the answer is 42.", BODY)
+    add(library, "check-answer", "Checks that the answer is 42.", BODY + " Then report it.")
+    console.llm.load(merge_turns(PASSING))
+    page.get_by_role("link", name="Skills").click()
+    page.get_by_role("button", name="Show the curation plan").click()
+    page.get_by_role("button", name="Merge answer-check and check-answer with the reviewer").click()
+    expect(page).to_have_url(re.compile(r"#/sessions/[^/]+$"))  # the reviewer's session, streaming
+    expect(page.locator("details").filter(has_text="skill_manage")).to_contain_text("merged as version 2")
+    expect(page.get_by_text("done reviewing")).to_be_visible()
+    shot(page, console, f"merge-review-{backend_of(console)}")
+    assert (library.info("check-answer").state, library.info("answer-check").version) == ("archived", 2)
+    page.get_by_role("link", name="Skills").click()
+    page.get_by_role("button", name="Show the curation plan").click()
+    expect(page.get_by_role("heading", name="Changes")).to_be_visible()
+    expect(
+        page.get_by_role("button", name="Merge answer-check and check-answer with the reviewer")
+    ).to_have_count(0)
 
 
 def test_memory_edits_keep_the_tools_limit_and_scan(console: Console, page: Page) -> None:

@@ -57,6 +57,8 @@ class AgentBase:
         self._own_indexer = store is None and self.store.indexer is not None
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
+        self._own_sandboxes = sandboxes is None
+        """Sandboxes shared with another agent (a served profile's) are that agent's to close."""
         self.checkpoints = Checkpoints(self.sandboxes, settings.snapshots)
         self.registry = registry
         self.tools = registry.select(settings.toolsets)
@@ -150,11 +152,12 @@ class AgentBase:
         }
 
     def close(self) -> None:
-        """Finish background reviews, release the sandboxes, flush the database writes."""
+        """Finish background reviews, release its own sandboxes, flush the database writes."""
         self.background.close()
         if self.mcp is not None:
             self.mcp.close()
-        self.sandboxes.close_all()
+        if self._own_sandboxes:
+            self.sandboxes.close_all()
         self.writer.shutdown(wait=True)
         self.event_log.close()
         self.skills.close()

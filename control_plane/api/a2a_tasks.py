@@ -138,8 +138,7 @@ def _start(profile: Profile, live: LiveSession, text: str) -> str:
     if live.running:
         return f"this context's session {live.conversation.id} is running another task; cancel it or wait"
     try:
-        profile.admit_run(live)
+        profile.start_turn(live, text)
     except HTTPException as exc:  # over the profile's limits: the API's 429
         return str(exc.detail)
-    live.task = asyncio.create_task(live.conversation.run(text, live.publish))
     return ""

@@ -27,6 +27,7 @@ from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from .a2a_routes import a2a_router
+from .batches import router as batches_router
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .console import ConsoleHeaders, assets
 from .console import router as console_router
@@ -138,6 +139,7 @@ def create_app(
     app.include_router(sandboxes_router)
     app.include_router(terminal_router)
     app.include_router(evals_router)
+    app.include_router(batches_router)
     app.include_router(status_router)
     app.include_router(a2a_router(base.profile))
 
@@ -205,8 +207,7 @@ def create_app(
             return Posted(status="steered", after=after)
         if live.task is not None and not live.task.done():  # its reply is in, it is only saving: a new turn
             await asyncio.gather(live.task, return_exceptions=True)
-        profile.admit_run(live)
-        live.task = asyncio.create_task(live.conversation.run(body.content, live.publish))
+        profile.start_turn(live, body.content)
         return Posted(status="started", after=after)
 
     @app.post("/sessions/{session_id}/interrupt", responses=errors(401, 404))

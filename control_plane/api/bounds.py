@@ -72,6 +72,13 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return documented
 
 
+def stream_errors(documented: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of an event stream route: its errors are JSON, not events. Said so, or the
+    document would list them as the stream's."""
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {code: {**answer, "content": body} for code, answer in documented.items()}
+
+
 RETRY_AFTER = {
     "Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "integer"}}
 }

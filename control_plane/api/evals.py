@@ -6,7 +6,6 @@ api/app.py."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,16 +17,16 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from backends import BackendUnavailable
 
-from ..evals import AttemptResult, EvalRun, ResultsFile, RunError, RunRecord, Summary, open_run
+from ..evals import AttemptResult, ResultsFile, RunError, RunRecord, Summary, open_run
 from ..evals.run import RECORD, SUMMARY
-from .bounds import AUTHENTICATED, Offset, errors
+from .bounds import AUTHENTICATED, Offset, errors, stream_errors
 from .profiles import Auth, Profile
+from .run_progress import Progress, admit, directory_of, runs, stream
 
 router = APIRouter(prefix="/evals", tags=["evals"], responses=AUTHENTICATED)
 RunId = Annotated[str, StringConstraints(pattern=r"^[a-f0-9]{12}$")]
 SuiteName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
 Glob = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]*$")]
-RETRY_RUNNING = 60
 RUN_ERRORS = errors(401, 404)
 RUN_ERRORS[404] = {**RUN_ERRORS[404], "description": "No such evaluation run in the token's profile"}
 
@@ -59,58 +58,8 @@ class EvalStatus(BaseModel):
     summary: Summary | None = None
 
 
-class Handle:
-    """A run this server is driving: its results as they come, for any number of followers."""
-
-    def __init__(self, evaluation: EvalRun, loop: asyncio.AbstractEventLoop) -> None:
-        self.evaluation = evaluation
-        self.loop = loop
-        self.results: list[AttemptResult] = evaluation.runner.results.read()
-        self.total = len(evaluation.suite.tasks) * evaluation.record.attempts
-        self.running = True
-        self._wake = asyncio.Event()
-
-    def publish(self, result: AttemptResult | None) -> None:
-        """On the event loop: a result, or None when the run is over."""
-        if result is None:
-            self.running = False
-        else:
-            self.results.append(result)
-        self._wake.set()
-        self._wake = asyncio.Event()
-
-    def drive(self) -> None:
-        """The run, on its own thread; the summary is written whatever happens."""
-        runner = self.evaluation.runner
-
-        def arrived(result: AttemptResult) -> None:
-            self.loop.call_soon_threadsafe(self.publish, result)
-
-        try:
-            runner.run(self.evaluation.suite.tasks, arrived)
-        finally:
-            self.evaluation.summary()
-            self.evaluation.close()
-            self.loop.call_soon_threadsafe(self.publish, None)
-
-    async def follow(self, after: int) -> AsyncIterator[tuple[int, AttemptResult | None]]:
-        """Results numbered after `after`, each as it comes; (n, None) once the run is over."""
-        while True:
-            wake = self._wake
-            while after < len(self.results):
-                after += 1
-                yield after, self.results[after - 1]
-            if not self.running:
-                yield after + 1, None
-                return
-            await wake.wait()
-
-
-def _handles(request: Request) -> dict[tuple[str, str], Handle]:
-    if not hasattr(request.app.state, "evals"):
-        request.app.state.evals = {}
-    handles: dict[tuple[str, str], Handle] = request.app.state.evals
-    return handles
+def _runs(request: Request) -> dict[tuple[str, str], Progress[AttemptResult]]:
+    return runs(request, "evals")
 
 
 def _home(profile: Profile) -> Path:
@@ -118,10 +67,7 @@ def _home(profile: Profile) -> Path:
 
 
 def _directory(profile: Profile, run_id: str) -> Path:
-    directory = _home(profile) / run_id
-    if not (directory / RECORD).is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation run {run_id}")
-    return directory
+    return directory_of(_home(profile), run_id, RECORD, "evaluation run")
 
 
 def run_directory(profile: Auth, run_id: RunId) -> Path:
@@ -135,14 +81,8 @@ RunDir = Annotated[Path, Depends(run_directory)]
 @router.post("", status_code=status.HTTP_202_ACCEPTED, responses=errors(400, 401, 429))
 async def start(profile: Auth, body: NewEval, request: Request) -> EvalStatus:
     """Start a run in the background; follow it at /evals/ID/events."""
-    handles = _handles(request)
     name = profile.settings.profile
-    if any(p == name and h.running for (p, _), h in handles.items()):
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            "this profile already has an evaluation running; wait for it to finish",
-            headers={"Retry-After": str(RETRY_RUNNING)},
-        )
+    admit(request, "evals", name, "an evaluation")
     suite = body.suite if body.suite == "builtin" else str(_home(profile) / "suites" / body.suite)
     if suite != "builtin" and not Path(suite).is_dir():
         raise HTTPException(
@@ -175,10 +115,16 @@ async def start(profile: Auth, body: NewEval, request: Request) -> EvalStatus:
         )
     except (RunError, BackendUnavailable) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-    handle = Handle(evaluation, asyncio.get_running_loop())
-    handles[(name, run_id)] = handle
-    threading.Thread(target=handle.drive, name=f"eval-{run_id}", daemon=True).start()
-    return EvalStatus(id=run_id, state="running", record=record, done=0, total=handle.total)
+    runner = evaluation.runner
+    progress = Progress(runner.results.read(), len(evaluation.suite.tasks) * record.attempts)
+    _runs(request)[(name, run_id)] = progress
+
+    def finish() -> None:  # the summary is written whatever happened
+        evaluation.summary()
+        evaluation.close()
+
+    progress.drive(f"eval-{run_id}", lambda: runner.run(evaluation.suite.tasks, progress.arrived), finish)
+    return EvalStatus(id=run_id, state="running", record=record, done=0, total=progress.total)
 
 
 @router.get("", responses=errors(401))
@@ -206,11 +152,7 @@ def results(
     return ResultsFile(directory / "results.jsonl").read()[after:]
 
 
-STREAM_ERRORS = {
-    code: {**answer, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-    for code, answer in RUN_ERRORS.items()
-}
-"""An event stream's errors are JSON, not events: said so, or the document would list them as the stream's."""
+STREAM_ERRORS = stream_errors(RUN_ERRORS)
 
 
 @router.get("/{run_id}/events", response_class=EventSourceResponse, responses=STREAM_ERRORS)
@@ -223,18 +165,10 @@ async def events(
 ) -> AsyncIterator[ServerSentEvent]:
     """One `attempt` event per finished attempt (its result; `id` its number), then `end` with the
     summary. A finished run replays its attempts; a reconnecting client resumes after Last-Event-ID."""
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-    handle = _handles(request).get((profile.settings.profile, run_id))
-    if handle is None:  # not driven here: what is on disk
-        for n, result in enumerate(ResultsFile(directory / "results.jsonl").read()[after:], after + 1):
-            yield ServerSentEvent(data=result.model_dump(), event="attempt", id=str(n))
-        yield ServerSentEvent(data=_summary(directory), event="end")
-        return
-    async for n, found in handle.follow(after):
-        if found is None:
-            yield ServerSentEvent(data=_summary(directory), event="end", id=str(n))
-            return
-        yield ServerSentEvent(data=found.model_dump(), event="attempt", id=str(n))
+    progress = _runs(request).get((profile.settings.profile, run_id))
+    stored = ResultsFile(directory / "results.jsonl").read
+    async for message in stream(progress, stored, lambda: _summary(directory), "attempt", last_event_id):
+        yield message
 
 
 def _summary(directory: Path) -> dict[str, object] | None:
@@ -245,15 +179,15 @@ def _summary(directory: Path) -> dict[str, object] | None:
 def _status(profile: Profile, request: Request, run_id: str) -> EvalStatus:
     directory = _directory(profile, run_id)
     record = RunRecord.model_validate_json((directory / RECORD).read_text())
-    handle = _handles(request).get((profile.settings.profile, run_id))
+    progress = _runs(request).get((profile.settings.profile, run_id))
     done = len(ResultsFile(directory / "results.jsonl").read())
     summary = (
         Summary.model_validate_json((directory / SUMMARY).read_text())
         if (directory / SUMMARY).is_file()
         else None
     )
-    if handle is not None and handle.running:
-        return EvalStatus(id=run_id, state="running", record=record, done=done, total=handle.total)
-    total = handle.total if handle is not None else done  # what was planned is known to the driver only
+    if progress is not None and progress.running:
+        return EvalStatus(id=run_id, state="running", record=record, done=done, total=progress.total)
+    total = progress.total if progress is not None else done  # what was planned is known to the driver only
     state: Literal["finished", "interrupted"] = "finished" if summary is not None else "interrupted"
     return EvalStatus(id=run_id, state=state, record=record, done=done, total=total, summary=summary)

@@ -152,6 +152,11 @@ class Profile:
                 RETRY_SANDBOX,
             )
 
+    def start_turn(self, live: LiveSession, text: str) -> None:
+        """Start a turn of `live` in the background, within the profile's limits (429 past them)."""
+        self.admit_run(live)
+        live.task = asyncio.create_task(live.conversation.run(text, live.publish))
+
     def close(self) -> None:
         for live in self.live.values():
             if live.task is not None:

@@ -3,18 +3,21 @@ Mounted by api/app.py."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..agent.curation import merge_review
+from ..agent.loop import Conversation
 from ..skills.curation import duplicates, unmerge
 from ..skills.library import SkillError, SkillLibrary, UnknownSkill
 from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
 from .bounds import AUTHENTICATED, CurationLine, RelativePath, SkillName, Version, errors
-from .profiles import Auth
+from .profiles import Auth, LiveSession
 
 router = APIRouter(prefix="/skills", tags=["skills"], responses=AUTHENTICATED)
 Name = Annotated[SkillName, Path()]
@@ -26,6 +29,19 @@ class Rollback(BaseModel):
 
 class Pin(BaseModel):
     pinned: bool = True
+
+
+class ProposedPair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    a: SkillName
+    b: SkillName
+    """The two skills of a near-duplicate pair of the curation plan, in either order."""
+
+
+class MergeReview(BaseModel):
+    session_id: str
+    """The reviewer's session (source `review`): its turn's events at /sessions/ID/events."""
 
 
 class ConfirmedPlan(BaseModel):
@@ -123,7 +139,7 @@ def curation_plan(profile: Auth) -> dict[str, Any]:
 def curation_apply(profile: Auth, body: ConfirmedPlan) -> dict[str, list[str]]:
     """Apply the plan's staleness changes (mark stale, archive) the caller confirmed; 409 and nothing
     changed when the plan is no longer what it saw. Near-duplicates are merged by the reviewer
-    (`hermetic skills curate --apply`), not here."""
+    (POST /skills/curation/merge), not here."""
 
     def apply(lib: SkillLibrary) -> dict[str, list[str]]:
         if lib.curate(apply=False) != body.changes:
@@ -133,6 +149,28 @@ def curation_apply(profile: Auth, body: ConfirmedPlan) -> dict[str, list[str]]:
         return {"changes": lib.curate(apply=True)}
 
     return _run(profile, apply)
+
+
+@router.post("/curation/merge", status_code=status.HTTP_202_ACCEPTED, responses=errors(401, 404, 409, 429))
+async def curation_merge(profile: Auth, body: ProposedPair) -> MergeReview:
+    """Offer one near-duplicate pair of the plan to the reviewer, as `hermetic skills curate --apply`
+    does, in a background session: it may merge the two with skill_manage, and the merged skill goes
+    through the gate (the originals are archived only when it passes). 409 when the pair is not proposed
+    now."""
+
+    def review(lib: SkillLibrary) -> tuple[Conversation, str]:
+        proposed = [p for p in duplicates(lib) if {p.a, p.b} == {body.a, body.b}]
+        if not proposed:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"{body.a} and {body.b} are not a near-duplicate pair of the curation plan now",
+            )
+        return merge_review(profile.agent, proposed[0])
+
+    conversation, text = await asyncio.to_thread(_run, profile, review)
+    live = profile.keep(LiveSession(conversation))
+    profile.start_turn(live, text)
+    return MergeReview(session_id=conversation.id)
 
 
 @router.post("/{name}/unmerge", responses=errors(404))

@@ -1,7 +1,7 @@
 """Batch runs: a file of prompts run in parallel, each its own session and sandbox, results as JSON lines."""
 
-from .prompts import BatchError, BatchItem, finished_ids, read_prompts
-from .runner import BatchResult, BatchRunner, Summary, write_summary
+from .prompts import BatchError, BatchItem, finished_ids, parse_prompts, read_prompts
+from .runner import BatchResult, BatchRunner, Summary, batch_settings, write_summary
 
 __all__ = [
     "BatchError",
@@ -9,7 +9,9 @@ __all__ = [
     "BatchResult",
     "BatchRunner",
     "Summary",
+    "batch_settings",
     "finished_ids",
+    "parse_prompts",
     "read_prompts",
     "write_summary",
 ]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..tools import TOOLS
+
 
 class BatchError(ValueError):
     """A prompts or results file that cannot be used; the message says where and why."""
@@ -17,19 +19,27 @@ class BatchItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, max_length=200_000, pattern=r"^[^\x00]*$")
+    """No NUL: PostgreSQL text cannot hold one."""
     id: str = Field("", max_length=200)
     """Default: line-N (its line number), so a resumed run names it the same."""
-    category: str | None = None
-    toolsets: list[str] | None = None
+    category: str | None = Field(None, max_length=200)
+    toolsets: list[str] | None = Field(None, max_length=50)
 
 
 def read_prompts(path: Path) -> list[BatchItem]:
-    """Every prompt of the file; a JSON string on a line is a prompt. Raises BatchError naming the line."""
+    """Every prompt of the file. Raises BatchError naming the line."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BatchError(f"cannot read {path}: {exc}") from None
+    return parse_prompts(text, str(path))
+
+
+def parse_prompts(text: str, path: str) -> list[BatchItem]:
+    """Every prompt of a prompts file's text (`path` names it in errors); a JSON string on a line is a
+    prompt, the toolsets must be known. Raises BatchError naming the line."""
+    lines = text.splitlines()
     items: list[BatchItem] = []
     seen: set[str] = set()
     for number, line in enumerate(lines, 1):
@@ -52,6 +62,9 @@ def read_prompts(path: Path) -> list[BatchItem]:
         items.append(item)
     if not items:
         raise BatchError(f"{path}: no prompts")
+    unknown = {t for item in items for t in item.toolsets or []} - TOOLS.toolsets
+    if unknown:
+        raise BatchError(f"{path}: unknown toolset(s) {', '.join(sorted(unknown))}")
     return items
 
 

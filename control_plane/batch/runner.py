@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from ..agent.agent import Agent
 from ..agent.unattended import Tally, run_until
+from ..settings import Settings
 from .prompts import BatchItem
 
 
@@ -54,6 +55,15 @@ class Summary(BaseModel):
     @property
     def failed(self) -> int:
         return sum(n for status, n in self.statuses.items() if status != "completed")
+
+
+def batch_settings(settings: Settings, max_iterations: int | None) -> Settings:
+    """A batch's agent: its sessions are independent samples, so no background learning review after
+    each one; `max_iterations` (model calls per prompt) when given."""
+    update: dict[str, Any] = {"learning": settings.learning.model_copy(update={"enabled": False})}
+    if max_iterations:
+        update["limits"] = settings.limits.model_copy(update={"max_iterations": max_iterations})
+    return settings.model_copy(update=update)
 
 
 class BatchRunner:

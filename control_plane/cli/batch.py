@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from ..agent.agent import Agent
-from ..batch import BatchError, BatchResult, BatchRunner, finished_ids, read_prompts, write_summary
-from ..tools import TOOLS
+from ..batch import (
+    BatchError,
+    BatchResult,
+    BatchRunner,
+    batch_settings,
+    finished_ids,
+    read_prompts,
+    write_summary,
+)
 from .agent import BackendOption, ModelOption, agent_settings
 from .render import progress_bar
 
@@ -38,9 +45,6 @@ def run(
     """Run every prompt; results.jsonl in --out gets a line as each one ends. Exit 1 if any failed."""
     try:
         items = read_prompts(prompts)
-        unknown = {t for item in items for t in item.toolsets or []} - TOOLS.toolsets
-        if unknown:
-            raise BatchError(f"{prompts}: unknown toolset(s) {', '.join(sorted(unknown))}")
     except BatchError as exc:
         err.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
@@ -52,12 +56,7 @@ def run(
         raise typer.Exit(2)
     done = finished_ids(results) if resume else set()
     todo = [item for item in items if item.id not in done]
-    # Batch sessions are independent samples: no background memory review after each one.
-    overrides: dict[str, Any] = {"learning": {"enabled": False}}
-    if max_iterations:
-        overrides["limits"] = {"max_iterations": max_iterations}
-    settings = agent_settings(model, backend, **overrides)
-    agent = Agent(settings)
+    agent = Agent(batch_settings(agent_settings(model, backend), max_iterations))
     runner = BatchRunner(agent, results, workers=workers, timeout=timeout)
     progress = progress_bar("batch", err)
     task = progress.add_task("batch", total=len(items), completed=len(done), failed=0)

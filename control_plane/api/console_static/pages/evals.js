@@ -2,11 +2,11 @@
 // starts one, and a run's page: its per-task scores and every attempt, streamed as they finish.
 import { api } from "../api.js";
 import { clear, h, notice, table } from "../dom.js";
+import { renderRuns, stateBadge } from "../run_list.js";
 
 const pct = (x) => (x === null || x === undefined ? "—" : `${Math.round(x * 100)}%`);
 const runLink = (run) => h("a", { href: `#/evals/${encodeURIComponent(run.id)}` }, run.id);
 const suiteName = (suite) => suite.split("/").pop();
-const stateBadge = (state) => h("span", { class: `badge ${state === "finished" ? "pass" : state === "interrupted" ? "fail" : ""}` }, state);
 
 function runRow(run) {
   return h(
@@ -22,51 +22,22 @@ function runRow(run) {
   );
 }
 
-function startForm(problem) {
-  const field = (id, label, input) => [h("label", { for: id }, label), input];
+function renderList(view) {
   const suite = h("input", { id: "eval-suite", required: true, value: "builtin" });
   const agent = h("select", { id: "eval-agent" }, ["oracle", "nop", "hermetic"].map((a) => h("option", { value: a }, a)));
   const attempts = h("input", { id: "eval-attempts", type: "number", min: 1, max: 20, value: 1 });
   const workers = h("input", { id: "eval-workers", type: "number", min: 1, max: 64, value: 2 });
-  const form = h(
-    "form",
-    { class: "card toolbar", "aria-label": "Start a run" },
-    field("eval-suite", "Suite", suite),
-    field("eval-agent", "Agent", agent),
-    field("eval-attempts", "Attempts", attempts),
-    field("eval-workers", "Workers", workers),
-    h("button", { type: "submit" }, "Start run"),
-  );
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    try {
-      const body = { suite: suite.value, agent: agent.value, attempts: Number(attempts.value), workers: Number(workers.value) };
-      const run = await api("POST", "/evals", body);
-      location.hash = `#/evals/${encodeURIComponent(run.id)}`;
-    } catch (error) {
-      clear(problem, notice(error.message));
-    }
+  return renderRuns(view, {
+    title: "Evaluation runs",
+    intro: "Suite: builtin, or NAME of a suite in the profile's home at evals/suites/NAME. The oracle agent runs each task's reference solution (it checks the tasks), nop does nothing (it checks the verifiers), hermetic is the agent.",
+    label: "Start a run",
+    button: "Start run",
+    fields: [["eval-suite", "Suite", suite], ["eval-agent", "Agent", agent], ["eval-attempts", "Attempts", attempts], ["eval-workers", "Workers", workers]],
+    body: () => ({ suite: suite.value, agent: agent.value, attempts: Number(attempts.value), workers: Number(workers.value) }),
+    path: "/evals",
+    heads: ["Run", "Suite", "Agent", "State", "Attempts", "pass@1", "Mean reward"],
+    row: runRow,
   });
-  return form;
-}
-
-async function renderList(view) {
-  const problem = h("div", { "aria-live": "polite" });
-  const list = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  clear(
-    view,
-    h("h1", {}, "Evaluation runs"),
-    h("p", { class: "muted" }, "Suite: builtin, or NAME of a suite in the profile's home at evals/suites/NAME. The oracle agent runs each task's reference solution (it checks the tasks), nop does nothing (it checks the verifiers), hermetic is the agent."),
-    startForm(problem),
-    problem,
-    list,
-  );
-  try {
-    const runs = await api("GET", "/evals");
-    clear(list, table("Evaluation runs", ["Run", "Suite", "Agent", "State", "Attempts", "pass@1", "Mean reward"], runs.map(runRow), "No runs yet."));
-  } catch (error) {
-    clear(list, notice(error.message));
-  }
 }
 
 function attemptRow(n, r) {

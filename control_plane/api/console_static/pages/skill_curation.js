@@ -1,11 +1,20 @@
 // The curation plan (what `hermetic skills curate` would do) and its apply: the staleness changes
 // shown are sent back as the confirmation, and the server applies them only while they are still
-// the plan. Near-duplicates and failing skills are listed for a look.
+// the plan. A near-duplicate pair is offered to the reviewer on request: its session (the reviewer's
+// turn, its skill_manage merge and the gate's verdict) opens and streams. Failing skills are listed.
 import { api } from "../api.js";
 import { clear, h, notice } from "../dom.js";
 
 function planView(plan, status, onApplied) {
-  const pairs = plan.duplicates.map((p) => `${p.a} + ${p.b}: near-duplicates (${p.reason}), a merge for the reviewer: hermetic skills curate --apply`);
+  const merge = async (pair) => {
+    try {
+      const review = await api("POST", "/skills/curation/merge", { a: pair.a, b: pair.b });
+      location.hash = `#/sessions/${encodeURIComponent(review.session_id)}`;
+    } catch (error) {
+      clear(status, notice(error.message));
+    }
+  };
+  const pairs = plan.duplicates.map((p) => h("li", {}, `${p.a} + ${p.b}: near-duplicates (${p.reason}) `, h("button", { type: "button", "aria-label": `Merge ${p.a} and ${p.b} with the reviewer`, onclick: () => merge(p) }, "Merge with the reviewer")));
   const failing = plan.failing.map((name) => `${name}: failing (out of the prompt listing; restore it from its page or the CLI)`);
   const apply = async () => {
     try {
@@ -19,7 +28,8 @@ function planView(plan, status, onApplied) {
     h("h3", {}, "Changes"),
     plan.changes.length ? h("ul", { class: "plan" }, plan.changes.map((c) => h("li", {}, c))) : h("p", { class: "muted" }, "No skill is due to go stale or be archived."),
     plan.changes.length ? h("button", { type: "button", onclick: apply }, "Apply these changes") : null,
-    pairs.length || failing.length ? [h("h3", {}, "For a look"), h("ul", {}, [...pairs, ...failing].map((t) => h("li", {}, t)))] : null,
+    pairs.length ? [h("h3", {}, "Near-duplicates"), h("p", { class: "muted" }, "The reviewer may merge a pair into one skill; the merged skill must pass the gate in a throwaway sandbox, or nothing changes."), h("ul", { class: "pairs" }, pairs)] : null,
+    failing.length ? [h("h3", {}, "For a look"), h("ul", {}, failing.map((t) => h("li", {}, t)))] : null,
   ];
 }
 
