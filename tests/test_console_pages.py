@@ -427,6 +427,14 @@ def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(
     screen = page.locator(".xterm-rows")
     page.keyboard.type("echo $((6 * 7))-done\n")
     expect(screen).to_contain_text("42-done")
+    page.keyboard.press("Escape")  # no keyboard trap: Esc then Tab leaves, Shift+Tab too
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_role("link", name="New terminal")).to_be_focused()
+    page.locator(".xterm-screen").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    assert page.evaluate("!document.querySelector('.terminal').contains(document.activeElement)")
+    page.locator(".xterm-screen").click()
 
     page.keyboard.type(WINCH + "\n")
     expect(screen).to_contain_text("wait ing")

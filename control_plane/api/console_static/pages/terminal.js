@@ -14,12 +14,14 @@ function render(view, [sessionId], query) {
   const screen = h("div", { class: "terminal" });
   const again = h("button", { type: "button", hidden: true, onclick: () => location.reload() }, "Reconnect");
   const interrupt = h("button", { type: "button" }, "Send Ctrl-C");
+  const hint = h("p", { class: "muted" }, "Esc then Tab (or Shift+Tab) leaves the terminal; the Esc still reaches the program.");
   clear(
     view,
     h("p", {}, h("a", { href: `#/sessions/${session}` }, "← Session"), " · ", h("a", { href: `#/sessions/${session}/sandbox` }, "Files")),
     h("h1", {}, "Sandbox terminal"),
     h("div", { class: "toolbar" }, interrupt, h("a", { href: `#/sessions/${session}/terminal?new=${Date.now()}` }, "New terminal"), again),
     status,
+    hint,
     screen,
   );
   const term = new Terminal({ cursorBlink: true, fontSize: 14, fontFamily: "ui-monospace, monospace", scrollback: 5000 });
@@ -58,6 +60,20 @@ function render(view, [sessionId], query) {
     if (!ended) status.textContent = "Disconnected from the sandbox terminal.";
     again.hidden = false;
   });
+  // The terminal takes Tab (a shell's completion), so the keyboard needs a way out that programs rarely
+  // need: Esc then Tab, as code editors do.
+  let escaped = false;
+  term.attachCustomKeyEventHandler((event) => {
+    if (event.type !== "keydown" || MODIFIERS.has(event.key)) return true; // Shift of Shift+Tab keeps the Esc
+    if (event.key === "Tab" && escaped) {
+      escaped = false;
+      event.preventDefault();
+      leave(screen, event.shiftKey);
+      return false;
+    }
+    escaped = event.key === "Escape";
+    return true;
+  });
   term.onData((data) => send({ type: "input", data }));
   term.onResize(({ rows, cols }) => send({ type: "resize", rows, cols }));
   interrupt.addEventListener("click", () => {
@@ -71,6 +87,18 @@ function render(view, [sessionId], query) {
     socket.close();
     term.dispose();
   };
+}
+
+const MODIFIERS = new Set(["Shift", "Control", "Alt", "Meta"]);
+const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
+
+// Focus the control after `screen` in the page (forward), or before it (back), wrapping around.
+function leave(screen, back) {
+  const controls = [...document.querySelectorAll(FOCUSABLE)].filter((el) => !screen.contains(el) && !el.hidden && !el.disabled);
+  const after = controls.filter((el) => screen.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);
+  const before = controls.filter((el) => !after.includes(el));
+  const target = back ? (before.at(-1) ?? after.at(-1)) : (after[0] ?? before[0]);
+  target?.focus();
 }
 
 export const terminalPage = { pattern: /^\/sessions\/([^/?]+)\/terminal$/, nav: "Sessions", render };
