@@ -20,7 +20,7 @@ from .engine import WRITE, open_engine
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
-from .pg_cache import VectorCopy
+from .vector_cache import VectorCopy
 from .query import terms
 from .records import (
     ChatMessage,

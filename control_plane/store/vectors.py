@@ -5,7 +5,7 @@ time as metadata so those filters apply inside the k-nearest search; a trigger d
 the transaction that deletes the message. PostgreSQL with pgvector: a `vector` column with an HNSW index
 (approximate, cosine), searched in the server. PostgreSQL without it (the fallback, see
 docs/recall-and-providers.md): vectors in a bytea column, searched exactly in this process over a copy kept
-in memory and extended incrementally (pg_cache.py). Either is deleted with its message by the foreign key.
+in memory and extended incrementally (vector_cache.py). Either is deleted with its message by the foreign key.
 """
 
 from __future__ import annotations
