@@ -52,7 +52,7 @@ def semantic_hits(conn: Connection, candidates: list[tuple[int, float]], where: 
             session_id=rows[i]["session_id"],
             message_id=i,
             role=rows[i]["role"],
-            snippet=_start(rows[i]["content"] or ""),
+            snippet=opening(rows[i]["content"] or ""),
             score=score,
             created_at=rows[i]["created_at"],
             session_title=rows[i]["session_title"],
@@ -77,6 +77,7 @@ def fuse(
     return [chosen[key].model_copy(update={"score": scores[key]}) for key in order[:limit]]
 
 
-def _start(content: str, width: int = 160) -> str:
+def opening(content: str, width: int = 160) -> str:
+    """A semantic hit's snippet: the message's first `width` characters, whitespace folded."""
     flat = " ".join(content.split())
     return flat if len(flat) <= width else flat[:width] + "..."
