@@ -21,7 +21,7 @@ from sqlalchemy import Connection, bindparam, text
 from .indexer import INDEXABLE
 from .records import SearchHit
 from .search import Filters
-from .semantic import opening
+from .semantic import semantic_hit
 from .vector_scan import Column, Matrix
 from .vectors import neighbours_wanted, uses_pgvector
 
@@ -153,8 +153,7 @@ class VectorCache:
 
     def hits(self, conn: Connection, query: Any, where: Filters, floor: float) -> list[SearchHit]:
         """SearchHits of the nearest messages at least `floor` similar, nearest first, at most `limit`: one
-        per session with per_session. The snippet is the message's start: a hit by meaning may share no
-        word with the query."""
+        per session with per_session."""
         limit, k = int(where.params["limit"]), neighbours_wanted(where)
         rows: dict[int, Any] = {}
         while True:
@@ -187,7 +186,7 @@ class VectorCache:
                     break
             todo = [i for i, _ in chosen if i not in rows]
             if not todo:
-                return [_hit(rows[i], score) for i, score in chosen]
+                return [semantic_hit(rows[i], score) for i, score in chosen]
             found = {int(r["id"]): r for r in _load(conn, todo)}
             rows.update({i: found.get(i) for i in todo})
             if gone := [i for i in todo if i not in found]:
@@ -200,15 +199,3 @@ def _load(conn: Connection, ids: list[int]) -> list[Any]:
         "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN :ids"
     ).bindparams(bindparam("ids", expanding=True))
     return list(conn.execute(sql, {"ids": ids}).mappings())
-
-
-def _hit(row: Any, score: float) -> SearchHit:
-    return SearchHit(
-        session_id=row["session_id"],
-        message_id=int(row["id"]),
-        role=row["role"],
-        snippet=opening(row["content"] or ""),
-        score=score,
-        created_at=row["created_at"],
-        session_title=row["session_title"],
-    )
