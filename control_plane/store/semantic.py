@@ -47,18 +47,21 @@ def semantic_hits(conn: Connection, candidates: list[tuple[int, float]], where: 
     candidates = [c for c in candidates if c[0] in rows]
     if where.per_session:
         candidates = best_per_session(candidates, {i: rows[i]["session_id"] for i, _ in candidates})
-    return [
-        SearchHit(
-            session_id=rows[i]["session_id"],
-            message_id=i,
-            role=rows[i]["role"],
-            snippet=_start(rows[i]["content"] or ""),
-            score=score,
-            created_at=rows[i]["created_at"],
-            session_title=rows[i]["session_title"],
-        )
-        for i, score in candidates[: int(where.params["limit"])]
-    ]
+    return [semantic_hit(rows[i], score) for i, score in candidates[: int(where.params["limit"])]]
+
+
+def semantic_hit(row: Any, score: float) -> SearchHit:
+    """A hit by meaning from its message row (id, session_id, role, created_at, session_title, content).
+    The snippet is the message's start: such a hit may share no word with the query."""
+    return SearchHit(
+        session_id=row["session_id"],
+        message_id=int(row["id"]),
+        role=row["role"],
+        snippet=opening(row["content"] or ""),
+        score=score,
+        created_at=row["created_at"],
+        session_title=row["session_title"],
+    )
 
 
 def fuse(
@@ -77,6 +80,7 @@ def fuse(
     return [chosen[key].model_copy(update={"score": scores[key]}) for key in order[:limit]]
 
 
-def _start(content: str, width: int = 160) -> str:
+def opening(content: str, width: int = 160) -> str:
+    """A semantic hit's snippet: the message's first `width` characters, whitespace folded."""
     flat = " ".join(content.split())
     return flat if len(flat) <= width else flat[:width] + "..."

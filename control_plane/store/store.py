@@ -20,7 +20,6 @@ from .engine import WRITE, open_engine
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
-from .pg_cache import VectorCopy
 from .query import terms
 from .records import (
     ChatMessage,
@@ -34,7 +33,8 @@ from .records import (
 from .search import Filters, search_postgres, search_sqlite
 from .semantic import DEPTH, SearchMode, fuse, semantic_hits
 from .surroundings import Spot, surroundings
-from .vectors import nearest_pgvector, nearest_sqlite, uses_pgvector
+from .vector_cache import VectorCaches
+from .vectors import nearest_pgvector
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Store:
         self.embedder = embedder
         self.min_similarity = min_similarity
         self.indexer = VectorIndexer(self._engine, embedder, embed_batch) if embedder else None
-        self._copies: dict[str, VectorCopy] = {}
+        self._vectors = VectorCaches(self.dialect)
         if self.indexer and background:
             self.indexer.start()
         # The indexer's thread holds the engine: a Store dropped without close() would keep its thread
@@ -358,11 +358,13 @@ class Store:
         if self.embedder is None:
             return []
         with self._engine.connect() as conn:
-            table = conn.scalar(
-                text("SELECT table_name FROM vector_indexes WHERE model = :model"),
+            index = conn.execute(
+                text(
+                    "SELECT table_name, created_at, embedded_through FROM vector_indexes WHERE model = :model"
+                ),
                 {"model": self.embedder.model},
-            )
-            if table is None:
+            ).one_or_none()
+            if index is None:
                 return []
             try:
                 vector = self.embedder.embed([query])[0]
@@ -371,14 +373,13 @@ class Store:
                     raise StoreError(f"cannot embed the query with {self.embedder.model}: {exc}") from exc
                 log.warning("hybrid search without its semantic half: %s", exc)
                 return []
-            if self.dialect == "sqlite":
-                near = nearest_sqlite(conn, table, vector, where)
-            elif uses_pgvector(conn, table):
+            table, made, through = index
+            if self._vectors.pgvector(conn, table, made):
                 near = nearest_pgvector(conn, table, vector, where)
-            else:
-                near = self._copies.setdefault(table, VectorCopy(table)).nearest(conn, vector, where)
-            near = [(i, score) for i, score in near if score >= self.min_similarity]
-            return semantic_hits(conn, near, where)
+                return semantic_hits(conn, [n for n in near if n[1] >= self.min_similarity], where)
+            cache = self._vectors.cache(table, made)
+            cache.refresh(conn, int(through))
+            return cache.hits(conn, vector, where, self.min_similarity)
 
     def recall(
         self,

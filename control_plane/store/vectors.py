@@ -1,11 +1,11 @@
 """Message vectors, one table per embedding model, and nearest-neighbour search over them.
 
 SQLite: a sqlite-vec `vec0` table in the same database file, partitioned by profile, with the role and
-time as metadata so those filters apply inside the k-nearest search; a trigger drops a message's vector in
-the transaction that deletes the message. PostgreSQL with pgvector: a `vector` column with an HNSW index
-(approximate, cosine), searched in the server. PostgreSQL without it (the fallback, see
-docs/recall-and-providers.md): vectors in a bytea column, searched exactly in this process over a copy kept
-in memory and extended incrementally (pg_cache.py). Either is deleted with its message by the foreign key.
+time as metadata; a trigger drops a message's vector in the transaction that deletes the message.
+PostgreSQL with pgvector: a `vector` column with an HNSW index (approximate, cosine), searched in the
+server. PostgreSQL without it (the fallback, see docs/recall-and-providers.md): vectors in a bytea column.
+Either is deleted with its message by the foreign key. SQLite's and the fallback's vectors are searched
+exactly in this process, over a copy kept in memory and extended incrementally (vector_cache.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ OVERFETCH = 8
 """Neighbours fetched per hit wanted: filters applied after the nearest search (the session's source, the
 excluded session) and one-hit-per-session both drop some."""
 MAX_K = 4096
-"""sqlite-vec's largest k."""
+"""The largest k asked for at first (sqlite-vec's largest; in memory, k then widens as needed)."""
 HNSW_MAX_DIM = 2000
 """pgvector indexes vectors of at most this many dimensions; a larger model's are searched by a scan."""
 EF_SEARCH_MAX = 1000
@@ -172,23 +172,6 @@ def _metadata(where: Filters) -> str:
     return inside
 
 
-def nearest_sqlite(conn: Connection, table: str, query: Any, where: Filters) -> list[tuple[int, float]]:
-    """(message id, cosine similarity) of the nearest vectors that pass every filter, nearest first."""
-    inside = "embedding MATCH :vector AND k = :k AND " + _metadata(where)
-    params: dict[str, Any] = {
-        **where.params,
-        "vector": np.asarray(query, dtype=np.float32).tobytes(),
-        "k": neighbours_wanted(where),
-    }
-    sql = f"""
-        WITH knn AS (SELECT rowid AS id, distance FROM {table} WHERE {inside})
-        SELECT m.id, knn.distance FROM knn JOIN messages m ON m.id = knn.id
-        JOIN sessions s ON s.id = m.session_id
-        WHERE {where.sql} ORDER BY knn.distance, m.id DESC
-    """
-    return [(int(row[0]), 1.0 - float(row[1])) for row in conn.execute(text(sql), params)]
-
-
 def nearest_pgvector(conn: Connection, table: str, query: Any, where: Filters) -> list[tuple[int, float]]:
     """(message id, cosine similarity) of the nearest vectors that pass every filter, nearest first, by the
     HNSW index. Its iterative scan (pgvector 0.8) goes on past the first candidates while the profile, role
@@ -214,17 +197,3 @@ def nearest_pgvector(conn: Connection, table: str, query: Any, where: Filters) -
     """
     params = {**where.params, "vector": _literal(query), "k": k}
     return [(int(row[0]), 1.0 - float(row[1])) for row in conn.execute(text(sql), params)]
-
-
-def check_ids(
-    conn: Connection, candidates: list[tuple[int, float]], where: Filters
-) -> list[tuple[int, float]]:
-    """The candidates (nearest first) that still exist and pass every filter, in the same order."""
-    if not candidates:
-        return []
-    params: dict[str, Any] = {**where.params, **{f"c{i}": c for i, (c, _) in enumerate(candidates)}}
-    ids = ", ".join(f":c{i}" for i in range(len(candidates)))
-    sql = "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-    sql += f"WHERE m.id IN ({ids}) AND {where.sql}"
-    kept = {int(row[0]) for row in conn.execute(text(sql), params)}
-    return [c for c in candidates if c[0] in kept]
