@@ -52,6 +52,33 @@ def test_a_text_reply(fake_llm: FakeLLM, stream: bool) -> None:
     assert fake_llm.requests[0]["messages"] == HELLO and bool(fake_llm.requests[0].get("stream")) is stream
 
 
+def test_a_streamed_chunk_reaches_a_waiting_sender_before_the_next_is_read(fake_llm: FakeLLM) -> None:
+    """The scripted server writes the whole reply at once, so its chunks sit buffered: a surface's
+    sender task (woken by the first delta) still runs before the router reads on, and the deltas
+    still make up the reply, in order."""
+    fake_llm.load([{"text": "one two three four five six"}])
+    deltas: list[str] = []
+    first = asyncio.Event()
+
+    def emit(event: Event) -> None:
+        if isinstance(event, TextDelta):
+            deltas.append(event.text)
+            first.set()
+
+    async def run() -> tuple[ModelReply, int]:
+        async def sender() -> int:
+            await first.wait()
+            return len(deltas)
+
+        seen = asyncio.create_task(sender())
+        reply = await Router(scripted_model(fake_llm)).complete(HELLO, emit=emit)
+        return reply, await seen
+
+    reply, seen_at_wake = asyncio.run(run())
+    assert seen_at_wake == 1 and len(deltas) > 1
+    assert "".join(deltas) == reply.content == "one two three four five six"
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_providers_reasoning_streams_as_its_own_events_and_is_kept_whole(
     fake_llm: FakeLLM, stream: bool

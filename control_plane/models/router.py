@@ -214,6 +214,9 @@ class _Attempt:
                     text.append(choice.delta.content)
                     self.emitted_text = True
                     self.emit(TextDelta(text=choice.delta.content))
+                    # chunks already buffered are read without suspending: yield, so a surface's
+                    # sender writes this one now, not after the whole buffer and the stream's end
+                    await asyncio.sleep(0)
                 for delta in choice.delta.tool_calls or []:
                     call = calls_by_index.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = delta.id or call["id"]
