@@ -52,7 +52,7 @@ def test_a_text_reply(fake_llm: FakeLLM, stream: bool) -> None:
     assert fake_llm.requests[0]["messages"] == HELLO and bool(fake_llm.requests[0].get("stream")) is stream
 
 
-def test_a_streamed_chunk_reaches_a_waiting_sender_before_the_next_is_read(fake_llm: FakeLLM) -> None:
+def test_the_first_streamed_chunk_reaches_a_waiting_sender_before_the_next_is_read(fake_llm: FakeLLM) -> None:
     """The scripted server writes the whole reply at once, so its chunks sit buffered: a surface's
     sender task (woken by the first delta) still runs before the router reads on, and the deltas
     still make up the reply, in order."""

@@ -212,11 +212,13 @@ class _Attempt:
                     self.emit(ReasoningDelta(text=thought))
                 if choice.delta.content:
                     text.append(choice.delta.content)
-                    self.emitted_text = True
+                    first, self.emitted_text = not self.emitted_text, True
                     self.emit(TextDelta(text=choice.delta.content))
-                    # chunks already buffered are read without suspending: yield, so a surface's
-                    # sender writes this one now, not after the whole buffer and the stream's end
-                    await asyncio.sleep(0)
+                    if first:
+                        # chunks already buffered are read without suspending: yield once, so a
+                        # surface's sender writes the first now, not after the whole buffer is read
+                        # (the rest of a burst then reaches followers as one batch)
+                        await asyncio.sleep(0)
                 for delta in choice.delta.tool_calls or []:
                     call = calls_by_index.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = delta.id or call["id"]
