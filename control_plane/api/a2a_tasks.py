@@ -98,6 +98,8 @@ class HermeticExecutor(AgentExecutor):
                 await progress.end(event)
                 return
             await progress.show(event)
+            if seq == live.seq:  # caught up with the run: the text of this batch goes out now
+                await progress.flush()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Interrupt the task's run and wait for it to stop; the SDK then marks the task canceled (or
