@@ -52,10 +52,10 @@ def test_a_text_reply(fake_llm: FakeLLM, stream: bool) -> None:
     assert fake_llm.requests[0]["messages"] == HELLO and bool(fake_llm.requests[0].get("stream")) is stream
 
 
-def test_the_first_streamed_chunk_reaches_a_waiting_sender_before_the_next_is_read(fake_llm: FakeLLM) -> None:
-    """The scripted server writes the whole reply at once, so its chunks sit buffered: a surface's
-    sender task (woken by the first delta) still runs before the router reads on, and the deltas
-    still make up the reply, in order."""
+def test_the_first_streamed_chunk_is_written_before_the_rest_is_read(fake_llm: FakeLLM) -> None:
+    """The scripted server writes the whole reply at once, so its chunks sit buffered: a surface's sender
+    task (woken by the first delta) and the writer task it hands to both run before the router reads
+    on; the deltas still make up the reply, in order."""
     fake_llm.load([{"text": "one two three four five six"}])
     deltas: list[str] = []
     first = asyncio.Event()
@@ -65,17 +65,24 @@ def test_the_first_streamed_chunk_reaches_a_waiting_sender_before_the_next_is_re
             deltas.append(event.text)
             first.set()
 
-    async def run() -> tuple[ModelReply, int]:
+    async def run() -> tuple[ModelReply, int, int]:
+        handed: asyncio.Queue[int] = asyncio.Queue()
+
         async def sender() -> int:
             await first.wait()
+            handed.put_nowait(len(deltas))
             return len(deltas)
 
-        seen = asyncio.create_task(sender())
-        reply = await Router(scripted_model(fake_llm)).complete(HELLO, emit=emit)
-        return reply, await seen
+        async def writer() -> int:
+            await handed.get()
+            return len(deltas)
 
-    reply, seen_at_wake = asyncio.run(run())
-    assert seen_at_wake == 1 and len(deltas) > 1
+        sent, written = asyncio.create_task(sender()), asyncio.create_task(writer())
+        reply = await Router(scripted_model(fake_llm)).complete(HELLO, emit=emit)
+        return reply, await sent, await written
+
+    reply, at_sender, at_writer = asyncio.run(run())
+    assert at_sender == at_writer == 1 and len(deltas) > 1
     assert "".join(deltas) == reply.content == "one two three four five six"
 
 
