@@ -2,9 +2,10 @@
 task handling, waiting for the task to end) vs the same turn through the HTTP API (POST
 /sessions/{id}/messages, then its events until turn_end). Both on one served app, one session each,
 the scripted model, the local backend; rounds interleave the two so the machine's load shifts both alike.
-Target: <= 10 ms added.
+Target: <= 10 ms added. `--words N` makes the reply N words, all sent by the model at once (a burst of
+N streamed chunks: what the task's handling of each chunk costs).
 
-    python -m bench.a2a [-n 100]
+    python -m bench.a2a [-n 100] [--words 1000]
 """
 
 from __future__ import annotations
@@ -57,8 +58,13 @@ def round_trips(model_url: str, n: int) -> tuple[list[float], list[float]]:
         model = {"name": "openai/scripted", "api_base": model_url, "api_key": "k", "retries": 0}
 
         def settings_for(profile: str) -> Any:
-            return load_settings(
-                profile, root=Path(root), model=model, backend="local", learning={"enabled": False}
+            return load_settings(  # a window no run here fills: long replies never compress mid-run
+                profile,
+                root=Path(root),
+                model=model,
+                backend="local",
+                learning={"enabled": False},
+                compression={"context_window": 10_000_000},
             )
 
         token = TokenStore(Path(root)).create("default")
@@ -81,8 +87,9 @@ def round_trips(model_url: str, n: int) -> tuple[list[float], list[float]]:
         return api, a2a
 
 
-def collect(n: int) -> Results:
-    with FakeLLM([{"text": "hello from the scripted model"}] * (2 * n + 10)) as model:
+def collect(n: int, words: int = 0) -> Results:
+    text = " ".join(f"w{i}" for i in range(words)) if words else "hello from the scripted model"
+    with FakeLLM([{"text": text}] * (2 * n + 10)) as model:
         api, a2a = round_trips(model.url, n)
     extra = (statistics.median(a2a) - statistics.median(api)) * 1000
     verdict = "met" if extra <= TARGET_MS else "NOT met"
@@ -98,5 +105,8 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-n", "--iterations", type=int, default=100)
+    parser.add_argument("--words", type=int, default=0, help="words of the reply (default: five)")
     args = parser.parse_args()
-    report("A2A overhead", collect(args.iterations), Path(__file__).parent / "results", {"backend": "local"})
+    figures = collect(args.iterations, args.words)
+    extra = {"backend": "local", "words": args.words}
+    report("A2A overhead", figures, Path(__file__).parent / "results", extra)

@@ -197,6 +197,24 @@ def test_streaming_sends_status_and_reply_chunks(served: Served, fake_llm: FakeL
     assert kinds.index("artifact_update") > kinds.index("status_update")  # the reply after the tool call
 
 
+def test_a_burst_of_deltas_streams_as_few_chunks_first_at_once(served: Served, fake_llm: FakeLLM) -> None:
+    """The scripted model writes its reply in one go: the SDK saving the whole task per chunk made a long
+    burst quadratic, so deltas that reach the task together go as one chunk, the first on its own."""
+    words = [f"w{n}" for n in range(300)]
+    fake_llm.load([{"text": " ".join(words)}])
+
+    async def stream() -> list[StreamResponse]:
+        async with a2a_client(served, streaming=True) as client:
+            return [response async for response in client.send_message(message("say it"))]
+
+    responses = run(stream())
+    chunks = [r.artifact_update for r in responses if r.HasField("artifact_update")]
+    texts = [get_artifact_text(c.artifact, "") for c in chunks]
+    assert "".join(texts) == " ".join(words) and texts[0] == "w0 "
+    assert 2 < len(chunks) < 30 and chunks[-1].last_chunk
+    assert responses[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
 def test_cancel_interrupts_the_run_and_its_command(served: Served, fake_llm: FakeLLM) -> None:
     fake_llm.load(
         [

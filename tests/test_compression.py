@@ -213,6 +213,22 @@ def test_token_counts_are_litellms_and_the_window_comes_from_its_model_info() ->
     assert compressor(context_window=5000).context_window("anthropic/claude-sonnet-4-5") == 5000
 
 
+def test_the_tools_are_counted_once_per_list_and_again_for_another_list_or_model() -> None:
+    history = crafted(steps=1)
+    one = [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]
+    two = one + [{"type": "function", "function": {"name": "u", "description": "x " * 200}}]
+    comp = compressor()
+    bare = comp.count(history, MODEL, None)
+    with_one = comp.count(history, MODEL, one)
+    assert with_one > bare and comp.count(history, MODEL, one) == with_one
+    with_two = comp.count(history, MODEL, two)  # another list (a conversation's tools rebuilt): recounted
+    assert with_two > with_one + 100
+    assert comp.count(history, MODEL, one) == with_one and comp.count(history, MODEL, None) == bare
+    claude = "anthropic/claude-sonnet-4-5"
+    whole = _litellm().token_counter(model=claude, messages=history, tools=two)
+    assert abs(comp.count(history, claude, two) - whole) <= 5  # the same list for another model: recounted
+
+
 def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HERMETIC_COMPRESSION__THRESHOLD", "0.6")
     monkeypatch.setenv("HERMETIC_COMPRESSION__SUMMARY_MODEL", "openai/gpt-4.1-mini")

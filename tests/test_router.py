@@ -52,6 +52,40 @@ def test_a_text_reply(fake_llm: FakeLLM, stream: bool) -> None:
     assert fake_llm.requests[0]["messages"] == HELLO and bool(fake_llm.requests[0].get("stream")) is stream
 
 
+def test_the_first_streamed_chunk_is_written_before_the_rest_is_read(fake_llm: FakeLLM) -> None:
+    """The scripted server writes the whole reply at once, so its chunks sit buffered: a surface's sender
+    task (woken by the first delta) and the writer task it hands to both run before the router reads
+    on; the deltas still make up the reply, in order."""
+    fake_llm.load([{"text": "one two three four five six"}])
+    deltas: list[str] = []
+    first = asyncio.Event()
+
+    def emit(event: Event) -> None:
+        if isinstance(event, TextDelta):
+            deltas.append(event.text)
+            first.set()
+
+    async def run() -> tuple[ModelReply, int, int]:
+        handed: asyncio.Queue[int] = asyncio.Queue()
+
+        async def sender() -> int:
+            await first.wait()
+            handed.put_nowait(len(deltas))
+            return len(deltas)
+
+        async def writer() -> int:
+            await handed.get()
+            return len(deltas)
+
+        sent, written = asyncio.create_task(sender()), asyncio.create_task(writer())
+        reply = await Router(scripted_model(fake_llm)).complete(HELLO, emit=emit)
+        return reply, await sent, await written
+
+    reply, at_sender, at_writer = asyncio.run(run())
+    assert at_sender == at_writer == 1 and len(deltas) > 1
+    assert "".join(deltas) == reply.content == "one two three four five six"
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_providers_reasoning_streams_as_its_own_events_and_is_kept_whole(
     fake_llm: FakeLLM, stream: bool

@@ -47,10 +47,9 @@ def listing(sandbox: Sandbox | None) -> Listing:
     return {e["name"]: (e["mtime"], e["size"]) for e in listed["entries"] if e["type"] == "file"}
 
 
-def written(sandbox: Sandbox | None, before: Listing) -> list[Written]:
-    """The files new or changed since `before`, with their bytes while the bounds allow."""
-    if sandbox is None:
-        return []
+def written(sandbox: Sandbox, before: Listing) -> list[Written]:
+    """The files new or changed since `before`, with their bytes while the bounds allow (a session
+    without a sandbox wrote none: its caller skips the call)."""
     after = listing(sandbox)
     changed = sorted(path for path, state in after.items() if before.get(path) != state)
     found: list[Written] = []

@@ -1,5 +1,6 @@
 """A run's events as one A2A task's updates. The agent's text streams into the `reply` artifact (chunks
-appended as the model writes them); tool calls, their output, notices and plans are `working` status
+appended as the model writes them; deltas that reached the task together go as one chunk, since the
+SDK saves the whole task on each); tool calls, their output, notices and plans are `working` status
 updates, each a line of text and the Hermetic event itself as a data part; the turn's end is the task's
 final state, its message the final answer. One `Progress` per task execution."""
 
@@ -43,21 +44,29 @@ class Progress:
     def __init__(self, updater: TaskUpdater) -> None:
         self.updater = updater
         self._said = False
-        """The reply artifact has text."""
+        """The reply has text (sent, or pending)."""
+        self._sent = False
+        """The reply artifact exists."""
+        self._pending: list[str] = []
+        """Text said and not sent yet: the deltas of one batch of the run's events."""
         self._step_said = False
         """The model step going on streamed text (its AssistantMessage repeats it)."""
         self._problem = ""
         """The last error or notice, said when the turn ends without an answer."""
 
     async def show(self, event: Event) -> None:
-        """Send what `event` means to the task; a child's events are left to its parent's delegate call."""
+        """Send what `event` means to the task; a child's events are left to its parent's delegate call.
+        Text waits for `flush` (the caller's batch of events is done) or the next event that is not."""
         if event.delegate_call:
             return
         if isinstance(event, TextDelta):
-            await self._say(event.text)
-        elif isinstance(event, AssistantMessage):
+            self._say(event.text)
+            return
+        await self.flush()
+        if isinstance(event, AssistantMessage):
             if event.content and not self._step_said:  # a reply that was not streamed
-                await self._say(event.content)
+                self._say(event.content)
+                await self.flush()
             self._step_said = False
         elif isinstance(event, Error | Notice):
             self._problem = event.message
@@ -65,14 +74,24 @@ class Progress:
         elif line := _line(event):
             await self._working(line, event)
 
+    async def flush(self) -> None:
+        """Send the text said since the last flush, as one chunk of the reply."""
+        if not self._pending:
+            return
+        text, self._pending = "".join(self._pending), []
+        await self.updater.add_artifact([new_text_part(text)], REPLY, name=REPLY, append=self._sent)
+        self._sent = True
+
     async def ask(self, question: Question) -> None:
         """The run waits on `question`: the task needs input, the next message in it is the answer."""
+        await self.flush()
         choices = f" (answer one of: {', '.join(question.choices)})" if question.choices else ""
         await self.updater.requires_input(self._message(question.prompt + choices, question))
 
     async def files(self, written: list[Written], session_id: str) -> None:
         """An artifact `file:PATH` per file the task wrote; the `files` artifact names those over the
         bounds, with where to download them."""
+        await self.flush()
         for file in written:
             if file.data is not None:
                 parts = [file.part()]
@@ -89,6 +108,7 @@ class Progress:
 
     async def end(self, end: TurnEnd) -> None:
         """The task's final state: completed with the answer, canceled, or failed with the reason."""
+        await self.flush()
         if self._said:
             await self.updater.add_artifact([new_text_part("")], REPLY, append=True, last_chunk=True)
         elif end.content:
@@ -96,10 +116,10 @@ class Progress:
         text = end.content if end.reason == "done" else self._problem or f"the run ended: {end.reason}"
         await self.updater.update_status(FINAL[end.reason], self._message(text or "(no answer)", end))
 
-    async def _say(self, text: str) -> None:
+    def _say(self, text: str) -> None:
         if self._said and not self._step_said:  # a new step's text: a paragraph of its own
             text = "\n\n" + text
-        await self.updater.add_artifact([new_text_part(text)], REPLY, name=REPLY, append=self._said)
+        self._pending.append(text)
         self._said = self._step_said = True
 
     async def _working(self, line: str, event: Event) -> None:

@@ -80,8 +80,9 @@ def _schema_tokens(model: str, schemas: str) -> int:
 
 
 class Compressor:
-    """Compresses one conversation's history; it caches token counts per message, so keep one per
-    conversation (messages must not be changed in place once counted, which the agent loop never does)."""
+    """Compresses one conversation's history; it caches token counts per message and of the tools, so
+    keep one per conversation (messages and the tools list must not be changed in place once counted,
+    which the agent loop never does)."""
 
     def __init__(self, settings: CompressionSettings, router: Router) -> None:
         self.settings = settings
@@ -89,6 +90,8 @@ class Compressor:
         self._counts: dict[int, tuple[Message, int]] = {}
         self._counted_for = ""
         self._windows: dict[str, int] = {}
+        self._schemas: tuple[list[dict[str, Any]] | None, str, int] | None = None
+        """The last tools counted (the list itself), for which model, and their tokens."""
 
     def context_window(self, model: str) -> int:
         """The setting, else litellm's max_input_tokens for the model, else DEFAULT_WINDOW."""
@@ -113,11 +116,18 @@ class Compressor:
         `python -m bench.compression`)."""
         if model != self._counted_for:  # counts are per tokenizer
             self._counts, self._counted_for = {}, model
-        total = _schema_tokens(model, json.dumps(tools, sort_keys=True))
+        total = self._tools_tokens(tools, model)
         total += sum(self._tokens(message, model) for message in messages)
         current = {id(message) for message in messages}
         self._counts = {key: value for key, value in self._counts.items() if key in current}
         return int(total)
+
+    def _tools_tokens(self, tools: list[dict[str, Any]] | None, model: str) -> int:
+        # a conversation sends one list of schemas for its life: known by identity, it is not dumped
+        # to JSON again on every step (most of a step's count, ~21 KB for the default tools)
+        if self._schemas is None or self._schemas[0] is not tools or self._schemas[1] != model:
+            self._schemas = (tools, model, _schema_tokens(model, json.dumps(tools, sort_keys=True)))
+        return self._schemas[2]
 
     def _tokens(self, message: Message, model: str) -> int:
         # keyed by id() with the message kept alive, so an id cannot be reused by another message

@@ -78,9 +78,8 @@ class HermeticExecutor(AgentExecutor):
             if not answered and not live.conversation.steer(text) and not live.running:
                 parked = None
         if parked is None:
-            live = await asyncio.to_thread(_session, profile, context.context_id)
+            live, before = await asyncio.to_thread(_begin, profile, context.context_id)
             after = live.seq  # the turn's events are the ones after this
-            before = await asyncio.to_thread(listing, profile.agent.sandboxes.peek(live.conversation.id))
             refused = _start(profile, live, text)
             if refused:
                 await updater.reject(updater.new_agent_message([new_text_part(refused)]))
@@ -93,11 +92,14 @@ class HermeticExecutor(AgentExecutor):
                 return
             if isinstance(event, TurnEnd) and not event.delegate_call:
                 session = live.conversation.id
-                files = await asyncio.to_thread(written, profile.agent.sandboxes.peek(session), before)
+                sandbox = profile.agent.sandboxes.peek(session)  # none: nothing written, no thread hop
+                files = await asyncio.to_thread(written, sandbox, before) if sandbox else []
                 await progress.files(files, session)
                 await progress.end(event)
                 return
             await progress.show(event)
+            if seq == live.seq:  # caught up with the run: the text of this batch goes out now
+                await progress.flush()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Interrupt the task's run and wait for it to stop; the SDK then marks the task canceled (or
@@ -116,9 +118,12 @@ class HermeticExecutor(AgentExecutor):
 
 
 def _known(profile: Profile, context_id: str) -> str:
-    """The session bound to an A2A context ('' when none, or when it is gone)."""
+    """The session bound to an A2A context ('' when none, or when it is gone). One this server holds
+    live is there (as for the API's session routes): only another is looked up in the database."""
     session = profile.conversation_keys.get(KEY + context_id)
-    if session and profile.agent.store.get_session(session, profile.settings.profile):
+    if session and (
+        session in profile.live or profile.agent.store.get_session(session, profile.settings.profile)
+    ):
         return session
     return ""
 
@@ -131,6 +136,12 @@ def _session(profile: Profile, context_id: str) -> LiveSession:
     conversation = profile.agent.new_conversation(source="a2a")
     profile.conversation_keys.put(KEY + context_id, conversation.id)
     return profile.keep(LiveSession(conversation))
+
+
+def _begin(profile: Profile, context_id: str) -> tuple[LiveSession, Listing]:
+    """The context's live session and its workspace's files before the task (one thread hop for both)."""
+    live = _session(profile, context_id)
+    return live, listing(profile.agent.sandboxes.peek(live.conversation.id))
 
 
 def _start(profile: Profile, live: LiveSession, text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import threading
 from collections import deque
@@ -71,7 +72,7 @@ class LiveSession:
         try:
             while True:
                 wake = self._wake
-                fresh = [(seq, event) for seq, event in self.events if seq > after]
+                fresh = self._after(after)
                 if not fresh:
                     await wake.wait()
                     continue
@@ -80,6 +81,12 @@ class LiveSession:
                     yield seq, event
         finally:
             self.followers -= 1
+
+    def _after(self, after: int) -> list[tuple[int, Event]]:
+        """The kept events numbered after `after`, oldest first. Read from the newest back: a follower's
+        wake costs its new events, not a scan of all KEPT_EVENTS (once per streamed chunk)."""
+        newer = itertools.takewhile(lambda kept: kept[0] > after, reversed(self.events))
+        return list(newer)[::-1]
 
 
 def _too_many(message: str, retry_after: int) -> HTTPException:

@@ -29,6 +29,10 @@ from ..events import Event, Notice, ReasoningDelta, TextDelta, Usage
 from ..settings import ModelEndpoint, ModelSettings
 
 Emit = Callable[[Event], None]
+FIRST_CHUNK_PASSES = 2
+"""Event-loop passes given after a stream's first text delta, before the rest of a buffered burst is
+read: one for a surface's sender task, one for the transport's writer behind it (ACP: the turn's drain,
+then the SDK's send loop). Only the first: the rest of a burst then reaches followers as one batch."""
 
 HOW_TO_CONFIGURE = """No model is configured. Set one in any of these ways:
   - the environment: HERMETIC_MODEL__NAME=anthropic/claude-sonnet-4-5 (and its key, ANTHROPIC_API_KEY=...)
@@ -212,8 +216,11 @@ class _Attempt:
                     self.emit(ReasoningDelta(text=thought))
                 if choice.delta.content:
                     text.append(choice.delta.content)
-                    self.emitted_text = True
+                    first, self.emitted_text = not self.emitted_text, True
                     self.emit(TextDelta(text=choice.delta.content))
+                    if first:  # buffered chunks are read without suspending: let the first out now
+                        for _ in range(FIRST_CHUNK_PASSES):
+                            await asyncio.sleep(0)
                 for delta in choice.delta.tool_calls or []:
                     call = calls_by_index.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = delta.id or call["id"]
