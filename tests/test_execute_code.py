@@ -231,8 +231,11 @@ def test_the_toolbox_benchmark_runs_with_tiny_counts(tmp_path: Path) -> None:
     assert set(figures) == {
         "hermetic local: 20 terminal calls, one per model step",
         "hermetic local: 20 terminal calls in one execute_code",
+        "hermetic local: 20 terminal calls, one per model step (checkpoints off)",
+        "hermetic local: 20 terminal calls in one execute_code (checkpoints off)",
         "hermetic local: python tool `1+1` round trip (warm kernel)",
         "control plane: web_extract of a 200 KB page",
     }
     assert "local: execute_code" in done.stdout and "faster than 20 separate calls" in done.stdout
+    assert "local (checkpoints off): execute_code" in done.stdout
     assert "local: python tool `1+1`" in done.stdout and "web_extract of a 200 KB page" in done.stdout
