@@ -90,6 +90,7 @@ class Spares:
         self._cwd = cwd
         self._env = env
         self._spare: Host | None = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def take(self) -> Host:
@@ -102,18 +103,21 @@ class Spares:
         return Host(self._cwd, self._env)
 
     def refill(self) -> None:
+        if self._closed:
+            return
         threading.Thread(target=self._refill, name="script-spare", daemon=True).start()
 
     def _refill(self) -> None:
         host = Host(self._cwd, self._env)
         with self._lock:
-            if self._spare is None:
+            if self._spare is None and not self._closed:  # a refill that outlived close() keeps nothing
                 self._spare, host = host, None  # type: ignore[assignment]
         if host is not None:
             host.discard()
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             host, self._spare = self._spare, None
         if host is not None:
             host.discard()

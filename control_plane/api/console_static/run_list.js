@@ -1,10 +1,27 @@
 // What the pages of background runs (evaluations, batches) share: the list page (a heading, a line
 // on what to fill in, a form that starts a run and opens its page, the runs under it) and the state
-// badge.
+// badge, and following a run's page.
 import { api } from "./api.js";
 import { clear, h, notice, table } from "./dom.js";
 
 export const stateBadge = (state) => h("span", { class: `badge ${state === "finished" ? "pass" : state === "interrupted" ? "fail" : ""}` }, state);
+
+// A run's events at PATH/events, replayed then live: `onItem(message)` for each `kind` event; once the
+// run is over (`end`) the run is re-read and the page redraws its state with `onEnd(run)`, else says why
+// in `problem`. Returns what closes the stream.
+export function followRun(path, kind, onItem, onEnd, problem) {
+  const source = new EventSource(`${path}/events`);
+  source.addEventListener(kind, onItem);
+  source.addEventListener("end", async () => {
+    source.close();
+    try {
+      onEnd(await api("GET", path));
+    } catch (error) {
+      clear(problem, notice(error.message));
+    }
+  });
+  return () => source.close();
+}
 
 // `fields`: [id, label, input] of the form; `body()` the POST body from them; runs are at `path`
 // (their pages at #PATH/ID), each a row of `heads` by `row(run)`.

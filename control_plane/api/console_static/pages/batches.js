@@ -3,7 +3,7 @@
 // and session, updated as each one ends.
 import { api } from "../api.js";
 import { clear, h, notice, table, time, tokens } from "../dom.js";
-import { renderRuns, stateBadge } from "../run_list.js";
+import { followRun, renderRuns, stateBadge } from "../run_list.js";
 
 const runLink = (run) => h("a", { href: `#/batches/${encodeURIComponent(run.id)}` }, run.id);
 const statusBadge = (status) => h("span", { class: `badge ${status === "completed" ? "pass" : status === "pending" ? "" : "fail"}` }, status);
@@ -96,25 +96,22 @@ async function renderRun(view, [id]) {
     counted.textContent = `${seen} of ${run.total}`;
   };
   count();
-  // Every finished prompt, replayed then live; `end` once the run is over (then its status is read).
-  const source = new EventSource(`${path}/events`);
-  source.addEventListener("result", (message) => {
-    const result = JSON.parse(message.data);
-    rows.get(result.id)?.done(result);
-    seen += 1;
-    count();
-  });
-  source.addEventListener("end", async () => {
-    source.close();
-    try {
-      run = await api("GET", path);
-      clear(state, stateBadge(run.state));
-      clear(summary, h("h2", { id: "summary-heading" }, "Summary"), summaryPart(run));
-    } catch (error) {
-      clear(summary, notice(error.message));
-    }
-  });
-  return () => source.close();
+  // Every finished prompt, replayed then live; then the run's status.
+  return followRun(
+    path,
+    "result",
+    (message) => {
+      const result = JSON.parse(message.data);
+      rows.get(result.id)?.done(result);
+      seen += 1;
+      count();
+    },
+    (ended) => {
+      clear(state, stateBadge(ended.state));
+      clear(summary, h("h2", { id: "summary-heading" }, "Summary"), summaryPart(ended));
+    },
+    summary,
+  );
 }
 
 export const batchesPage = { pattern: /^\/batches$/, nav: "Batches", href: "#/batches", render: renderList };

@@ -2,7 +2,7 @@
 // starts one, and a run's page: its per-task scores and every attempt, streamed as they finish.
 import { api } from "../api.js";
 import { clear, h, notice, table } from "../dom.js";
-import { renderRuns, stateBadge } from "../run_list.js";
+import { followRun, renderRuns, stateBadge } from "../run_list.js";
 
 const pct = (x) => (x === null || x === undefined ? "—" : `${Math.round(x * 100)}%`);
 const runLink = (run) => h("a", { href: `#/evals/${encodeURIComponent(run.id)}` }, run.id);
@@ -92,26 +92,23 @@ async function renderRun(view, [id]) {
     h("h2", {}, "Attempts"),
     h("table", { class: "list", "aria-label": "Attempts" }, h("thead", {}, h("tr", {}, ["#", "Task", "Attempt", "Result", "Time", "Tool calls", ""].map((t) => h("th", { scope: "col" }, t)))), attempts),
   );
-  // Every finished attempt, replayed then live; `end` once the run is over (then the summary is read).
-  const source = new EventSource(`${path}/events`);
+  // Every finished attempt, replayed then live; then the summary.
   let seen = 0;
-  source.addEventListener("attempt", (message) => {
-    seen += 1;
-    attempts.append(attemptRow(Number(message.lastEventId) || seen, JSON.parse(message.data)));
-    progress.textContent = `${seen} of ${Math.max(run.total, seen)}`;
-  });
-  source.addEventListener("end", async () => {
-    source.close();
-    try {
-      run = await api("GET", path);
-      clear(state, stateBadge(run.state));
-      progress.textContent = `${run.done} of ${run.total}`;
-      clear(scores, h("h2", { id: "scores-heading" }, "Scores"), summaryPart(run));
-    } catch (error) {
-      clear(scores, notice(error.message));
-    }
-  });
-  return () => source.close();
+  return followRun(
+    path,
+    "attempt",
+    (message) => {
+      seen += 1;
+      attempts.append(attemptRow(Number(message.lastEventId) || seen, JSON.parse(message.data)));
+      progress.textContent = `${seen} of ${Math.max(run.total, seen)}`;
+    },
+    (ended) => {
+      clear(state, stateBadge(ended.state));
+      progress.textContent = `${ended.done} of ${ended.total}`;
+      clear(scores, h("h2", { id: "scores-heading" }, "Scores"), summaryPart(ended));
+    },
+    scores,
+  );
 }
 
 export const evalsPage = { pattern: /^\/evals$/, nav: "Evaluations", href: "#/evals", render: renderList };

@@ -1,0 +1,36 @@
+"""The spare interpreter kept for execute_code's next script (sandboxes/script_host.py): one is kept while
+the table is open, none survives its close (a refill racing the close discards what it started)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from sandboxes.script_host import Spares
+
+
+def _children() -> set[int]:
+    pid = os.getpid()
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return {int(p) for p in text.split()}
+
+
+def test_a_spare_is_kept_until_close(tmp_path: Path) -> None:
+    before = _children()
+    spares = Spares(str(tmp_path), dict(os.environ))
+    spares._refill()  # what refill()'s thread runs, here on this thread so its child is ours to see
+    assert len(_children() - before) == 1
+    spares.close()
+    assert _children() == before
+
+
+def test_a_refill_finishing_after_close_keeps_nothing(tmp_path: Path) -> None:
+    before = _children()
+    spares = Spares(str(tmp_path), dict(os.environ))
+    spares.close()
+    spares._refill()  # a script ended just before the close; its refill ends after it
+    assert _children() == before
+    spares.refill()  # and one asked for after the close starts nothing
+    assert not [t for t in threading.enumerate() if t.name == "script-spare"]
+    assert _children() == before
