@@ -22,8 +22,8 @@ import httpx
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.config.settings import load_settings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 from .protocols import added
 from .served import serve

@@ -48,7 +48,7 @@ def serve(root: Path, model_url: str, sessions: int) -> None:
     import uvicorn
 
     from control_plane.api.app import create_app
-    from control_plane.settings import load_settings
+    from control_plane.config.settings import load_settings
 
     overrides = server_settings(root, model_url, sessions)
     app = create_app(root, lambda name: load_settings(name, **overrides))

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.agent.compression import Compressor
+from control_plane.config.settings import CompressionSettings, ModelSettings
 from control_plane.models.router import Router, _litellm
-from control_plane.settings import CompressionSettings, ModelSettings
 
 from .stats import cpu_noise, report, sample
 

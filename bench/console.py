@@ -29,9 +29,9 @@ from websockets.sync.client import connect
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.config.settings import load_settings
 from control_plane.events import ToolEnd, ToolStart
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 PROFILE = "bench"
 CHROMIUM = "/usr/bin/chromium"

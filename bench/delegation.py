@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import load_settings
 from control_plane.events import ChildStart, Event
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import ModelReply, Router
-from control_plane.settings import load_settings
 
 from .stats import Figure, Results, report
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from control_plane.settings import SkillsSettings
+from control_plane.config.settings import SkillsSettings
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.model import GatePolicy, Verdict
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from control_plane.config.settings import SkillsSettings
 from control_plane.recall.embeddings import WordLlamaEmbedder
-from control_plane.settings import SkillsSettings
 from control_plane.skills.curation import duplicates
 
 from .duplicate_corpus import DISTINCT, DUPLICATES, Skill, library_with

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 from telegram_standin import TOKEN, TelegramStandin  # the one stand-in, kept with the tests (bench/__init__)
 
+from control_plane.config.settings import load_settings
 from control_plane.gateway import Gateway, create_gateway
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 from . import gateway_office
 from .stats import Figure, Results, report

@@ -13,9 +13,9 @@ from typing import Any
 
 from ngircd import IrcUser, Ngircd, irc_config  # kept with the tests (bench/__init__)
 
+from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 from .gateway import REPLY, Answers, at_once, serving
 from .stats import Figure, Results

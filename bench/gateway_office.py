@@ -20,9 +20,9 @@ from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
 from whatsapp_standin import WhatsAppStandin
 
+from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 from .stats import Figure, Results
 

@@ -10,10 +10,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from control_plane.config.settings import MemorySettings
 from control_plane.memory import store as memory_module
 from control_plane.memory.store import Memory, Op, Target
 from control_plane.safety.threats import scan
-from control_plane.settings import MemorySettings
 
 from .stats import report, sample
 

@@ -30,7 +30,7 @@ from mcp import Client, StdioServerParameters
 
 from backends import Sandbox
 from control_plane.agent.agent import Agent
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 from control_plane.tools import TOOLS, ToolContext, invoke
 
 from .openai_stream import openai_first_byte

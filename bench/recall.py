@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from control_plane.memory_settings import EmbeddingSettings
+from control_plane.config.memory import EmbeddingSettings
+from control_plane.config.settings import SkillsSettings
 from control_plane.recall.embeddings import WordLlamaEmbedder
-from control_plane.settings import SkillsSettings
 from control_plane.store import Store
 from control_plane.store.semantic import SearchMode
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from control_plane.config.settings import ModelSettings
 from control_plane.models.router import Router, _litellm
-from control_plane.settings import ModelSettings
 
 from .stats import cpu_noise, report, summarize
 

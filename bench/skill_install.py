@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from backends import create_backend
-from control_plane.settings import SkillsSettings
+from control_plane.config.settings import SkillsSettings
 from control_plane.skills.install import Installer
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.sources import Limits

@@ -12,7 +12,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from control_plane.settings import SkillsSettings
+from control_plane.config.settings import SkillsSettings
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.model import GatePolicy, Verdict
 

@@ -20,8 +20,8 @@ from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_b
 from backends.docker import DockerSandbox
 from backends.snapshots import SnapshotStore
 from control_plane.checkpoints import Checkpoints
+from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import SandboxManager
-from control_plane.settings import load_settings
 
 from .stats import Figure, Results, cpu_noise, report
 

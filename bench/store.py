@@ -18,7 +18,7 @@ from itertools import accumulate, cycle
 from pathlib import Path
 from typing import Any
 
-from control_plane.settings import Limits
+from control_plane.config.settings import Limits
 from control_plane.store import Store
 from control_plane.tools import TOOLS, ToolContext, invoke
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from backends import SandboxSpec, create_backend
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import Limits, load_settings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import Limits, load_settings
 from control_plane.tools import TOOLS, ToolContext, invoke
 from images.build import ensure_image
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from control_plane.agent.agent import Agent
 from control_plane.batch import BatchItem, BatchRunner
+from control_plane.config.settings import load_settings
 from control_plane.models.fake_llm import FakeLLM, ScriptedToolCall, Turn
 from control_plane.safety.redaction import Redactor
 from control_plane.scheduler import JobSpec, Scheduler
-from control_plane.settings import load_settings
 from control_plane.store import Store
 from control_plane.trajectories import Quality, Selection, export
 

@@ -19,8 +19,8 @@ from typing import Any
 from backends import SandboxError
 from backends.snapshots import Snapshot
 
+from .config.settings import SnapshotSettings
 from .sandbox_manager import SandboxManager, session_spec
-from .settings import SnapshotSettings
 
 log = logging.getLogger(__name__)
 

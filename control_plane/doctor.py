@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .settings import Settings
+from .config.settings import Settings
 
 Status = Literal["ok", "warn", "fail", "skip"]
 CHECK_TIMEOUT = 8.0  # seconds one check may take before its row says it hung

@@ -30,7 +30,7 @@ from backends.network.proxy import configure_egress
 from backends.pool import WarmPool
 from backends.snapshots import SnapshotError, SnapshotStore
 
-from .settings import Settings
+from .config.settings import Settings
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"

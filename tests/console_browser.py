@@ -17,8 +17,8 @@ from served_app import serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.config.settings import Settings, load_settings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
 PAGE_TIMEOUT_MS = 60_000

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from control_plane.config.settings import ModelSettings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import ModelSettings
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from conftest import get_backend
 from pydantic import BaseModel
 from telegram_standin import TOKEN, TelegramStandin
 
+from control_plane.config.settings import Settings, load_settings
 from control_plane.gateway import Gateway, create_gateway
-from control_plane.settings import Settings, load_settings
 from control_plane.tools import TOOLS, Registry, Tool, ToolContext, ToolResult
 
 OWNER = 1001

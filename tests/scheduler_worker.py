@@ -10,9 +10,9 @@ import asyncio
 import json
 import sys
 
+from control_plane.config.settings import load_settings
 from control_plane.scheduler import Scheduler
 from control_plane.scheduler.jobs import JobStore
-from control_plane.settings import load_settings
 
 
 class CountingJobs(JobStore):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.served import serve
-from control_plane.settings import Settings, load_settings
+from control_plane.config.settings import Settings, load_settings
 
 serve_app = serve
 """Serve an app on 127.0.0.1 for a test; yields its base URL (bench/served.py, which benchmarks use too)."""

@@ -26,8 +26,8 @@ from test_api import auth, sse_events
 from control_plane.a2a import files
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.config.settings import Settings, load_settings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import Settings, load_settings
 from control_plane.tools import Interrupt
 from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 

@@ -48,9 +48,9 @@ from hermetic_cli import scripted_env
 from control_plane.acp.server import HermeticAcp
 from control_plane.acp.updates import Updates
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import load_settings
 from control_plane.events import ToolEnd, ToolImage, ToolStart
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import load_settings
 
 ZED = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
 

@@ -15,8 +15,8 @@ from conftest import get_backend
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.loop import Busy, Conversation
+from control_plane.config.settings import Settings, load_settings
 from control_plane.events import Event, TurnEnd
-from control_plane.settings import Settings, load_settings
 
 
 def settings_for(root: Path, url: str, backend: str = "docker", **overrides: Any) -> Settings:

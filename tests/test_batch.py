@@ -210,8 +210,8 @@ def test_on_modal_the_workers_fan_out_to_one_modal_sandbox_per_prompt(tmp_path: 
 
     from control_plane.agent.agent import Agent
     from control_plane.batch import BatchItem, BatchRunner
+    from control_plane.config.settings import load_settings
     from control_plane.sandbox_manager import SandboxManager
-    from control_plane.settings import load_settings
 
     backend = get_backend("modal-standin")
     alive: list[int] = []

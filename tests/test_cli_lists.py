@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from backends import BACKEND_NAMES
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.chat_settings import PLATFORMS
 from control_plane.cli.main import app as cli_app
+from control_plane.config.chat import PLATFORMS
+from control_plane.config.settings import SkillsSettings, load_settings
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import SkillsSettings, load_settings
 from control_plane.skills.install import Installer
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.listing import SkillInfo

@@ -45,7 +45,7 @@ CORE = (
     "control_plane.skills",
     "control_plane.tools",
     "control_plane.trajectories",
-    "control_plane.settings",
+    "control_plane.config",
     "control_plane.sandbox_manager",
     "control_plane.doctor",
     "control_plane.sizes",
@@ -139,7 +139,7 @@ def test_no_import_cycles() -> None:
 
 def package_of(module: str) -> str:
     """The package a module counts in for the layering: each of control_plane's subpackages
-    (control_plane.api.openai is control_plane.api) and top-level modules (control_plane.settings);
+    (control_plane.api.openai is control_plane.api) and top-level modules (control_plane.sizes);
     backends and sandboxes each as a whole."""
     parts = module.split(".")
     if parts[0] != "control_plane":
@@ -214,7 +214,7 @@ def test_the_graph_sees_known_edges() -> None:
     """Guards the checker itself: a relative and an absolute import it must find."""
     graph = import_graph()
     assert "backends.base" in graph["backends.docker"] or "backends" in graph["backends.docker"]
-    assert any(dst.startswith("control_plane.settings") for dst in graph["control_plane.sandbox_manager"])
+    assert any(dst.startswith("control_plane.config") for dst in graph["control_plane.sandbox_manager"])
 
 
 def test_no_module_over_500_lines() -> None:

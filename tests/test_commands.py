@@ -12,7 +12,7 @@ from hermetic_cli import hermetic, scripted_env
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.commands import is_command, run_command
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 
 
 def test_hermetic_chat_opens_with_a_status_line_and_answers_commands_itself(

@@ -15,10 +15,10 @@ from test_agent import call, run, settings_for
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.compression import DEFAULT_WINDOW, SHORTENED_MARK, SUMMARY_MARK, Compressor, _units
+from control_plane.config.settings import CompressionSettings, ModelSettings, Settings
 from control_plane.events import Event
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import Router, _litellm
-from control_plane.settings import CompressionSettings, ModelSettings, Settings
 from control_plane.tools import TOOLS
 
 MODEL = "openai/scripted"

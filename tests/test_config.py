@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from control_plane.agent.agent import Agent
-from control_plane.keys import KeyFileError, load_env_file, write_key
+from control_plane.config.keys import KeyFileError, load_env_file, write_key
+from control_plane.config.settings import load_settings
 from control_plane.memory.persona import Persona, load_persona, save_soul
-from control_plane.settings import load_settings
 
 COMMENTED = """\
 # the team's settings: keep these notes

@@ -15,8 +15,8 @@ from conftest import get_backend
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.loop import Conversation
+from control_plane.config.settings import Settings, load_settings
 from control_plane.events import ChildEnd, ChildStart, Event, TurnEnd
-from control_plane.settings import Settings, load_settings
 
 WAIT_FOR_GO = "for i in $(seq 600); do [ -e go ] && break; sleep 0.05; done; cat go 2>/dev/null || echo no-go"
 

@@ -67,8 +67,8 @@ def test_the_site_loads_nothing_from_outside(site: Path) -> None:
 
 
 def test_the_configuration_reference_names_every_setting(site: Path) -> None:
-    from control_plane.config_file import fields_of
-    from control_plane.settings import Settings
+    from control_plane.config.editor import fields_of
+    from control_plane.config.settings import Settings
 
     page = (site / "reference/configuration/index.html").read_text()
     for section in fields_of(Settings):

@@ -27,7 +27,7 @@ from backends import Sandbox, SandboxSpec
 from backends.network import Credential, read_audit
 from backends.network.policy import PolicyError
 from backends.network.proxy import egress_proxy
-from control_plane.settings import Settings
+from control_plane.config.settings import Settings
 
 SECRET = "hm14-" + secrets.token_hex(16)
 DIGEST = hashlib.sha256(f"Bearer {SECRET}".encode()).hexdigest()

@@ -16,8 +16,8 @@ import pytest
 from test_agent import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import Limits
 from control_plane.models.fake_llm import FakeLLM
-from control_plane.settings import Limits
 from control_plane.tools import TOOLS, ToolContext, invoke
 
 

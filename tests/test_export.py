@@ -17,8 +17,8 @@ import pytest
 from conftest import get_backend
 
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import Settings, load_settings
 from control_plane.safety.redaction import Redactor
-from control_plane.settings import Settings, load_settings
 from control_plane.store import Store
 from control_plane.tools import TOOLS
 from control_plane.trajectories import CHATML_TEMPLATE, Quality, Selection, export

@@ -21,7 +21,7 @@ from websockets.sync.client import connect
 
 from backends import Sandbox, SandboxSpec
 from backends.network import exposures, net_dir
-from control_plane.settings import Limits, Settings
+from control_plane.config.settings import Limits, Settings
 from control_plane.tools import TOOLS, ToolContext, invoke
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ import pytest
 from gateway_harness import APPROVE_THEN_SEND_FILE, Running, asking_registry, gateway_settings, wait_answered
 from ngircd import IrcUser, Ngircd, irc_config, wait_for
 
-from control_plane.chat_settings import IrcSettings
+from control_plane.config.chat import IrcSettings
 from control_plane.gateway import Gateway
 from control_plane.gateway.base import AdapterError, ConnectionLost
 from control_plane.gateway.irc import IrcAdapter, Pacer

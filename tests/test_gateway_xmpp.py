@@ -14,7 +14,7 @@ from gateway_harness import APPROVE_THEN_SEND_FILE, Running, asking_registry, ga
 from ngircd import wait_for
 from prosody import ROOMS, Prosody, XmppUser, final_texts, xmpp_config
 
-from control_plane.chat_settings import XmppSettings
+from control_plane.config.chat import XmppSettings
 from control_plane.gateway import Gateway
 from control_plane.gateway.base import AdapterError
 from control_plane.gateway.xmpp import XmppAdapter

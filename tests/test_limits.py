@@ -18,8 +18,8 @@ from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
+from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import SandboxLimit, SandboxManager
-from control_plane.settings import load_settings
 
 Serve = Callable[..., tuple[httpx.Client, Any]]
 

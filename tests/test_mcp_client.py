@@ -14,7 +14,7 @@ from conftest import get_backend
 from mcp_servers import server_config
 
 from control_plane.agent.agent import Agent
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 from control_plane.tools import ToolContext, ToolResult, invoke
 
 BACKENDS = ["local", "docker"]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent
 from control_plane.cli.main import app
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 
 PACKAGE = "@modelcontextprotocol/server-memory"
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from control_plane.config.settings import Limits, MemorySettings, Settings
 from control_plane.memory.store import SEPARATOR, Memory, MemoryFileError, Op, Usage
-from control_plane.settings import Limits, MemorySettings, Settings
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,7 +188,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from control_plane.memory.store import Memory, Op
-    from control_plane.settings import MemorySettings
+    from control_plane.config.settings import MemorySettings
 
     home, tag, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     memory = Memory(home, MemorySettings(memory_chars=1_000_000))

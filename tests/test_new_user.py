@@ -10,8 +10,8 @@ from typing import Any
 from conftest import get_backend
 from hermetic_cli import hermetic
 
+from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import SandboxManager
-from control_plane.settings import load_settings
 
 
 def test_local_workspaces_stay_under_hermetic_root(tmp_path: Path, monkeypatch: Any) -> None:

@@ -20,8 +20,8 @@ from backends.docker import DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
 from backends.pool import WarmPool
 from control_plane.api.app import create_app
+from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import SandboxManager, base_spec
-from control_plane.settings import load_settings
 
 WAIT = 120.0  # generous bound on waits for the pool's background work; never asserted as a duration
 

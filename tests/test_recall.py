@@ -13,7 +13,7 @@ import pytest
 from test_store import HOSTILE
 
 from control_plane.agent.agent import Agent
-from control_plane.settings import Limits, load_settings
+from control_plane.config.settings import Limits, load_settings
 from control_plane.store import Store, indexing
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fake_llm import scripted_model
 
+from control_plane.config.settings import ModelEndpoint, ModelSettings
 from control_plane.events import Event, Notice, ReasoningDelta, TextDelta, Usage
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import ModelError, ModelNotConfigured, ModelReply, Router
-from control_plane.settings import ModelEndpoint, ModelSettings
 
 HELLO = [{"role": "user", "content": "hello"}]
 TERMINAL = {

@@ -23,11 +23,11 @@ from conftest import get_backend
 from postgres import LocalPostgres
 
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import Settings, load_settings
 from control_plane.scheduler import JobError, JobSpec, JobStore, ScheduleError, Scheduler, parse
 from control_plane.scheduler.delivery import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from control_plane.scheduler.jobs import process_id
 from control_plane.scheduler.service import webhook_secret
-from control_plane.settings import Settings, load_settings
 from control_plane.store import Store
 
 REPO = Path(__file__).resolve().parent.parent

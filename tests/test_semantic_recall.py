@@ -22,7 +22,7 @@ from postgres import SUPERUSER, LocalPostgres, pgvector  # noqa: F401 (the sessi
 from sqlalchemy import text
 
 from bench.recall_corpus import SYMPTOMS, SYSTEMS
-from control_plane.memory_settings import EmbeddingSettings
+from control_plane.config.memory import EmbeddingSettings
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.recall.embeddings import Embedder, EmbeddingError, LiteLLMEmbedder, WordLlamaEmbedder
 from control_plane.store import Store, StoreError

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from bench.duplicate_corpus import DISTINCT, DUPLICATES, Skill, library_with
 from control_plane.cli.main import app as cli_app
-from control_plane.memory_settings import EmbeddingSettings
+from control_plane.config.memory import EmbeddingSettings
+from control_plane.config.settings import load_settings
 from control_plane.recall.embeddings import LiteLLMEmbedder, WordLlamaEmbedder
-from control_plane.settings import load_settings
 from control_plane.skills.curation import duplicates, similarity
 
 PARAPHRASED = DUPLICATES[0]

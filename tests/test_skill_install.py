@@ -30,7 +30,7 @@ from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
-from control_plane.settings import SkillsSettings, load_settings
+from control_plane.config.settings import SkillsSettings, load_settings
 from control_plane.skills.install import Installer, InstallError
 from control_plane.skills.lenient import SkillParseError, read_lenient
 from control_plane.skills.library import SkillLibrary

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent
 from control_plane.cli.main import app as cli_app
+from control_plane.config.settings import load_settings
 from control_plane.events import Event
-from control_plane.settings import load_settings
 from control_plane.skills.curation import due_reviews, duplicates, similarity
 
 BODY = "Steps: compute six times seven with shell arithmetic and compare it with the expected answer."

@@ -21,7 +21,7 @@ from test_skill_install import git, repo_with_skill, tar_of
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 
 
 class Recording(http.server.SimpleHTTPRequestHandler):

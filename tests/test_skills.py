@@ -21,8 +21,8 @@ from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
+from control_plane.config.settings import Settings, SkillsSettings, load_settings
 from control_plane.events import Event
-from control_plane.settings import Settings, SkillsSettings, load_settings
 from control_plane.skills.format import parse_skill
 from control_plane.skills.gate import verify as gate_verify
 from control_plane.skills.library import DAY, SkillLibrary, UnknownSkill

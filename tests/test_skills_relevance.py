@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import SkillsSettings, load_settings
 from control_plane.recall.embeddings import WordLlamaEmbedder
-from control_plane.settings import SkillsSettings, load_settings
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.model import GatePolicy, Verdict
 from control_plane.tools import TOOLS, ToolContext, invoke

@@ -17,8 +17,8 @@ from test_doctor import doctor, status
 
 from backends import Backend, SandboxSpec, create_backend
 from control_plane.agent.agent import Agent
+from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import snapshot_store
-from control_plane.settings import load_settings
 
 
 def hermetic(root: Path, *args: str, stdin: str | None = None, backend: Backend | None = None) -> Any:

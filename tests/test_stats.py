@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from backends import Backend, Sandbox, SandboxSpec
-from control_plane.settings import Limits
+from control_plane.config.settings import Limits
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 
 CGROUPS = {"local", "docker"}

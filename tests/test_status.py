@@ -14,7 +14,7 @@ from served_app import serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-from control_plane.settings import load_settings
+from control_plane.config.settings import load_settings
 
 
 def test_run_and_chat_open_with_the_status_line(tmp_path: Path, fake_llm: Any) -> None:

@@ -13,9 +13,9 @@ from conftest import get_backend
 from backends import Sandbox, SandboxSpec
 from control_plane.agent.agent import _repair
 from control_plane.agent.calls import groups
+from control_plane.config.settings import Limits
 from control_plane.models.router import ToolCall
 from control_plane.safety.redaction import Redactor, clip
-from control_plane.settings import Limits
 from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from paraphrases import TOPICS
 
-from control_plane.memory_settings import EmbeddingSettings
+from control_plane.config.memory import EmbeddingSettings
 from control_plane.recall.embeddings import Embedder, Vectors, WordLlamaEmbedder, normalized
 from control_plane.store import Store
 from control_plane.store.vector_scan import Matrix

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from backends import SandboxError
 
 from ..checkpoints import Checkpoints
-from ..keys import read_env_file
+from ..config.keys import read_env_file
+from ..config.settings import Settings
 from ..memory.persona import load_persona, persona_block, soul_path
 from ..memory.provider_kinds import providers_for
 from ..memory.providers import TurnStart
@@ -22,7 +23,6 @@ from ..memory.store import FILES, Memory, MemoryFileError
 from ..models.router import Router
 from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
-from ..settings import Settings
 from ..skills.library import SkillLibrary
 from ..store import Store
 from ..store.configured import open_store

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..config.settings import CompressionSettings
 from ..events import Event
 from ..models.router import ModelError, Router, _litellm, _reason
 from ..safety.redaction import clip
-from ..settings import CompressionSettings
 from .tool_images import without_images
 
 log = logging.getLogger("hermetic.compression")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..settings import Settings
+from ..config.settings import Settings
 
 IDENTITY = """You are Hermetic, an autonomous agent that gets real work done with tools. Every tool that \
 touches a machine runs inside a sealed sandbox, not on the user's computer: a persistent bash session \

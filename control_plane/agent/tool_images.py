@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.settings import ModelSettings
 from ..models.router import _litellm
-from ..settings import ModelSettings
 from ..tools import ToolOutcome
 from ..tools.images import accepts_images
 

@@ -20,10 +20,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..agent.status import Status
+from ..config.settings import Settings, load_settings
 from ..events import Question
 from ..models.router import warm_up
 from ..sandbox_manager import SandboxLimit
-from ..settings import Settings, load_settings
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from .a2a_routes import a2a_router

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, status
 
+from ..config.settings import Settings
 from ..scheduler import JobError, JobRecord, JobSpec, JobStore, RunRecord, Scheduler, profiles_on_disk, wake
-from ..settings import Settings
 from ..store import Store
 from ..tools import TOOLS
 from .bounds import AUTHENTICATED

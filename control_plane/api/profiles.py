@@ -19,9 +19,9 @@ from backends import SandboxError
 
 from ..agent.agent import Agent
 from ..agent.loop import Conversation
+from ..config.settings import Settings
 from ..events import Event
 from ..sandbox_manager import SandboxLimit
-from ..settings import Settings
 from .bounds import SessionId
 from .conversation_keys import ConversationKeys
 from .signins import COOKIE, CSRF_HEADER, csrf_ok, same_origin

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..settings import Settings
+from ..config.settings import Settings
 
 PREFIX = "hmt_"
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from ..agent.agent import Agent
 from ..agent.unattended import Tally, run_until
-from ..settings import Settings
+from ..config.settings import Settings
 from .prompts import BatchItem
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from ..settings import load_settings
+from ..config.settings import load_settings
 
 
 def acp() -> None:

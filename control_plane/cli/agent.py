@@ -17,9 +17,9 @@ from rich.table import Table
 from ..agent.agent import Agent
 from ..agent.commands import run_command
 from ..agent.loop import Conversation
+from ..config.settings import Settings, load_settings
 from ..events import Event, EventAdapter, TurnEnd
 from ..scheduler import tool as _schedule_tool  # noqa: F401 (registers the schedule toolset in TOOLS)
-from ..settings import Settings, load_settings
 from ..tools import TOOLS
 from .answers import TerminalAnswers
 from .listing_json import AsJson, print_json

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import config_file
+from ..config import editor
+from ..config.settings import Settings, load_settings
 from ..memory.persona import ensure_soul, load_persona, soul_path
-from ..settings import Settings, load_settings
 from .listing_json import AsJson, print_json
 
 console = Console(highlight=False)
@@ -45,7 +45,7 @@ def _refuse(exc: Exception) -> typer.Exit:
 @config_app.command("path")
 def config_path() -> None:
     """Where this profile's config.yaml is."""
-    typer.echo(config_file.config_path(_settings()))
+    typer.echo(editor.config_path(_settings()))
 
 
 @config_app.command("show")
@@ -59,7 +59,7 @@ def config_show(
     if effective:
         typer.echo(settings.model_dump_json(indent=2))
         return
-    path = config_file.config_path(settings)
+    path = editor.config_path(settings)
     if not path.exists():
         err.print(
             f"[dim]{path} does not exist yet: defaults apply (hermetic setup, or hermetic config set)[/]"
@@ -75,9 +75,9 @@ def config_get(
 ) -> None:
     """The value in force for KEY (environment over config.yaml over default)."""
     try:
-        value = config_file.effective(_settings(), key)
-        doc = config_file.field(key).describe()
-    except config_file.ConfigError as exc:
+        value = editor.effective(_settings(), key)
+        doc = editor.field(key).describe()
+    except editor.ConfigError as exc:
         raise _refuse(exc) from None
     typer.echo(json.dumps(value) if not isinstance(value, str) else value)
     if describe:
@@ -90,10 +90,10 @@ def config_set(
 ) -> None:
     """Set KEY in config.yaml, checked against the settings model; the rest of the file is kept as is."""
     settings = _settings()
-    path = config_file.config_path(settings)
+    path = editor.config_path(settings)
     try:
-        stored = config_file.set_value(path, key, value)
-    except config_file.ConfigError as exc:
+        stored = editor.set_value(path, key, value)
+    except editor.ConfigError as exc:
         raise _refuse(exc) from None
     console.print(f"{escape(key)} = {escape(json.dumps(stored))} [dim]({path})[/]")
     _warn_if_env_overrides(key)
@@ -102,10 +102,10 @@ def config_set(
 @config_app.command("unset")
 def config_unset(key: KeyArg) -> None:
     """Remove KEY from config.yaml (the environment or the default applies again)."""
-    path = config_file.config_path(_settings())
+    path = editor.config_path(_settings())
     try:
-        removed = config_file.unset_value(path, key)
-    except config_file.ConfigError as exc:
+        removed = editor.unset_value(path, key)
+    except editor.ConfigError as exc:
         raise _refuse(exc) from None
     console.print(f"{escape(key)} {'removed' if removed else 'was not set'} [dim]({path})[/]")
 
@@ -114,7 +114,7 @@ def config_unset(key: KeyArg) -> None:
 def config_edit() -> None:
     """Open config.yaml in $EDITOR, then check that it still loads."""
     settings = _settings()
-    path = config_file.config_path(settings)
+    path = editor.config_path(settings)
     if not path.exists():
         path.write_text("# Hermetic settings: see `hermetic config get KEY --describe`\n")
     _edit(path)
@@ -170,10 +170,10 @@ def model_set(
 ) -> None:
     """Make NAME the primary model (written to config.yaml; a fallback of that name moves up)."""
     settings = _settings()
-    path = config_file.config_path(settings)
+    path = editor.config_path(settings)
     try:
         switch_model(path, settings, name, api_base)
-    except config_file.ConfigError as exc:
+    except editor.ConfigError as exc:
         raise _refuse(exc) from None
     console.print(
         f"model: {escape(name)}" + (f" at {escape(api_base)}" if api_base else "") + f" [dim]({path})[/]"
@@ -185,11 +185,11 @@ def switch_model(path: Path, settings: Settings, name: str, api_base: str | None
     """Write NAME as the primary; a configured fallback's server comes along unless one is given."""
     fallback = next((f for f in settings.model.fallbacks if f.name == name), None)
     base = api_base or (fallback.api_base if fallback else None)
-    config_file.set_value(path, "model.name", name)
+    editor.set_value(path, "model.name", name)
     if base:
-        config_file.set_value(path, "model.api_base", base)
+        editor.set_value(path, "model.api_base", base)
     elif name != settings.model.name:
-        config_file.unset_value(path, "model.api_base")  # the old model's server is not the new one's
+        editor.unset_value(path, "model.api_base")  # the old model's server is not the new one's
 
 
 @persona_app.command("show")
@@ -216,12 +216,12 @@ def persona_edit() -> None:
 
 
 def _edit(path: Path) -> None:
-    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    program = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
-        subprocess.run([*shlex.split(editor), str(path)], check=False)
+        subprocess.run([*shlex.split(program), str(path)], check=False)
     except FileNotFoundError:
         raise _refuse(
-            RuntimeError(f"editor {editor!r} not found: set EDITOR, or edit {path} yourself")
+            RuntimeError(f"editor {program!r} not found: set EDITOR, or edit {path} yourself")
         ) from None
 
 

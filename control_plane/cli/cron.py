@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..config.settings import Settings, load_settings
 from ..scheduler import JobError, JobRecord, JobSpec, JobStore, Scheduler
 from ..scheduler.jobs import schedule_of
-from ..settings import Settings, load_settings
 from ..store import Store
 from ..tools import TOOLS
 from .listing_json import AsJson, print_json

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.panel import Panel
 
 from ..agent.agent import Agent
+from ..config.settings import load_settings
 from ..events import Event, ToolEnd
 from ..models.fake_llm import FakeLLM
-from ..settings import load_settings
 from .agent import EXIT_CODES, BackendOption, drive
 from .render import EventPrinter
 

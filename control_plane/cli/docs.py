@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from ..settings import load_settings
+from ..config.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "mkdocs.yml"

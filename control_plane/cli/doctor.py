@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..config.settings import load_settings
 from ..doctor import run_checks
-from ..settings import load_settings
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 

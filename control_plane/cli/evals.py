@@ -14,6 +14,7 @@ from rich.table import Table
 
 from backends import BackendUnavailable
 
+from ..config.settings import load_settings
 from ..evals import (
     AttemptResult,
     ResultsFile,
@@ -25,7 +26,6 @@ from ..evals import (
     record_for_resume,
 )
 from ..evals.metrics import Score
-from ..settings import load_settings
 from ..tools import TOOLS
 from .render import progress_bar
 

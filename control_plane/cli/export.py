@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 
 from ..agent.base import known_secrets
+from ..config.settings import load_settings
 from ..safety.redaction import Redactor
-from ..settings import load_settings
 from ..store import Store
 from ..tools import TOOLS
 from ..trajectories import REASONS, Quality, Selection, export, parse_since

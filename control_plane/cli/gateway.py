@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from ..chat_settings import PLATFORMS
+from ..config.chat import PLATFORMS
+from ..config.settings import Settings, load_settings
 from ..gateway import Gateway, GatewayLocked, create_gateway
 from ..gateway.records import GatewayStore
 from ..gateway.status import platform_reports
-from ..settings import Settings, load_settings
 
 if TYPE_CHECKING:
     import uvicorn

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..keys import KeyFileError
+from ..config.keys import KeyFileError
 from ..safety.log_redaction import redact_log_handlers
 from . import a2a as a2a_cli
 from . import acp as acp_cli

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from ..settings import Settings, load_settings
-from ..surface_settings import MCPServerConfig
+from ..config.settings import Settings, load_settings
+from ..config.surfaces import MCPServerConfig
 from . import mcp_npm
 from .listing_json import AsJson, print_json
 

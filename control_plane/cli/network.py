@@ -70,7 +70,7 @@ def expose(
     ] = None,
 ) -> None:
     """Make a port inside a running sandbox reachable from this host until Ctrl-C or the sandbox ends."""
-    from ..settings import load_settings
+    from ..config.settings import load_settings
 
     ingress = Ingress(sandbox_id, net_dir(sandbox_id))
     try:

@@ -13,8 +13,8 @@ from rich.console import Console
 from backends import BACKEND_NAMES, Backend, BackendUnavailable, Sandbox, SandboxSpec
 from backends.snapshots import SnapshotError
 
+from ..config.settings import Settings, load_settings
 from ..sandbox_manager import choose_backend, snapshot_store
-from ..settings import Settings, load_settings
 
 app = typer.Typer(help="Open sandboxes and run commands in them.", no_args_is_help=True)
 console = Console(stderr=True, highlight=False)

@@ -20,11 +20,11 @@ from rich.prompt import Confirm, Prompt
 
 from backends import BackendUnavailable, create_backend
 
-from .. import config_file
-from ..keys import read_env_file, write_key
+from ..config import editor
+from ..config.keys import read_env_file, write_key
+from ..config.settings import ModelSettings, Settings, load_settings
 from ..memory.persona import ensure_soul
 from ..models.router import ModelError, Router
-from ..settings import ModelSettings, Settings, load_settings
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -86,15 +86,15 @@ def setup(
         _check_image()
     ssh = _ask_ssh(settings) if backend == "ssh" and settings.ssh is None and ask else {}
 
-    path = config_file.config_path(settings)
+    path = editor.config_path(settings)
     try:
-        config_file.set_value(path, "model.name", model)
+        editor.set_value(path, "model.name", model)
         if api_base:
-            config_file.set_value(path, "model.api_base", api_base)
-        config_file.set_value(path, "backend", backend)
+            editor.set_value(path, "model.api_base", api_base)
+        editor.set_value(path, "backend", backend)
         if ssh:  # one value: host and user are only valid together
-            config_file.set_value(path, "ssh", json.dumps(ssh))
-    except config_file.ConfigError as exc:
+            editor.set_value(path, "ssh", json.dumps(ssh))
+    except editor.ConfigError as exc:
         err.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
     if key and read_env_file(settings.home).get(variable) != key:

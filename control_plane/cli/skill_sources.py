@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ..config.settings import load_settings
 from ..safety.threats import Severity
-from ..settings import load_settings
 from ..skills.findings import SkillFinding
 from ..skills.install import Candidate, Installer, InstallError, Plan
 from ..skills.sources import Limits, SourceError

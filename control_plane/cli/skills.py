@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..config.settings import load_settings
 from ..recall.embeddings import embedder_for
 from ..sandbox_manager import choose_backend
-from ..settings import load_settings
 from ..skills.curation import duplicates
 from ..skills.curation import unmerge as unmerge_skill
 from ..skills.library import SkillError, SkillLibrary

@@ -17,8 +17,8 @@ from backends.snapshots import Snapshot, SnapshotError, SnapshotStore
 
 from ..agent.agent import Agent
 from ..checkpoints import Checkpoints, NoSuchCheckpoint
+from ..config.settings import Settings, load_settings
 from ..sandbox_manager import SandboxManager, choose_backend, snapshot_store
-from ..settings import Settings, load_settings
 from ..sizes import human_size
 from .agent import sessions_app
 from .listing_json import AsJson, print_json

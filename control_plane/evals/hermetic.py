@@ -20,7 +20,7 @@ from backends import Sandbox
 
 from ..agent.agent import Agent
 from ..agent.unattended import Tally, run_until
-from ..settings import Settings
+from ..config.settings import Settings
 from ..store import EvalAttemptRecord, Store
 from .attempt import AgentOutcome
 from .results import AttemptResult, Learning

@@ -12,7 +12,7 @@ from typing import Any
 from backends import Backend
 
 from ..sandbox_manager import choose_backend
-from ..settings import Settings, load_settings
+from ..config.settings import Settings, load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
 from .metrics import Summary, summarize

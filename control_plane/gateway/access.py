@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from ..chat_settings import ChatAccess
+from ..config.chat import ChatAccess
 from .base import Inbound
 from .records import GatewayStore, PairingRecord
 

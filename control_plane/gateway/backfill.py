@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..chat_settings import Backfilled
+from ..config.chat import Backfilled
 from .base import AdapterError, ConnectionLost, Deliver, Inbound
 from .records import GatewayStore
 

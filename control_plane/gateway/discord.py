@@ -24,7 +24,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from ..chat_settings import DiscordSettings
+from ..config.chat import DiscordSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .records import GatewayStore

@@ -17,7 +17,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from ..agent.agent import Agent
 from ..agent.commands import is_command, run_command
 from ..agent.loop import Busy, Conversation
-from ..chat_settings import ChatAccess, GatewaySettings
+from ..config.chat import ChatAccess, GatewaySettings
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries

@@ -20,7 +20,7 @@ from typing import Any
 import pydle
 from pydle.features import IRCv3Support, ISUPPORTSupport, RFC1459Support, TLSSupport
 
-from ..chat_settings import IrcSettings
+from ..config.chat import IrcSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .plain import addressed, to_plain
 from .text import split

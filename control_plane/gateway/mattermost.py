@@ -30,7 +30,7 @@ import requests
 from aiohttp import web
 from mattermostdriver import Driver
 
-from ..chat_settings import MattermostSettings
+from ..config.chat import MattermostSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen

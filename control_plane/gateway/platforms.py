@@ -4,7 +4,7 @@ target string (`telegram:CHAT` or `telegram:CHAT:THREAD`), for deliveries such a
 from __future__ import annotations
 
 from ..agent.agent import Agent
-from ..settings import Settings
+from ..config.settings import Settings
 from ..tools import TOOLS, Registry
 from .base import Adapter
 from .files import TOOLSET, gateway_registry

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..config.settings import Settings
 
 KEPT_ERRORS = 5
 

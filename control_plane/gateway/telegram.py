@@ -33,7 +33,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEnt
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegramify_markdown import convert
 
-from ..chat_settings import TelegramSettings
+from ..config.chat import TelegramSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
 from .text import utf16_length

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..agent.display import describe_call
 from ..agent.loop import Conversation
-from ..chat_settings import ChatAccess
+from ..config.chat import ChatAccess
 from ..events import Answered, Error, Event, Question, TextDelta, ToolEnd, ToolStart, TurnEnd, UserMessage
 from .base import Adapter, AdapterError, Button, ConnectionLost, Inbound
 from .files import send_images

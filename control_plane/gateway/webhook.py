@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
-from ..chat_settings import WebhookSettings
+from ..config.chat import WebhookSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .listener import listen
 

@@ -32,7 +32,7 @@ from pywa_async.types import CallbackButton, Message
 from pywa_async.types.templates import TemplateLanguage
 from whatsapp_formatter import convert_markdown_to_whatsapp
 
-from ..chat_settings import WhatsAppSettings
+from ..config.chat import WhatsAppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
 

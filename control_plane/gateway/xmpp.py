@@ -21,7 +21,7 @@ from typing import Any, Literal
 import slixmpp
 from slixmpp.exceptions import PresenceError
 
-from ..chat_settings import XmppSettings
+from ..config.chat import XmppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .plain import addressed, to_plain
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..memory_settings import HonchoProviderSettings, ProviderSettings, SemanticProviderSettings
+from ..config.memory import HonchoProviderSettings, ProviderSettings, SemanticProviderSettings
 from ..store import Store
 from .providers import MemoryProvider, Providers, TurnStart
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..memory_settings import MemorySettings
+from ..config.memory import MemorySettings
 from ..safety.threats import Finding, scan
 
 Target = Literal["memory", "user"]

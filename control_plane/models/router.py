@@ -25,8 +25,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from ..config.settings import ModelEndpoint, ModelSettings
 from ..events import Event, Notice, ReasoningDelta, TextDelta, Usage
-from ..settings import ModelEndpoint, ModelSettings
 
 Emit = Callable[[Event], None]
 FIRST_CHUNK_PASSES = 2

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..memory_settings import EmbeddingSettings
+from ..config.memory import EmbeddingSettings
 
 Vectors = npt.NDArray[np.float32]
 MAX_CHARS = 2000

@@ -12,7 +12,7 @@ import weakref
 from pathlib import Path
 
 from ..agent.agent import Agent
-from ..settings import Settings
+from ..config.settings import Settings
 from ..store import Store
 from .delivery import DeliveryContext
 from .jobs import Claim, JobError, JobStore, process_id

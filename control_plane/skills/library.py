@@ -30,7 +30,7 @@ from .store import SkillStore
 if TYPE_CHECKING:
     from backends import Backend
 
-    from ..settings import SkillsSettings
+    from ..config.settings import SkillsSettings
 
 VerifyFn = Callable[[Path, GatePolicy, "Backend"], Verdict]
 DAY = 86_400.0

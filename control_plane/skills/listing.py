@@ -13,8 +13,8 @@ from ..store.semantic import RRF_K
 from .model import UnknownSkill
 
 if TYPE_CHECKING:
+    from ..config.settings import SkillsSettings
     from ..recall.embeddings import Embedder
-    from ..settings import SkillsSettings
     from .lock import Lock
     from .store import SkillStore
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..config.settings import Settings
 from ..recall.embeddings import embedder_for
-from ..settings import Settings
 from .store import Store
 
 

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict
 
 from backends import Sandbox, SandboxError
 
+from ..config.settings import MCPServerConfig, Settings
 from ..events import ToolImage
 from ..sandbox_manager import SandboxManager, base_spec
-from ..settings import MCPServerConfig, Settings
 from .images import MAX_IMAGES, ImageError, tool_image
 from .mcp_stdio import sandbox_stdio
 from .registry import Tool, ToolContext, ToolResult

@@ -16,7 +16,7 @@ from backends import Sandbox
 from backends.network import ExposeError, PolicyError
 from backends.network.policy import Policy
 
-from ..config_file import config_path, read, set_value
+from ..config.editor import config_path, read, set_value
 from .registry import ToolContext, ToolResult, tool
 
 ANSWERS = ["once", "always", "no"]

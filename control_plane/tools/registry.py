@@ -22,9 +22,9 @@ from backends import SandboxError
 if TYPE_CHECKING:
     from backends import Sandbox
 
+    from ..config.settings import Limits, Settings
     from ..events import Event, TodoItem, ToolImage
     from ..memory.store import Memory
-    from ..settings import Limits, Settings
     from ..skills.library import SkillLibrary
     from ..store import Store
 

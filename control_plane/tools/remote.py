@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from backends import SandboxError
 
-from ..remote_settings import RemoteAgent, RemoteAgentsSettings
+from ..config.remote import RemoteAgent, RemoteAgentsSettings
 from .registry import ToolContext, ToolResult, tool
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 from pydantic_settings import NoDecode
 
-from control_plane.config_file import Field, fields_of
-from control_plane.settings import Settings
+from control_plane.config.editor import Field, fields_of
+from control_plane.config.settings import Settings
 from refgen import cell
 
 PREFIX = "HERMETIC_"

@@ -1,5 +1,5 @@
 """The gateway's settings (control_plane/gateway): each chat platform's credentials and who may talk,
-kept apart from settings.py for its size; `Settings.gateway` holds them."""
+a seam of their own (config/settings.py holds the core); `Settings.gateway` holds them."""
 
 from __future__ import annotations
 
