@@ -76,7 +76,7 @@ def openai_first_byte(n: int, keys: int = 0) -> dict[str, list[float]]:
         home = settings_for("default").home
         home.mkdir(parents=True, exist_ok=True)
         held = {hashlib.sha256(str(i).encode()).hexdigest(): f"s-held{i:014d}" for i in range(keys)}
-        (home / "openai-conversations.json").write_text(json.dumps(held))  # the format of a long-used one
+        (home / "openai-conversations.json").write_text(json.dumps(held))  # an old profile's keys
         token = TokenStore(Path(root)).create("default")
         headers = {"Authorization": f"Bearer {token}"}
         figures: dict[str, list[float]] = {name: [] for name in FIGURES}

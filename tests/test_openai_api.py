@@ -15,9 +15,7 @@ import pytest
 from conftest import get_backend
 from served_app import scripted_profiles, serve_app
 
-from control_plane.api import conversation_keys
 from control_plane.api.app import create_app
-from control_plane.api.conversation_keys import ConversationKeys
 from control_plane.api.tokens import TokenStore
 
 SESSION = "X-Hermetic-Session"
@@ -466,21 +464,3 @@ def test_responses_stream_with_the_openai_client(served: Served, fake_llm: Any) 
     again = client.responses.create(model="hermetic-agent", input="and now?", previous_response_id=done.id)
     assert again.output_text == "Still here."
     assert [m["role"] for m in fake_llm.requests[2]["messages"]].count("user") == 2  # the same session
-
-
-def test_conversation_keys_take_over_the_json_file_survive_a_reopen_and_forget_the_oldest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "openai-conversations.json").write_text(json.dumps({"k-old": "s-old", "k-bad": 3}))
-    keys = ConversationKeys(tmp_path)
-    assert keys.get("k-old") == "s-old" and keys.get("k-bad") is None
-    assert not (tmp_path / "openai-conversations.json").exists(), "taken over once"
-    monkeypatch.setattr(conversation_keys, "KEPT_KEYS", 3)
-    for n in range(4):
-        keys.put(f"k-{n}", f"s-{n}")
-    keys.put("k-1", "s-1b")  # put again: the most recent now
-    keys.close()
-    reopened = ConversationKeys(tmp_path)
-    kept = {k: reopened.get(k) for k in ("k-old", "k-0", "k-1", "k-2", "k-3")}
-    assert kept == {"k-old": None, "k-0": None, "k-1": "s-1b", "k-2": "s-2", "k-3": "s-3"}
-    reopened.close()

@@ -25,6 +25,7 @@ from ..safety.redaction import SECRET_NAME, Redactor
 from ..sandbox_manager import SandboxManager
 from ..skills.library import SkillLibrary
 from ..store import Store
+from ..store.bindings import Bindings
 from ..store.configured import open_store
 from ..tools import TOOLS, Registry
 from .event_log import EventLog
@@ -55,6 +56,9 @@ class AgentBase:
         self.settings = settings
         self.store = store or open_store(settings)
         self._own_indexer = store is None and self.store.indexer is not None
+        self.bindings = Bindings(self.store.engine, settings.profile)
+        """Which session each outside conversation (a chat, a /v1 conversation, an A2A context, an MCP
+        client) is talking to."""
         self.router = router or Router(settings.model)
         self.sandboxes = sandboxes or SandboxManager(settings)
         self._own_sandboxes = sandboxes is None

@@ -31,8 +31,8 @@ from .profiles import LiveSession, Profile
 log = logging.getLogger(__name__)
 TEXT: TypeAdapter[str] = TypeAdapter(MessageText)
 """A message's text is bounded as POST /sessions/{id}/messages bounds it."""
-KEY = "a2a:"
-"""The prefix of an A2A context's key among the profile's conversation keys."""
+KEPT_CONTEXTS = 10_000
+"""A2A contexts whose session is remembered per profile (the least recently bound are forgotten first)."""
 STOP_WAIT = 60.0
 """Seconds a cancel waits for the run to wind down (its commands are interrupted, not waited out)."""
 
@@ -120,7 +120,8 @@ class HermeticExecutor(AgentExecutor):
 def _known(profile: Profile, context_id: str) -> str:
     """The session bound to an A2A context ('' when none, or when it is gone). One this server holds
     live is there (as for the API's session routes): only another is looked up in the database."""
-    session = profile.conversation_keys.get(KEY + context_id)
+    found = profile.agent.bindings.get("a2a", context_id)
+    session = found.session_id if found else None
     if session and (
         session in profile.live or profile.agent.store.get_session(session, profile.settings.profile)
     ):
@@ -134,7 +135,7 @@ def _session(profile: Profile, context_id: str) -> LiveSession:
     if session:
         return profile.session(session)
     conversation = profile.agent.new_conversation(source="a2a")
-    profile.conversation_keys.put(KEY + context_id, conversation.id)
+    profile.agent.bindings.bind("a2a", context_id, conversation.id, keep=KEPT_CONTEXTS)
     return profile.keep(LiveSession(conversation))
 
 

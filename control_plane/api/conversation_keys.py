@@ -1,9 +1,6 @@
-"""Which session a chat front end's conversation is: its derived key (api/openai/conversations.py) ->
-session id, in PROFILE_HOME/openai-conversations.sqlite3, so a conversation survives a server restart.
-
-SQLite on one connection held by the profile: a lookup and an insert take microseconds with ten keys or
-ten thousand. The JSON file this replaces was read whole on every request and rewritten on every new
-chat, on the streaming path (25 ms at 10,000 keys); its keys are taken over once."""
+"""The /v1 and A2A conversation keys of older releases, kept in files of the profile home
+(openai-conversations.sqlite3, before it openai-conversations.json): bound again in the store's bindings
+(store/bindings.py) once, then the files are removed."""
 
 from __future__ import annotations
 
@@ -11,40 +8,38 @@ import json
 import sqlite3
 from pathlib import Path
 
-KEPT_KEYS = 10_000
-"""Conversation keys remembered per profile (the least recently started are forgotten first)."""
+from ..store.bindings import Bindings
+
+A2A_PREFIX = "a2a:"
+"""How the old file told an A2A context's key from a /v1 conversation's."""
 
 
-class ConversationKeys:
-    def __init__(self, home: Path) -> None:
-        self._db = sqlite3.connect(home / "openai-conversations.sqlite3", check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed key, no fsync each
-        with self._db:
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, session TEXT NOT NULL)"
-            )
-        self._take_over(home / "openai-conversations.json")
-
-    def _take_over(self, old: Path) -> None:
+def take_over(home: Path, bindings: Bindings) -> None:
+    rows: list[tuple[str, str]] = []  # oldest first
+    old_json = home / "openai-conversations.json"
+    try:
+        data = json.loads(old_json.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        data = {}
+    if isinstance(data, dict):
+        rows += [(k, v) for k, v in data.items() if isinstance(v, str)]
+    old_db = home / "openai-conversations.sqlite3"
+    if old_db.exists():
+        db = sqlite3.connect(old_db)
         try:
-            data = json.loads(old.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return
-        rows = [(k, v) for k, v in data.items() if isinstance(v, str)] if isinstance(data, dict) else []
-        with self._db:  # oldest first, as the file kept them
-            self._db.executemany("INSERT OR IGNORE INTO conversations VALUES (?, ?)", rows)
-        old.unlink(missing_ok=True)
-
-    def get(self, key: str) -> str | None:
-        row = self._db.execute("SELECT session FROM conversations WHERE key = ?", (key,)).fetchone()
-        return str(row[0]) if row else None
-
-    def put(self, key: str, session_id: str) -> None:
-        with self._db:  # a key put again gets a new rowid: the lowest rowids are the first forgotten
-            self._db.execute("DELETE FROM conversations WHERE key = ?", (key,))
-            added = self._db.execute("INSERT INTO conversations VALUES (?, ?)", (key, session_id)).lastrowid
-            self._db.execute("DELETE FROM conversations WHERE rowid <= ?", ((added or 0) - KEPT_KEYS,))
-
-    def close(self) -> None:
-        self._db.close()
+            rows += db.execute("SELECT key, session FROM conversations ORDER BY rowid").fetchall()
+        except sqlite3.DatabaseError:
+            pass  # not a keys file: nothing to keep from it
+        finally:
+            db.close()
+    if not rows:
+        return
+    # Their order is all the old files knew of their age: a second apart keeps it for the least recently
+    # used to be forgotten first.
+    stamped = [(key, session, float(i), float(i)) for i, (key, session) in enumerate(rows)]
+    a2a = [(k.removeprefix(A2A_PREFIX), s, t, u) for k, s, t, u in stamped if k.startswith(A2A_PREFIX)]
+    bindings.take_over("a2a", a2a)
+    bindings.take_over("openai", [row for row in stamped if not row[0].startswith(A2A_PREFIX)])
+    for suffix in ("", "-wal", "-shm"):
+        old_db.with_name(old_db.name + suffix).unlink(missing_ok=True)
+    old_json.unlink(missing_ok=True)

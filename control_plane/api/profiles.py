@@ -4,7 +4,6 @@ that gives a route the caller's profile (a bearer token or a console sign-in coo
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import threading
@@ -22,8 +21,8 @@ from ..agent.loop import Conversation
 from ..config.settings import Settings
 from ..events import Event
 from ..sandbox_manager import SandboxLimit
+from . import conversation_keys
 from .bounds import SessionId
-from .conversation_keys import ConversationKeys
 from .signins import COOKIE, CSRF_HEADER, csrf_ok, same_origin
 
 log = logging.getLogger(__name__)
@@ -107,13 +106,9 @@ class Profile:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.agent = Agent(settings)
+        conversation_keys.take_over(settings.home, self.agent.bindings)
         self.live: dict[str, LiveSession] = {}
         """Sessions held in memory, least recently used first."""
-
-    @functools.cached_property
-    def conversation_keys(self) -> ConversationKeys:
-        """The /v1 chats' sessions by conversation key (opened on first use)."""
-        return ConversationKeys(self.settings.home)
 
     def session(self, session_id: str) -> LiveSession:
         """The live session, resumed from the database if needed. 404 when not this profile's."""
@@ -168,8 +163,6 @@ class Profile:
         for live in self.live.values():
             if live.task is not None:
                 live.conversation.interrupt()
-        if "conversation_keys" in self.__dict__:
-            self.conversation_keys.close()
         self.agent.close()
 
 

@@ -7,7 +7,6 @@ progress lines, approval buttons, files, one gateway per bot token, and reconnec
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 import uuid
@@ -18,6 +17,7 @@ from ..agent.agent import Agent
 from ..agent.commands import is_command, run_command
 from ..agent.loop import Busy, Conversation
 from ..config.chat import ChatAccess, GatewaySettings
+from ..store.bindings import ResetPolicy
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
@@ -40,11 +40,19 @@ class Gateway:
         self.settings: GatewaySettings = agent.settings.gateway
         self.adapters = {adapter.platform: adapter for adapter in adapters}
         self.store = store or GatewayStore(str(agent.settings.database_url))
+        self._reset = ResetPolicy(self.settings.reset, self.settings.idle_hours)
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
         self._chats: dict[str, Chat] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[str] = []
+
+    def _take_over_chats(self) -> None:
+        """Bind the chats an older release kept in its own table again, then drop that table."""
+        rows = self.store.take_over_chats()
+        if rows:
+            self.agent.bindings.take_over("gateway", rows)
+            self.store.drop_chats()
 
     def config(self, platform: str) -> ChatAccess:
         return self.settings.platforms.get(platform) or ChatAccess()
@@ -68,6 +76,7 @@ class Gateway:
             self._locks.append(name)
         if self._locks:
             self._tasks.append(asyncio.create_task(self._heartbeat()))
+        await asyncio.to_thread(self._take_over_chats)
         offer_deliveries(self.adapters.values(), self.origin_of)
         for adapter in self.adapters.values():
             for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
@@ -263,22 +272,19 @@ class Gateway:
             return
         if done.conversation is not None:
             chat.conversation = done.conversation
-            await asyncio.to_thread(self.store.set_chat_session, chat.key, done.conversation.id, new=True)
+            await asyncio.to_thread(self.agent.bindings.bind, "gateway", chat.key, done.conversation.id)
         await self._say(adapter, message, done.text)
 
     # -- a turn ------------------------------------------------------------------------------
 
     async def _conversation(self, chat: Chat, message: Inbound) -> Conversation:
         """The chat's session: the current one, unless the reset policy says a new one begins."""
-        record = await asyncio.to_thread(self.store.chat_session, chat.key)
-        fresh = record is None or self._expired(record.started_at, record.last_at)
-        if (
-            not fresh
-            and record is not None
-            and (chat.conversation is None or chat.conversation.id != record.session_id)
-        ):
+        bindings = self.agent.bindings
+        bound = await asyncio.to_thread(bindings.current, "gateway", chat.key, self._reset)
+        fresh = bound is None
+        if bound is not None and (chat.conversation is None or chat.conversation.id != bound):
             try:
-                chat.conversation = await asyncio.to_thread(self.agent.resume, record.session_id)
+                chat.conversation = await asyncio.to_thread(self.agent.resume, bound)
             except KeyError:
                 fresh = True
         if fresh:
@@ -289,15 +295,8 @@ class Gateway:
                 self.agent.new_conversation, title=title, source=message.platform
             )
         assert chat.conversation is not None
-        await asyncio.to_thread(self.store.set_chat_session, chat.key, chat.conversation.id, new=fresh)
+        await asyncio.to_thread(bindings.bind, "gateway", chat.key, chat.conversation.id)
         return chat.conversation
-
-    def _expired(self, started_at: float, last_at: float) -> bool:
-        if self.settings.reset == "idle":
-            return time.time() - last_at > self.settings.idle_hours * 3600
-        if self.settings.reset == "daily":
-            return datetime.date.fromtimestamp(started_at) != datetime.date.today()
-        return False
 
     async def _answer(self, adapter: Adapter, chat: Chat, message: Inbound, inbound_id: int) -> None:
         conversation = await self._conversation(chat, message)

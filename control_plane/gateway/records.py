@@ -11,7 +11,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, UniqueConstraint, delete, func, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    UniqueConstraint,
+    delete,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel, col
 
@@ -38,17 +50,6 @@ class InboundRecord(SQLModel, table=True):
     reply_id: str | None = None
     """The platform id of our reply's first message, once sent: a rerun after a crash edits it."""
     received_at: float
-
-
-class ChatSessionRecord(SQLModel, table=True):
-    """Which Hermetic session a chat (or thread, or user in a group) is talking to now."""
-
-    __tablename__ = "gateway_chats"
-
-    key: str = Field(primary_key=True)
-    session_id: str
-    started_at: float
-    last_at: float
 
 
 class StateRecord(SQLModel, table=True):
@@ -93,7 +94,6 @@ _TABLES = [
     SQLModel.metadata.tables[name]
     for name in (
         "gateway_inbound",
-        "gateway_chats",
         "gateway_state",
         "gateway_locks",
         "gateway_admitted",
@@ -181,23 +181,20 @@ class GatewayStore:
 
     # -- chats and sessions ------------------------------------------------------------------
 
-    def chat_session(self, key: str) -> ChatSessionRecord | None:
+    def take_over_chats(self) -> list[tuple[str, str, float, float]]:
+        """The chat -> session table of releases before the store's bindings (store/bindings.py), oldest
+        first, for the gateway to bind again; [] when there is none. `drop_chats` removes it after."""
+        if "gateway_chats" not in inspect(self._engine).get_table_names():
+            return []
         with self._engine.connect() as conn:
-            row = conn.execute(select(ChatSessionRecord).where(col(ChatSessionRecord.key) == key)).first()
-        return ChatSessionRecord.model_validate(row._mapping) if row else None
+            rows = conn.execute(
+                text("SELECT key, session_id, started_at, last_at FROM gateway_chats ORDER BY started_at")
+            ).all()
+        return [(str(k), str(s), float(started), float(last)) for k, s, started, last in rows]
 
-    def set_chat_session(self, key: str, session_id: str, *, new: bool) -> None:
-        """Point the chat at a session; `new` restarts its clock (the reset policy counts from it)."""
-        now = time.time()
-        found = None if new else self.chat_session(key)
-        started = found.started_at if found and found.session_id == session_id else now
+    def drop_chats(self) -> None:
         with self._write() as conn:
-            conn.execute(delete(ChatSessionRecord).where(col(ChatSessionRecord.key) == key))
-            conn.execute(
-                insert(ChatSessionRecord).values(
-                    key=key, session_id=session_id, started_at=started, last_at=now
-                )
-            )
+            conn.execute(text("DROP TABLE IF EXISTS gateway_chats"))
 
     # -- state -------------------------------------------------------------------------------
 

@@ -101,7 +101,8 @@ class McpSurface:
         self.stdio_key = f"mcp-{secrets.token_hex(6)}"
         """The MCP session's key when the process is the session (stdio)."""
         self.sessions: dict[str, str] = {}
-        """The store's session of each MCP session, by key (`session_key`)."""
+        """The store's session of each MCP session this process has served, by key (`session_key`): the
+        store's bindings (surface `mcp`) read once, so a call does not ask the database."""
         self._used: dict[str, float] = {}
         """When each store session's last call started or ended."""
         self._in_flight: Counter[str] = Counter()
@@ -153,15 +154,24 @@ class McpSurface:
         (a reap passes it by)."""
         with self._lock:
             if key not in self.sessions:
-                settings = self.agent.settings
-                record = self.agent.store.create_session(
-                    settings.profile, title="MCP client", model=settings.model.name, source="mcp"
-                )
-                self.sessions[key] = record.id
+                self.sessions[key] = self._bound(key)
             session = self.sessions[key]
             self._in_flight[session] += 1
             self._used[session] = time.monotonic()
             return session
+
+    def _bound(self, key: str) -> str:
+        """The session bound to `key` (one a server before a restart started too), else a new one."""
+        agent = self.agent
+        found = agent.bindings.get("mcp", key)
+        if found is not None and agent.store.get_session(found.session_id, agent.settings.profile):
+            return found.session_id
+        settings = agent.settings
+        record = agent.store.create_session(
+            settings.profile, title="MCP client", model=settings.model.name, source="mcp"
+        )
+        agent.bindings.bind("mcp", key, record.id)
+        return record.id
 
     def _end(self, session: str) -> None:
         with self._lock:
@@ -247,7 +257,11 @@ class McpSurface:
             ]
             for session in idle:
                 del self._used[session], self._in_flight[session]
-            self.sessions = {key: s for key, s in self.sessions.items() if s not in idle}
+            gone = [key for key, s in self.sessions.items() if s in idle]
+            for key in gone:
+                del self.sessions[key]
+        for key in gone:
+            self.agent.bindings.forget("mcp", key)
         for session in idle:
             self.agent.sandboxes.release(session)
             self.agent.store.update_session(session, ended_at=time.time())

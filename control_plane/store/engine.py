@@ -14,7 +14,7 @@ from sqlmodel import SQLModel, col
 from .dbapi import load_vec, sqlite_module
 from .errors import StoreError
 from .indexing import FTS_TABLES, INDEXED_THROUGH, UNINDEX_TRIGGER, migrate_v1
-from .records import StoreMeta, VectorIndexRecord  # noqa: F401 (its table, for create_all)
+from .records import BindingRecord, StoreMeta, VectorIndexRecord  # noqa: F401 (their tables, for create_all)
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,15 @@ def _small_pending_lists(conn: Connection) -> None:
 
 
 # create_all adds the new ones to an existing database
-_TABLES = ["sessions", "messages", "tool_calls", "store_meta", "vector_indexes", "eval_attempts"]
+_TABLES = [
+    "sessions",
+    "messages",
+    "tool_calls",
+    "store_meta",
+    "vector_indexes",
+    "eval_attempts",
+    "conversation_bindings",
+]
 
 
 def _safe(url: URL) -> str:

@@ -52,6 +52,21 @@ class EvalAttemptRecord(SQLModel, table=True):
     passed: bool
 
 
+class BindingRecord(SQLModel, table=True):
+    """Which session an outside conversation is talking to (store/bindings.py)."""
+
+    __tablename__ = "conversation_bindings"
+
+    profile: str = Field(primary_key=True)
+    surface: str = Field(primary_key=True)
+    key: str = Field(primary_key=True)
+    """The surface's name for the conversation (a chat key, a derived /v1 key, an A2A context id...)."""
+    session_id: str
+    started_at: float
+    """When the key was bound to this session (a reset policy counts from it)."""
+    last_at: float
+
+
 class MessageRecord(SQLModel, table=True):
     """One chat message as it was sent to or received from the model."""
 

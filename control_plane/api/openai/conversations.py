@@ -2,8 +2,8 @@
 
 A chat front end sends the whole history every time. Its conversation keeps one session (and so one
 sandbox) by the session header it echoes, or else by a key derived from its system prompt and first
-user message; only the messages after the last assistant reply are new. The keys are kept in the
-profile home (api/conversation_keys.py), so a conversation survives a server restart.
+user message; only the messages after the last assistant reply are new. The keys are the store's
+bindings (store/bindings.py), so a conversation survives a server restart.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from fastapi import HTTPException, Request, status
 from ...events import Error, Event
 from ..profiles import LiveSession, Profile
 from .wire import ChatMessage, content_text
+
+KEPT_KEYS = 10_000
+"""Conversation keys remembered per profile (the least recently used are forgotten first)."""
 
 
 def conversation_key(profile: str, messages: list[ChatMessage]) -> str:
@@ -70,13 +73,13 @@ def chat_session(
     session_id = header
     if session_id is None:
         key = conversation_key(profile.settings.profile, messages)
-        known = profile.conversation_keys.get(key)
-        if known is not None and profile.agent.store.get_session(known, profile.settings.profile):
-            session_id = known
+        known = profile.agent.bindings.get("openai", key)
+        if known is not None and profile.agent.store.get_session(known.session_id, profile.settings.profile):
+            session_id = known.session_id
     first = next((content_text(m.content) for m in messages if m.role == "user"), text)
     live, new = open_session(profile, session_id, first)
     if key is not None and new:
-        profile.conversation_keys.put(key, live.conversation.id)
+        profile.agent.bindings.bind("openai", key, live.conversation.id, keep=KEPT_KEYS)
     if new:  # a new session for a history it did not see: it hears it once, as context
         text = transcript(earlier) + text
     return live, text
