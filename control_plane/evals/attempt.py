@@ -12,20 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from backends import Backend, Sandbox, SandboxError, SandboxSpec, UnsupportedSpec
-from backends.docker import DockerBackend
-from backends.local import LocalBackend
-from backends.ssh import SSHBackend
+from backends import Backend, Sandbox, SandboxError, UnsupportedSpec
 
-from .environment import TaskEnvironmentError, task_image
-from .host_environment import HostEnvironment, host_environment, prepare
+from .environment import TaskEnvironmentError
+from .host_environment import prepare
+from .prepared import SETUP_TIMEOUT, task_spec
 from .results import AttemptResult, ErrorClass
 from .task import Task
 
 log = logging.getLogger("hermetic.evals")
 
 REWARD_FILE = "/logs/verifier/reward.txt"
-SETUP_TIMEOUT = 60.0
 EVAL_LABEL = "org.hermetic.eval"
 
 
@@ -120,7 +117,7 @@ def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
 
 
 def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResult) -> None:
-    spec, workdir, host = _spec(setup, task)
+    spec, workdir, host = task_spec(setup.backend, task, setup.network_full, setup.labels)
     with setup.backend.create(spec) as sandbox:
         setup.on_sandbox(sandbox)
         if host is not None:
@@ -180,54 +177,6 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
     if not 0.0 <= reward <= 1.0:
         return 0.0, ("verifier-error", f"{REWARD_FILE} holds {text[:40]!r}, not a number from 0 to 1"), output
     return reward, None, output
-
-
-def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str, HostEnvironment | None]:
-    """The attempt's sandbox: on docker the task's image with task privileges; on local and ssh the
-    backend's own system with a root of its own and the task's files (host_environment.py)."""
-    backend, host = setup.backend, None
-    if isinstance(backend, DockerBackend):
-        image, workdir = task_image(backend.client, task)
-        extra: dict[str, object] = {"image": image, "privileges": "task"}
-    elif isinstance(backend, SSHBackend | LocalBackend):
-        if isinstance(backend, LocalBackend) and backend.config.isolation != "bwrap":
-            raise TaskEnvironmentError(
-                "the local backend with isolation 'none' has the host's own root: a task's /tests and "
-                "/logs cannot be made there; use isolation 'bwrap'"
-            )
-        host = host_environment(task, backend.name)
-        workdir = host.workdir
-        extra = {"own_root": True, "env": host.env}
-    else:
-        raise TaskEnvironmentError(
-            f"the {backend.name} backend cannot run a task yet: use --backend docker, local or ssh"
-        )
-    env = task.config.environment
-    network, allow = "none", list(env.allow)
-    if env.allow_internet:
-        if allow:
-            network = "allowlist"
-        elif setup.network_full:
-            network = "full"
-        else:
-            raise TaskEnvironmentError(
-                "task.toml: allow_internet = true with no [environment] allow list; "
-                "name its hosts there, or pass --network full to let it out"
-            )
-    timeouts = task.config.agent.timeout_sec + task.config.verifier.timeout_sec
-    spec = SandboxSpec(
-        **extra,  # type: ignore[arg-type]
-        workdir=workdir,
-        cpus=env.cpus,
-        memory=f"{env.memory_mb}m",
-        disk=f"{min(env.storage_mb, 2048)}m",
-        pids=1024,
-        network=network,  # type: ignore[arg-type]
-        allow=allow if network == "allowlist" else [],
-        labels={**setup.labels, "org.hermetic.task": task.id},
-        ttl=int(timeouts + 4 * SETUP_TIMEOUT + (task.config.environment.build_timeout_sec if host else 0)),
-    )
-    return spec, workdir, host
 
 
 def _env(env: dict[str, str]) -> str:
