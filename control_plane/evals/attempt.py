@@ -15,8 +15,7 @@ from typing import Protocol
 from backends import Backend, Sandbox, SandboxError, UnsupportedSpec
 
 from .environment import TaskEnvironmentError
-from .host_environment import prepare
-from .prepared import SETUP_TIMEOUT, task_spec
+from .prepared import SETUP_TIMEOUT, Environments
 from .results import AttemptResult, ErrorClass
 from .task import Task
 
@@ -98,6 +97,14 @@ class AttemptSetup:
     logs: Path | None = None
     """Where each attempt's agent and verifier output go (DIR/logs/TASK/N/)."""
     on_sandbox: Callable[[Sandbox], None] = lambda sandbox: None
+    release: Callable[[Sandbox], None] = Sandbox.close
+    """What is done with an attempt's sandbox once it is scored (the runner removes it in the background)."""
+    environments: Environments = field(init=False)
+    """Each task's environment, prepared once (the image on docker, a set-up snapshot on local and ssh)."""
+
+    def __post_init__(self) -> None:
+        owner = f"eval:{self.labels.get(EVAL_LABEL, '')}"
+        self.environments = Environments(self.backend, self.labels, self.network_full, owner)
 
 
 def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
@@ -117,11 +124,12 @@ def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
 
 
 def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResult) -> None:
-    spec, workdir, host = task_spec(setup.backend, task, setup.network_full, setup.labels)
-    with setup.backend.create(spec) as sandbox:
+    prepared = setup.environments.prepare(task)
+    workdir = prepared.workdir
+    sandbox = setup.backend.create(prepared.spec)  # a fork of the prepared environment
+    try:
         setup.on_sandbox(sandbox)
-        if host is not None:
-            prepare(sandbox, task, host)
+        prepared.start(sandbox, task)
         began = time.monotonic()
         outcome = setup.agent.solve(task, sandbox, workdir, attempt)
         result.agent_s = round(time.monotonic() - began, 3)
@@ -138,6 +146,8 @@ def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResul
         result.reward, result.passed = reward, reward >= 1.0
         if problem is not None:
             result.error_class, result.error = problem
+    finally:
+        setup.release(sandbox)
 
 
 def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[ErrorClass, str] | None, str]:
