@@ -15,7 +15,7 @@ from typing import Protocol
 from backends import Backend, Sandbox, SandboxError, UnsupportedSpec
 
 from .environment import TaskEnvironmentError
-from .prepared import SETUP_TIMEOUT, Environments
+from .prepared import Environments
 from .results import AttemptResult, ErrorClass
 from .task import Task
 
@@ -152,26 +152,27 @@ def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResul
 
 def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[ErrorClass, str] | None, str]:
     """Place tests/ at /tests, run test.sh, read the reward: (reward, problem, output). What the agent
-    left at /tests, /solution or the reward file is removed first."""
-    cleared = sandbox.run(
-        f"rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier",
-        session="verifier",
-        timeout=SETUP_TIMEOUT,
-    )
-    if cleared.get("exit_code") != 0:
-        raise SandboxError(f"cannot prepare the verifier: {cleared.get('output', '').strip()}")
+    left at /tests, /solution or the reward file is removed first. One upload and one command: the
+    reward comes back after an unguessable marker in the command's output."""
+    marker = f"hermetic-reward-{uuid.uuid4().hex}"
     moved = place(sandbox, task.path / "tests")
     timeout = task.config.verifier.timeout_sec
     ran = sandbox.run(
-        f"{moved} && cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
+        f"if rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier && {moved}; then "
+        f"cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh; "
+        f"__hermetic_status=$?; echo; if [ -f {REWARD_FILE} ]; then echo {marker}; cat {REWARD_FILE}; fi; "
+        f"(exit $__hermetic_status); else echo {marker}-unprepared; false; fi",
         session="verifier",
         timeout=timeout,
     )
-    output = ran.get("output", "")
+    text = str(ran.get("output", ""))
+    if f"{marker}-unprepared" in text:
+        raise SandboxError(f"cannot prepare the verifier: {text.split(marker)[0].strip()[-400:]}")
+    before, found, written = text.rpartition(f"\n{marker}\n")
+    output = before if found else text.removesuffix("\n")
     if ran.get("timed_out"):
         return 0.0, ("verifier-timeout", f"tests/test.sh ran past its timeout of {timeout:g}s"), output
-    read = sandbox.run(f"cat {REWARD_FILE}", session="verifier", timeout=SETUP_TIMEOUT)
-    if read.get("exit_code") != 0:
+    if not found:
         if ran.get("exit_code") == 0:  # Harbor's fallback: the exit status is the reward
             return 1.0, None, output
         return (
@@ -179,13 +180,17 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
             ("verifier-error", f"tests/test.sh wrote no {REWARD_FILE} and exited {ran.get('exit_code')}"),
             output,
         )
-    text = read.get("output", "").strip()
+    written = written.strip()
     try:
-        reward = float(text)
+        reward = float(written)
     except ValueError:
         reward = -1.0
     if not 0.0 <= reward <= 1.0:
-        return 0.0, ("verifier-error", f"{REWARD_FILE} holds {text[:40]!r}, not a number from 0 to 1"), output
+        return (
+            0.0,
+            ("verifier-error", f"{REWARD_FILE} holds {written[:40]!r}, not a number from 0 to 1"),
+            output,
+        )
     return reward, None, output
 
 
