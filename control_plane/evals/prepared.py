@@ -1,11 +1,12 @@
 """Each task's environment, prepared once per run, and the fork every attempt starts from.
 
 On docker the prepared environment is the task's image (built once, cached by content hash): each
-attempt's container is a copy-on-write fork of it. On local and ssh there is no image, so the
-Dockerfile's set-up steps run once, in a sandbox of their own, which is then snapshotted
-(backends/snapshots.py); every attempt starts from that snapshot. What the set-up left outside the
-workdir (new entries at /, in /tmp, in the home) rides along as an archive in the snapshot's
-workspace, unpacked (and removed) before the agent starts."""
+attempt's container is a copy-on-write fork of it. On local, ssh and modal there is no task image,
+so the Dockerfile's set-up steps run once, in a sandbox of their own, which is then snapshotted
+(backends/snapshots.py); every attempt starts from that snapshot. Local and ssh snapshots hold the
+workspace only, so what the set-up left outside the workdir (new entries at /, in /tmp, in the home)
+rides along as an archive in the snapshot's workspace, unpacked (and removed) before the agent
+starts; a Modal snapshot is the whole filesystem."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 from backends import Backend, Sandbox, SandboxError, SandboxSpec
 from backends.docker import DockerBackend
 from backends.local import LocalBackend
+from backends.modal import ModalBackend
 from backends.ssh import SSHBackend
 
-from .environment import TaskEnvironmentError, task_image
+from .environment import DEFAULT_IMAGE, TaskEnvironmentError, task_image
 from .host_environment import HostEnvironment, host_environment, prepare
 from .task import Task
 
@@ -102,9 +104,10 @@ class Environments:
         if self._expected.get(task.id, 1) < 2:
             return Prepared(spec, workdir, steps=host)
         with self.backend.create(spec) as sandbox:
-            before = _outside(sandbox)
+            whole = isinstance(self.backend, ModalBackend)  # its snapshot is the whole filesystem
+            before = set() if whole else _outside(sandbox)
             prepare(sandbox, task, host)
-            added = sorted(_outside(sandbox) - before)
+            added = [] if whole else sorted(_outside(sandbox) - before)
             archive = None
             if added:
                 archive = f"{workdir.rstrip('/')}/.hermetic-setup-{uuid.uuid4().hex}.tar"
@@ -164,9 +167,13 @@ def task_spec(
         host = host_environment(task, backend.name)
         workdir = host.workdir
         extra = {"own_root": True, "env": host.env}
+    elif isinstance(backend, ModalBackend):  # Hermetic's own image, a root of its own, as root
+        host = host_environment(task, backend.family)
+        workdir = host.workdir
+        extra = {"image": DEFAULT_IMAGE, "env": host.env}
     else:
         raise TaskEnvironmentError(
-            f"the {backend.name} backend cannot run a task yet: use --backend docker, local or ssh"
+            f"the {backend.name} backend cannot run a task: use --backend docker, local, ssh or modal"
         )
     env = task.config.environment
     network, allow = "none", list(env.allow)

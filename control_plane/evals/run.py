@@ -11,7 +11,7 @@ from typing import Any
 
 from backends import Backend
 
-from ..sandbox_manager import choose_backend
+from ..sandbox_manager import choose_backend, snapshot_store
 from ..settings import Settings, load_settings
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
@@ -79,6 +79,7 @@ def open_run(
     except ValueError as exc:
         raise RunError(f"the profile's settings: {exc}") from None
     backend, _ = choose_backend(profile, record.backend)  # the profile's ssh host, local state dir
+    backend.snapshots = snapshot_store(profile)  # the tasks' prepared environments, listed as the profile's
     setup = AttemptSetup(
         backend=backend,
         agent=chosen,
