@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
+from test_evals_forks import recorded
 
-from backends import Backend, Sandbox, SandboxSpec
+from backends import Backend, Sandbox
 from backends.local import LocalSandbox
 from backends.ssh import SSHSandbox
 from control_plane.evals import BUILTIN, AttemptResult, Task, load_suite, load_task
@@ -44,15 +45,7 @@ def host(request: pytest.FixtureRequest) -> Backend:
 @pytest.fixture
 def opened(host: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Sandbox]:
     """Every sandbox the test's runs create (other sessions on this host make their own meanwhile)."""
-    made: list[Sandbox] = []
-    create = host.create
-
-    def recording(spec: SandboxSpec) -> Sandbox:
-        made.append(create(spec))
-        return made[-1]
-
-    monkeypatch.setattr(host, "create", recording)
-    return made
+    return recorded(host, monkeypatch)
 
 
 def workspace(sandbox: Sandbox) -> Path:

@@ -39,7 +39,7 @@ out = Console(highlight=False)
 @app.command("run")
 def run(
     suite: Annotated[
-        str | None, typer.Argument(help="Suite: a directory of tasks, one task, a git URL, or `builtin`")
+        str | None, typer.Argument(help="Suite: tasks directory, one task, git URL, TAP/NAME, or `builtin`")
     ] = None,
     agent: Annotated[
         str, typer.Option(help="hermetic (the agent loop), oracle (the task's solve.sh), nop (does nothing)")

@@ -23,13 +23,13 @@ from pydantic_settings import (
 
 from backends import ModalConfig, NetworkConfig, SandboxSpec, SSHConfig
 
-from ..web.settings import WebSettings
-from .chat import GatewaySettings
+from web.settings import WebSettings
+from ..chat import GatewaySettings
 from .env_lists import comma_list
 from .keys import load_env_file
-from .memory import MemorySettings
-from .remote import RemoteAgentsSettings
-from .surfaces import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
+from ..memory import MemorySettings
+from ..remote import RemoteAgentsSettings
+from ..surfaces import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
 
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

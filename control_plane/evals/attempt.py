@@ -12,20 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from backends import Backend, Sandbox, SandboxError, SandboxSpec, UnsupportedSpec
-from backends.docker import DockerBackend
-from backends.local import LocalBackend
-from backends.ssh import SSHBackend
+from backends import Backend, Sandbox, SandboxError, UnsupportedSpec
 
-from .environment import TaskEnvironmentError, task_image
-from .host_environment import HostEnvironment, host_environment, prepare
+from .environment import TaskEnvironmentError
+from .prepared import Environments
 from .results import AttemptResult, ErrorClass
 from .task import Task
 
 log = logging.getLogger("hermetic.evals")
 
 REWARD_FILE = "/logs/verifier/reward.txt"
-SETUP_TIMEOUT = 60.0
 EVAL_LABEL = "org.hermetic.eval"
 
 
@@ -101,6 +97,14 @@ class AttemptSetup:
     logs: Path | None = None
     """Where each attempt's agent and verifier output go (DIR/logs/TASK/N/)."""
     on_sandbox: Callable[[Sandbox], None] = lambda sandbox: None
+    release: Callable[[Sandbox], None] = Sandbox.close
+    """What is done with an attempt's sandbox once it is scored (the runner removes it in the background)."""
+    environments: Environments = field(init=False)
+    """Each task's environment, prepared once (the image on docker, a set-up snapshot on local and ssh)."""
+
+    def __post_init__(self) -> None:
+        owner = f"eval:{self.labels.get(EVAL_LABEL, '')}"
+        self.environments = Environments(self.backend, self.labels, self.network_full, owner)
 
 
 def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
@@ -120,11 +124,12 @@ def run_attempt(setup: AttemptSetup, task: Task, attempt: int) -> AttemptResult:
 
 
 def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResult) -> None:
-    spec, workdir, host = _spec(setup, task)
-    with setup.backend.create(spec) as sandbox:
+    prepared = setup.environments.prepare(task)
+    workdir = prepared.workdir
+    sandbox = setup.backend.create(prepared.spec)  # a fork of the prepared environment
+    try:
         setup.on_sandbox(sandbox)
-        if host is not None:
-            prepare(sandbox, task, host)
+        prepared.start(sandbox, task)
         began = time.monotonic()
         outcome = setup.agent.solve(task, sandbox, workdir, attempt)
         result.agent_s = round(time.monotonic() - began, 3)
@@ -141,30 +146,33 @@ def _attempt(setup: AttemptSetup, task: Task, attempt: int, result: AttemptResul
         result.reward, result.passed = reward, reward >= 1.0
         if problem is not None:
             result.error_class, result.error = problem
+    finally:
+        setup.release(sandbox)
 
 
 def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[ErrorClass, str] | None, str]:
     """Place tests/ at /tests, run test.sh, read the reward: (reward, problem, output). What the agent
-    left at /tests, /solution or the reward file is removed first."""
-    cleared = sandbox.run(
-        f"rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier",
-        session="verifier",
-        timeout=SETUP_TIMEOUT,
-    )
-    if cleared.get("exit_code") != 0:
-        raise SandboxError(f"cannot prepare the verifier: {cleared.get('output', '').strip()}")
+    left at /tests, /solution or the reward file is removed first. One upload and one command: the
+    reward comes back after an unguessable marker in the command's output."""
+    marker = f"hermetic-reward-{uuid.uuid4().hex}"
     moved = place(sandbox, task.path / "tests")
     timeout = task.config.verifier.timeout_sec
     ran = sandbox.run(
-        f"{moved} && cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh",
+        f"if rm -rf /tests /solution {REWARD_FILE} && mkdir -p /logs/verifier && {moved}; then "
+        f"cd {shlex.quote(workdir)} && {_env(task.config.verifier.env)}bash /tests/test.sh; "
+        f"__hermetic_status=$?; echo; if [ -f {REWARD_FILE} ]; then echo {marker}; cat {REWARD_FILE}; fi; "
+        f"(exit $__hermetic_status); else echo {marker}-unprepared; false; fi",
         session="verifier",
         timeout=timeout,
     )
-    output = ran.get("output", "")
+    text = str(ran.get("output", ""))
+    if f"{marker}-unprepared" in text:
+        raise SandboxError(f"cannot prepare the verifier: {text.split(marker)[0].strip()[-400:]}")
+    before, found, written = text.rpartition(f"\n{marker}\n")
+    output = before if found else text.removesuffix("\n")
     if ran.get("timed_out"):
         return 0.0, ("verifier-timeout", f"tests/test.sh ran past its timeout of {timeout:g}s"), output
-    read = sandbox.run(f"cat {REWARD_FILE}", session="verifier", timeout=SETUP_TIMEOUT)
-    if read.get("exit_code") != 0:
+    if not found:
         if ran.get("exit_code") == 0:  # Harbor's fallback: the exit status is the reward
             return 1.0, None, output
         return (
@@ -172,62 +180,18 @@ def verify(sandbox: Sandbox, task: Task, workdir: str) -> tuple[float, tuple[Err
             ("verifier-error", f"tests/test.sh wrote no {REWARD_FILE} and exited {ran.get('exit_code')}"),
             output,
         )
-    text = read.get("output", "").strip()
+    written = written.strip()
     try:
-        reward = float(text)
+        reward = float(written)
     except ValueError:
         reward = -1.0
     if not 0.0 <= reward <= 1.0:
-        return 0.0, ("verifier-error", f"{REWARD_FILE} holds {text[:40]!r}, not a number from 0 to 1"), output
-    return reward, None, output
-
-
-def _spec(setup: AttemptSetup, task: Task) -> tuple[SandboxSpec, str, HostEnvironment | None]:
-    """The attempt's sandbox: on docker the task's image with task privileges; on local and ssh the
-    backend's own system with a root of its own and the task's files (host_environment.py)."""
-    backend, host = setup.backend, None
-    if isinstance(backend, DockerBackend):
-        image, workdir = task_image(backend.client, task)
-        extra: dict[str, object] = {"image": image, "privileges": "task"}
-    elif isinstance(backend, SSHBackend | LocalBackend):
-        if isinstance(backend, LocalBackend) and backend.config.isolation != "bwrap":
-            raise TaskEnvironmentError(
-                "the local backend with isolation 'none' has the host's own root: a task's /tests and "
-                "/logs cannot be made there; use isolation 'bwrap'"
-            )
-        host = host_environment(task, backend.name)
-        workdir = host.workdir
-        extra = {"own_root": True, "env": host.env}
-    else:
-        raise TaskEnvironmentError(
-            f"the {backend.name} backend cannot run a task yet: use --backend docker, local or ssh"
+        return (
+            0.0,
+            ("verifier-error", f"{REWARD_FILE} holds {written[:40]!r}, not a number from 0 to 1"),
+            output,
         )
-    env = task.config.environment
-    network, allow = "none", list(env.allow)
-    if env.allow_internet:
-        if allow:
-            network = "allowlist"
-        elif setup.network_full:
-            network = "full"
-        else:
-            raise TaskEnvironmentError(
-                "task.toml: allow_internet = true with no [environment] allow list; "
-                "name its hosts there, or pass --network full to let it out"
-            )
-    timeouts = task.config.agent.timeout_sec + task.config.verifier.timeout_sec
-    spec = SandboxSpec(
-        **extra,  # type: ignore[arg-type]
-        workdir=workdir,
-        cpus=env.cpus,
-        memory=f"{env.memory_mb}m",
-        disk=f"{min(env.storage_mb, 2048)}m",
-        pids=1024,
-        network=network,  # type: ignore[arg-type]
-        allow=allow if network == "allowlist" else [],
-        labels={**setup.labels, "org.hermetic.task": task.id},
-        ttl=int(timeouts + 4 * SETUP_TIMEOUT + (task.config.environment.build_timeout_sec if host else 0)),
-    )
-    return spec, workdir, host
+    return reward, None, output
 
 
 def _env(env: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ import asyncio
 import shutil
 import threading
 from pathlib import Path
+
 from backends import Sandbox
 
 from ..agent.agent import Agent

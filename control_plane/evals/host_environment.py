@@ -1,8 +1,8 @@
-"""A task's environment where no image is built (the local and ssh backends): the backend's own system
-plus the task's files. A Dockerfile is honoured when all it does is add files and set-up commands to the
-default image: FROM the default image, WORKDIR, ENV, COPY/ADD of the task's own files, RUN (run in the
-sandbox as its user, before the agent starts). Any other instruction needs an image, so docker, and
-the task says so with the line."""
+"""A task's environment where no image is built (the local, ssh and modal backends): the backend's own
+system (on modal: Hermetic's own image) plus the task's files. A Dockerfile is honoured when all it
+does is add files and set-up commands to the default image: FROM the default image, WORKDIR, ENV,
+COPY/ADD of the task's own files, RUN (run in the sandbox as its user, before the agent starts). Any
+other instruction needs an image, so docker, and the task says so with the line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ BASES = {DEFAULT_IMAGE, DEFAULT_IMAGE.partition(":")[0]}
 IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK"}
 """Instructions that change nothing the agent or the verifier sees (a task's container runs no CMD)."""
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
+RUNS = {"modal": "Hermetic's own image plus the task's files, not the task's image"}
+"""What a backend runs a task in, when it is not its own system."""
+
+
+def _needs_docker(backend: str) -> str:
+    runs = RUNS.get(backend, "its own system, not an image")
+    return f"the {backend} backend runs {runs}; run this task with --backend docker"
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,7 @@ def host_environment(task: Task, backend: str) -> HostEnvironment:
     config = task.config.environment
     if config.docker_image is not None:
         raise TaskEnvironmentError(
-            f"task.toml: environment.docker_image = {config.docker_image}: the {backend} backend runs "
-            "its own system, not an image; run this task with --backend docker"
+            f"task.toml: environment.docker_image = {config.docker_image}: {_needs_docker(backend)}"
         )
     found = HostEnvironment()
     if task.dockerfile is not None:
@@ -74,9 +80,7 @@ def _read(dockerfile: Path, backend: str) -> HostEnvironment:
     workdir, env, bases = "/", dict[str, str](), 0
     for line, keyword, rest in _instructions(dockerfile.read_text(encoding="utf-8", errors="replace")):
         where = f"environment/Dockerfile line {line}: {keyword}"
-        needs_docker = (
-            f"the {backend} backend runs its own system, not an image; run this task with --backend docker"
-        )
+        needs_docker = _needs_docker(backend)
         if keyword == "FROM":
             bases += 1
             image = rest.split()[0] if rest.split() else ""

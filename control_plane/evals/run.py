@@ -11,8 +11,8 @@ from typing import Any
 
 from backends import Backend
 
-from ..sandbox_manager import choose_backend
 from ..config.settings import Settings, load_settings
+from ..sandbox_manager import choose_backend, snapshot_store
 from .attempt import EVAL_LABEL, AttemptSetup, EvalAgent, NopAgent, OracleAgent
 from .hermetic import HermeticAgent
 from .metrics import Summary, summarize
@@ -66,19 +66,21 @@ def open_run(
     if not resume and results.exists() and results.stat().st_size:
         raise RunError(f"{results} already has results: --resume {out} continues it, or choose another --out")
     try:
+        profile = settings or load_settings(record.profile)
+    except ValueError as exc:
+        raise RunError(f"the profile's settings: {exc}") from None
+    try:
         suite = load_suite(
-            resolve(record.suite), Filters(tuple(record.include), tuple(record.exclude), tuple(record.tags))
+            resolve(record.suite, taps=profile.home / "skills"),
+            Filters(tuple(record.include), tuple(record.exclude), tuple(record.tags)),
         )
     except SuiteError as exc:
         raise RunError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     chosen = _agent(record, out, settings)
     (out / RECORD).write_text(record.model_dump_json(indent=2) + "\n")
-    try:
-        profile = settings or load_settings(record.profile)
-    except ValueError as exc:
-        raise RunError(f"the profile's settings: {exc}") from None
     backend, _ = choose_backend(profile, record.backend)  # the profile's ssh host, local state dir
+    backend.snapshots = snapshot_store(profile)  # the tasks' prepared environments, listed as the profile's
     setup = AttemptSetup(
         backend=backend,
         agent=chosen,

@@ -4,6 +4,7 @@ result appended as it ends; stopping closes the sandboxes in flight and records 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -29,6 +30,8 @@ class EvalRunner:
         self._stopping = threading.Event()
         setup.logs = out / "logs"
         setup.on_sandbox = self._track
+        setup.release = self._release
+        self._closer: ThreadPoolExecutor | None = None
 
     def pending(self, tasks: list[Task]) -> list[tuple[Task, int]]:
         """The pairs still to run: a finished attempt is never run again."""
@@ -40,6 +43,10 @@ class EvalRunner:
         pool = ThreadPoolExecutor(
             max_workers=max(1, min(self.workers, len(todo) or 1)), thread_name_prefix="eval"
         )
+        # A scored attempt's sandbox is removed in the background, off the next attempt's path; the run
+        # ends once every removal has, and then its tasks' prepared environments go too.
+        self._closer = ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="eval-close")
+        self.setup.environments.expect(Counter(task.id for task, _ in todo))
         futures = [pool.submit(self._one, task, n, on_result) for task, n in todo]
         try:
             wait(futures)
@@ -49,6 +56,10 @@ class EvalRunner:
             self.stop()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+        finally:
+            self._closer.shutdown(wait=True)
+            self._closer = None
+            self.setup.environments.close()
         pool.shutdown()
 
     def stop(self) -> None:
@@ -74,6 +85,12 @@ class EvalRunner:
         )  # first: a crash leaves it labelled
         self.results.append(result)
         on_result(result)
+
+    def _release(self, sandbox: Sandbox) -> None:
+        if self._closer is None:
+            sandbox.close()
+        else:
+            self._closer.submit(sandbox.close)
 
     def _track(self, sandbox: Sandbox) -> None:
         with self._guard:

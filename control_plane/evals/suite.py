@@ -4,16 +4,20 @@ by globs on the task id and by tags. Unreadable tasks are listed apart; the othe
 from __future__ import annotations
 
 import fnmatch
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..skills.sources import Limits, SourceError, fetch, parse_source
+from ..skills.taps import TapError, Taps
 from .task import CONFIG, INSTRUCTION, Task, TaskError, load_task
 
 BUILTIN = Path(__file__).resolve().parents[2] / "evals"
 """The suite shipped with Hermetic (evals/ at the repository root)."""
 SUITE_LIMITS = Limits(max_bytes=500 * 1024 * 1024, max_files=50_000)
+TAP_SUITE = re.compile(r"([a-z0-9][a-z0-9_.-]*)/([A-Za-z0-9][A-Za-z0-9_.-]*)")
+"""`TAP/NAME`: a suite named by one of the profile's taps (skills' taps.json)."""
 
 
 class SuiteError(ValueError):
@@ -43,19 +47,25 @@ class Filters:
         return not self.tags or bool(set(self.tags) & set(tags))
 
 
-def resolve(source: str, cache: Path | None = None) -> Path:
-    """The suite's directory: `builtin`, a local directory, or a git repository (URL or path, with
-    `#REF[:SUBDIR]`) or an archive, fetched under `cache` by the skills' source code."""
+def resolve(source: str, cache: Path | None = None, taps: Path | None = None) -> Path:
+    """The suite's directory: `builtin`, a local directory, `TAP/NAME` of a tap configured in `taps`
+    (the profile's skills directory), or a git repository (URL or path, with `#REF[:SUBDIR]`) or an
+    archive, fetched under `cache` by the skills' source code."""
     if source == "builtin":
         return BUILTIN
     path = Path(source).expanduser()
     if path.is_dir() and not (path / ".git").exists():
         return path.resolve()
+    named = TAP_SUITE.fullmatch(source)
+    registry = Taps(taps, SUITE_LIMITS) if taps is not None else None
     try:
-        parsed = parse_source(source)
+        if named and registry is not None and not path.exists() and named.group(1) in registry.all():
+            parsed = parse_source(registry.suite(named.group(1), named.group(2)))
+        else:
+            parsed = parse_source(source)
         into = Path(tempfile.mkdtemp(prefix="suite-", dir=cache))
         return fetch(parsed, into, SUITE_LIMITS).root
-    except SourceError as exc:
+    except (SourceError, TapError) as exc:
         raise SuiteError(f"suite {source}: {exc}") from exc
 
 

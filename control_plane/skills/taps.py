@@ -3,6 +3,8 @@
 A tap is a git repository (every directory holding a SKILL.md is a skill) or an HTTP index: a JSON
 document `{"skills": [{"name", "description", "source"}]}` whose `source` is any install source (a
 relative URL is taken relative to the index). Taps are kept in `skills/taps.json` of the profile.
+The same taps name evaluation suites (`hermetic eval run TAP/NAME`): a repository's directory NAME,
+or an index's `"suites": [{"name", "source"}]` entry.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ class Taps:
                 return entry.source
         raise TapError(f"tap {tap!r} lists no skill named {skill!r}; `hermetic skills search` finds skills")
 
+    def suite(self, tap: str, name: str) -> str:
+        """The fetch source of the evaluation suite `TAP/NAME`: directory NAME of a repository tap, or
+        the `suites` entry NAME of an HTTP index (its source relative to the index)."""
+        taps = self.all()
+        if tap not in taps:
+            raise UnknownTap(f"there is no tap named {tap!r}; `hermetic skills tap list` shows them")
+        url = taps[tap]
+        if not _is_http_index(url):
+            return f"{url}#:{name}"
+        suites = _read_index(tap, url, self.limits).get("suites")
+        for item in suites if isinstance(suites, list) else []:
+            if isinstance(item, dict) and item.get("name") == name and isinstance(item.get("source"), str):
+                return urllib.parse.urljoin(url, item["source"])
+        raise TapError(f'tap {tap!r} lists no suite named {name!r} (its index\'s "suites")')
+
     def search(self, query: str) -> tuple[list[TapSkill], list[str]]:
         """Skills of every tap whose name or description holds every word of `query`, and one line per
         tap that could not be read (the others are still searched)."""
@@ -125,13 +142,19 @@ def _is_http_index(url: str) -> bool:
     return url.startswith(("http://", "https://")) and urllib.parse.urlsplit(url).path.endswith(".json")
 
 
-def _http_index(tap: str, url: str, limits: Limits) -> list[TapSkill]:
+def _read_index(tap: str, url: str, limits: Limits) -> dict[str, object]:
     try:
         with opener(limits.public_only).open(url, timeout=HTTP_TIMEOUT) as response:
             data = json.loads(response.read(limits.max_bytes))
     except (OSError, ValueError) as exc:
         raise TapError(f"tap {tap}: the index {url} could not be read: {exc}") from None
-    skills = data.get("skills") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise TapError(f"tap {tap}: {url} is not an index (a JSON object)")
+    return data
+
+
+def _http_index(tap: str, url: str, limits: Limits) -> list[TapSkill]:
+    skills = _read_index(tap, url, limits).get("skills")
     if not isinstance(skills, list):
         raise TapError(f'tap {tap}: {url} is not a skills index ({{"skills": [...]}})')
     entries = []
