@@ -94,7 +94,8 @@ class Mem0ProviderSettings(BaseModel):
     limit: int = Field(5, ge=1, le=50)
     """Memories injected at most."""
     min_score: float = Field(0.1, ge=0, le=1)
-    """Memories less similar to the user's message (cosine) are left out; mem0's default."""
+    """mem0's search threshold (its default): memories scoring less for the user's message are left out (the
+    score is the cosine similarity, with keyword and entity boosts when spaCy and fastembed are installed)."""
     llm: Mem0Endpoint | None = None
     """The model that extracts the facts; default: the profile's model when it is an `openai/...` one."""
     embedder: Mem0Endpoint | None = None
