@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
+from test_api import auth
+from test_memory_providers import served_turn
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
@@ -109,14 +110,7 @@ def test_an_unreachable_mem0_skips_the_turns_context_with_a_notice_and_shows_in_
         app = create_app(tmp_path, settings_for)
         try:
             with serve_app(app) as url, httpx.Client(base_url=url, headers=auth(token)) as client:
-                fake_llm.load([{"text": "Hello!"}])
-                session = client.post("/sessions", json={}).json()["id"]
-                posted = client.post(f"/sessions/{session}/messages", json={"content": "hi"})
-                assert posted.status_code == 202, posted.text
-                after = posted.json()["after"]
-                events = sse_events(
-                    client, f"{url}/sessions/{session}/events?after={after}&until_turn_end=true", token
-                )
+                events = served_turn(client, token, fake_llm)
                 [mem0] = client.get("/memory/providers").json()
         finally:
             app.state.hub.close()
