@@ -142,6 +142,16 @@ def test_a_hanging_honcho_never_blocks_the_turn(tmp_path: Path, fake_llm: Any) -
     assert [m["content"] for m in fake_llm.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
 
 
+def served_turn(client: httpx.Client, token: str, fake_llm: Any) -> list[dict[str, Any]]:
+    """Run one turn ("hi", answered "Hello!") in a new session of the served app; its events to the end."""
+    fake_llm.load([{"text": "Hello!"}])
+    session = client.post("/sessions", json={}).json()["id"]
+    posted = client.post(f"/sessions/{session}/messages", json={"content": "hi"})
+    assert posted.status_code == 202, posted.text
+    after = posted.json()["after"]
+    return sse_events(client, f"/sessions/{session}/events?after={after}&until_turn_end=true", token)
+
+
 def test_the_providers_health_over_http(tmp_path: Path, fake_llm: Any) -> None:
     """GET /memory/providers after a turn run through the API: the semantic provider answered, a hanging
     Honcho was skipped with the reason; no token is a 401."""
@@ -156,14 +166,7 @@ def test_the_providers_health_over_http(tmp_path: Path, fake_llm: Any) -> None:
                 assert [(p["name"], p["calls"]) for p in client.get("/memory/providers").json()] == [
                     ("semantic", 0), ("honcho", 0),
                 ]  # fmt: skip
-                fake_llm.load([{"text": "Hello!"}])
-                session = client.post("/sessions", json={}).json()["id"]
-                posted = client.post(f"/sessions/{session}/messages", json={"content": "hi"})
-                assert posted.status_code == 202, posted.text
-                after = posted.json()["after"]
-                events = sse_events(
-                    client, f"{url}/sessions/{session}/events?after={after}&until_turn_end=true", token
-                )
+                events = served_turn(client, token, fake_llm)
                 assert events[-1]["event"] == "turn_end"
                 semantic, hanging = client.get("/memory/providers").json()
                 assert (semantic["calls"], semantic["failures"], semantic["last_problem"]) == (1, 0, None)

@@ -79,7 +79,7 @@ class AgentBase:
         self.background = Background()
         """Where learning reviews run, after the reply and apart from the user's turns."""
         self.memory = Memory(settings.home, settings.memory)
-        self.providers = providers_for(settings.memory.providers, self.store, self.redact)
+        self.providers = providers_for(settings, self.store, self.redact)
         self.memory.on_write.append(
             lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
         )

@@ -61,7 +61,79 @@ class HonchoProviderSettings(BaseModel):
     max_chars: int = Field(1500, ge=100)
 
 
-ProviderSettings = Annotated[SemanticProviderSettings | HonchoProviderSettings, Field(discriminator="type")]
+class Mem0Endpoint(BaseModel):
+    """An OpenAI-compatible server the mem0 provider calls: chat completions or embeddings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    """The model's name as the server knows it, no litellm prefix ("gpt-4.1-mini", "nomic-embed-text")."""
+    api_base: str | None = None
+    """The server's URL, /v1 included ("http://127.0.0.1:11434/v1"); default: OPENAI_BASE_URL, else OpenAI."""
+    api_key: SecretStr | None = None
+    """Default: OPENAI_API_KEY, as mem0 reads it."""
+
+    @classmethod
+    def from_litellm(
+        cls, name: str | None, api_base: str | None, api_key: SecretStr | None
+    ) -> Mem0Endpoint | None:
+        """A litellm model reached through the OpenAI protocol (`openai/NAME`), else None."""
+        route, _, model = (name or "").partition("/")
+        return cls(model=model, api_base=api_base, api_key=api_key) if route == "openai" and model else None
+
+
+class Mem0ProviderSettings(BaseModel):
+    """The `mem0` memory provider (mem0ai, self-hosted): facts about the user that mem0's LLM extracts from
+    each session, kept in an embedded Qdrant in the profile home, searched by meaning at a turn's start."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mem0"] = "mem0"
+    user_id: str | None = None
+    """Whose memories these are, in mem0's terms; default: the profile's name."""
+    limit: int = Field(5, ge=1, le=50)
+    """Memories injected at most."""
+    min_score: float = Field(0.1, ge=0, le=1)
+    """mem0's search threshold (its default): memories scoring less for the user's message are left out (the
+    score is the cosine similarity, with keyword and entity boosts when spaCy and fastembed are installed)."""
+    llm: Mem0Endpoint | None = None
+    """The model that extracts the facts; default: the profile's model when it is an `openai/...` one."""
+    embedder: Mem0Endpoint | None = None
+    """The embedding model; default: memory.embeddings when it is an `openai/...` one."""
+    timeout: float = Field(10.0, gt=0)
+    """Seconds each hook (and each of mem0's model calls) may take; extraction at a session's end is one
+    LLM call."""
+    max_chars: int = Field(1500, ge=100)
+
+    def endpoints(
+        self,
+        model: str | None,
+        api_base: str | None,
+        api_key: SecretStr | None,
+        embeddings: EmbeddingSettings,
+    ) -> tuple[Mem0Endpoint, Mem0Endpoint]:
+        """(llm, embedder): the configured ones or the profile's. Raises ValueError saying what to set."""
+        llm = self.llm or Mem0Endpoint.from_litellm(model, api_base, api_key)
+        if llm is None:
+            raise ValueError(
+                f"memory provider mem0: the profile's model {model or '(none)'} is not an OpenAI-compatible "
+                "`openai/...` one; set the provider's llm: {model: ..., api_base: ...}"
+            )
+        embedder = self.embedder or Mem0Endpoint.from_litellm(
+            embeddings.model, embeddings.api_base, embeddings.api_key
+        )
+        if embedder is None:
+            raise ValueError(
+                f"memory provider mem0: memory.embeddings.model {embeddings.model} runs inside Hermetic "
+                "and mem0 cannot call it; set the provider's embedder: {model: ..., api_base: ...} (an "
+                "OpenAI-compatible /v1/embeddings) or memory.embeddings.model: openai/..."
+            )
+        return llm, embedder
+
+
+ProviderSettings = Annotated[
+    SemanticProviderSettings | HonchoProviderSettings | Mem0ProviderSettings, Field(discriminator="type")
+]
 
 
 class MemorySettings(BaseModel):
@@ -79,7 +151,7 @@ class MemorySettings(BaseModel):
     """HERMETIC_MEMORY__EMBEDDINGS__MODEL=wordllama|off|<litellm model>, ...__API_BASE=http://..."""
     providers: list[ProviderSettings] = []
     """Memory providers consulted at each turn's start, after memory writes and at session end, in order:
-    "semantic" or {type: honcho, base_url: ...} (docs/recall-and-providers.md)."""
+    "semantic", {type: honcho, base_url: ...} or {type: mem0, ...} (docs/recall-and-providers.md)."""
 
     @field_validator("providers", mode="before")
     @classmethod

@@ -23,13 +23,13 @@ from pydantic_settings import (
 
 from backends import ModalConfig, NetworkConfig, SandboxSpec, SSHConfig
 
-from web.settings import WebSettings
-from ..chat import GatewaySettings
+from ..web.settings import WebSettings
+from .chat import GatewaySettings
 from .env_lists import comma_list
 from .keys import load_env_file
-from ..memory import MemorySettings
-from ..remote import RemoteAgentsSettings
-from ..surfaces import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
+from .memory import Mem0ProviderSettings, MemorySettings
+from .remote import RemoteAgentsSettings
+from .surfaces import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenAISettings
 
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -387,6 +387,17 @@ class Settings(BaseSettings):
     @classmethod
     def _toolsets(cls, value: Any) -> Any:
         return comma_list(value)
+
+    @model_validator(mode="after")
+    def _mem0_has_models(self) -> Settings:
+        """A mem0 provider needs models it can call: a profile that leaves it none fails to load, saying
+        what to set."""
+        for provider in self.memory.providers:
+            if isinstance(provider, Mem0ProviderSettings):
+                provider.endpoints(
+                    self.model.name, self.model.api_base, self.model.api_key, self.memory.embeddings
+                )
+        return self
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

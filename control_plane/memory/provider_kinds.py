@@ -1,12 +1,15 @@
-"""The built-in memory providers: `semantic` (past messages nearest in meaning) and `honcho` (honcho-ai)."""
+"""The built-in memory providers: `semantic` (past messages nearest in meaning), `honcho` (honcho-ai) and
+`mem0` (mem0ai, in mem0_provider.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from ..config.memory import HonchoProviderSettings, ProviderSettings, SemanticProviderSettings
+from ..config.memory import HonchoProviderSettings, SemanticProviderSettings
+from ..config.settings import Settings
 from ..store import Store
+from .mem0_provider import Mem0Provider
 from .providers import MemoryProvider, Providers, TurnStart
 
 
@@ -70,13 +73,13 @@ class HonchoProvider(MemoryProvider):
         self._client.session(session_id).add_messages([*messages, agent.message(summary)])
 
 
-def providers_for(
-    configured: list[ProviderSettings], store: Store, redact: Callable[[str], str]
-) -> Providers:
+def providers_for(settings: Settings, store: Store, redact: Callable[[str], str]) -> Providers:
     built: list[MemoryProvider] = []
-    for settings in configured:
-        if isinstance(settings, SemanticProviderSettings):
-            built.append(SemanticProvider(settings, store))
+    for spec in settings.memory.providers:
+        if isinstance(spec, SemanticProviderSettings):
+            built.append(SemanticProvider(spec, store))
+        elif isinstance(spec, HonchoProviderSettings):
+            built.append(HonchoProvider(spec))
         else:
-            built.append(HonchoProvider(settings))
+            built.append(Mem0Provider(spec, settings))
     return Providers(built, redact)
