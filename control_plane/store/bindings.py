@@ -74,18 +74,14 @@ class Bindings:
             found = conn.execute(select(BindingRecord).where(where)).first()
             started = found.started_at if found is not None and found.session_id == session_id else now
             conn.execute(delete(BindingRecord).where(where))
-            conn.execute(
-                insert(BindingRecord).values(
-                    profile=self._profile,
-                    surface=surface,
-                    key=key,
-                    session_id=session_id,
-                    started_at=started,
-                    last_at=now,
-                )
-            )
+            self._insert(conn, surface, (key, session_id, started, now))
             if keep is not None:
                 self._forget_past(conn, surface, keep)
+
+    def _insert(self, conn: Connection, surface: Surface, row: tuple[str, str, float, float]) -> None:
+        key, session_id, started, last = row
+        values = {"key": key, "session_id": session_id, "started_at": started, "last_at": last}
+        conn.execute(insert(BindingRecord).values(profile=self._profile, surface=surface, **values))
 
     def _forget_past(self, conn: Connection, surface: Surface, keep: int) -> None:
         mine = (col(BindingRecord.profile) == self._profile, col(BindingRecord.surface) == surface)
@@ -108,15 +104,6 @@ class Bindings:
             for key, session_id, started, last in rows:
                 if conn.execute(select(col(BindingRecord.key)).where(self._key(surface, key))).first():
                     continue
-                conn.execute(
-                    insert(BindingRecord).values(
-                        profile=self._profile,
-                        surface=surface,
-                        key=key,
-                        session_id=session_id,
-                        started_at=started,
-                        last_at=last,
-                    )
-                )
+                self._insert(conn, surface, (key, session_id, started, last))
                 taken += 1
         return taken
