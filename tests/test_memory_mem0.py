@@ -202,3 +202,16 @@ def test_mem0_sends_nothing_off_loopback_and_keeps_its_files_in_the_profile_home
     assert [(h["calls"], h["failures"]) for h in seen["health"]] == [(3, 0)]
     assert seen["telemetry"] is False and seen["mem0_dir"] == str(root / "mem0")
     assert (root / "mem0" / "config.json").is_file() and list(home.iterdir()) == []
+
+
+def test_a_process_that_opened_the_store_exits_cleanly(tmp_path: Path) -> None:
+    """The embedded Qdrant client is closed at exit, not left to its finalizer at interpreter shutdown
+    (which fails there and prints a traceback after every run that used mem0)."""
+    script = (
+        "import sys; from pathlib import Path; from control_plane.memory.mem0_provider import _store; "
+        "_store(Path(sys.argv[1]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "qdrant")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

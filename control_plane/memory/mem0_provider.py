@@ -13,6 +13,7 @@ profile's data has explicit paths in its own home.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sys
@@ -53,20 +54,33 @@ def _store(path: Path) -> tuple[Any, threading.Lock]:
         if path not in _stores:
             from qdrant_client import QdrantClient
 
+            if not _stores:
+                atexit.register(_close_stores)
             _stores[path] = (QdrantClient(path=str(path)), threading.Lock())
         return _stores[path]
+
+
+def _close_stores() -> None:
+    """At exit, while imports still work: a client left to its finalizer at interpreter shutdown fails
+    there (ImportError: sys.meta_path is None) and prints a traceback."""
+    with _stores_lock:
+        for client, _ in _stores.values():
+            client.close()
+        _stores.clear()
+
+
+def _key(endpoint: Mem0Endpoint) -> str | None:
+    return endpoint.api_key.get_secret_value() if endpoint.api_key else None
 
 
 def _client(endpoint: Mem0Endpoint, timeout: float) -> Any:
     from openai import OpenAI
 
-    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
-    return OpenAI(api_key=key, base_url=endpoint.api_base, timeout=timeout, max_retries=0)
+    return OpenAI(api_key=_key(endpoint), base_url=endpoint.api_base, timeout=timeout, max_retries=0)
 
 
 def _openai_config(endpoint: Mem0Endpoint) -> dict[str, Any]:
-    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
-    return {"model": endpoint.model, "openai_base_url": endpoint.api_base, "api_key": key}
+    return {"model": endpoint.model, "openai_base_url": endpoint.api_base, "api_key": _key(endpoint)}
 
 
 class Mem0Provider(MemoryProvider):
