@@ -15,14 +15,25 @@ from pathlib import Path
 
 import httpx._config
 import pytest
-from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
-from ngircd import irc_server  # noqa: F401  (the session fixture, for the IRC tests)
-from postgres import LocalPostgres, postgres  # noqa: F401  (the session fixture, for every test module)
-from prosody import xmpp_server  # noqa: F401  (the session fixture, for the XMPP tests)
+from postgres import LocalPostgres
 from sshd import LocalSSHD, SSHDUnavailable, start_sshd
 
 from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_backend
 from control_plane.store import Store
+
+# The shared fixtures, for every test module: the scripted model, the test servers (PostgreSQL with and
+# without pgvector, ngIRCd, Prosody, the upstream hosts in a namespace, a web server on loopback), the
+# served API and the console in Chromium. Loaded as plugins, after this module, so they may import it.
+pytest_plugins = [
+    "fake_llm",
+    "postgres",
+    "ngircd",
+    "prosody",
+    "netns",
+    "network_kit",
+    "api_client",
+    "console_browser",
+]
 
 # Tests stop CLI children with Ctrl-C (SIGINT). A run started in the background without job control
 # (`nohup pytest &` from a script) has SIGINT ignored, and an ignored signal stays ignored across exec:

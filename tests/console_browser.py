@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import get_backend
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 from served_app import serve_app
 
@@ -93,3 +94,37 @@ def shot(page: Page, console: Console, name: str) -> Path:
     path = console.shots / f"{name}.png"
     page.screenshot(path=path, full_page=True)
     return path
+
+
+@pytest.fixture(scope="module", params=["local", "docker"])
+def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    get_backend(request.param)  # skips, saying why, where the backend cannot run
+    settings = {
+        "sandbox": {"network": "allowlist"},
+        "toolsets": ["terminal", "network"],
+        "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
+        "gateway": {"webhook": {"secret": "console-test-secret", "port": 0}},  # the status page's platform
+        "memory": {"providers": ["semantic"]},  # the memory page's provider
+    }
+    root = tmp_path_factory.mktemp(f"console-{request.param}")
+    with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(console: Console, browser: Browser) -> Iterator[Page]:
+    context = new_context(browser, viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    sign_in(page, console)
+    yield page
+    context.close()
+
+
+def backend_of(console: Console) -> str:
+    return str(console.agent().settings.backend)

@@ -4,17 +4,20 @@ the gateway on an event loop of its own thread (the stand-in has another), drive
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from conftest import get_backend
 from pydantic import BaseModel
 from telegram_standin import TOKEN, TelegramStandin
 
 from control_plane.config.settings import Settings, load_settings
 from control_plane.gateway import Gateway, create_gateway
+from control_plane.gateway.webhook import WebhookAdapter, sign
 from control_plane.tools import TOOLS, Registry, Tool, ToolContext, ToolResult
 
 OWNER = 1001
@@ -128,3 +131,35 @@ def asking_registry(timeout: float) -> Registry:
         registry.register(found)
     registry.register(Tool("open_port", "Expose a port of the sandbox.", PortArgs, open_port, "test"))
     return registry
+
+
+SEND_A_FILE = [
+    {"tool_calls": [{"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}]},
+    {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
+    {"text": "Sent."},
+]
+
+
+WEBHOOK_SECRET = b"webhook-test-secret"
+
+
+def listening_port(gateway: Any) -> int:
+    adapter: WebhookAdapter = gateway.adapters["webhook"]
+    deadline = time.monotonic() + 30
+    while adapter.port in (None, 0):
+        assert time.monotonic() < deadline, "the webhook never listened"
+        time.sleep(0.02)
+    return adapter.port  # type: ignore[return-value]
+
+
+async def webhook_post(
+    port: int, body: dict[str, Any], *, secret: bytes = WEBHOOK_SECRET, skew: int = 0
+) -> tuple[int, Any]:
+    raw = json.dumps(body).encode()
+    stamp = str(int(time.time()) + skew)
+    headers = {"X-Hermetic-Timestamp": stamp, "X-Hermetic-Signature": sign(secret, stamp, raw)}
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(f"http://127.0.0.1:{port}/webhook", data=raw, headers=headers) as response,
+    ):
+        return response.status, await response.json()

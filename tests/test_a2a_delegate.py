@@ -16,12 +16,12 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import get_artifact_text
 from a2a.types import GetTaskRequest, Task, TaskState
+from api_client import auth, sse_events
 from conftest import get_backend
 from served_app import serve_app
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from test_api import auth, sse_events
 
 from control_plane.a2a import files
 from control_plane.api.app import create_app

@@ -11,38 +11,16 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import get_backend
+from agent_runs import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
-from control_plane.agent.loop import Busy, Conversation
-from control_plane.config.settings import Settings, load_settings
+from control_plane.agent.loop import Busy
+from control_plane.config.settings import load_settings
 from control_plane.events import Event, TurnEnd
-
-
-def settings_for(root: Path, url: str, backend: str = "docker", **overrides: Any) -> Settings:
-    get_backend(backend)  # skips, with the reason, when this backend cannot run here
-    model = {"name": "openai/scripted", "api_base": url, "api_key": "test-key-123456", "retries": 0}
-    model.update(overrides.pop("model", {}))
-    overrides.setdefault("learning", {"enabled": False})  # reviews are tested in test_learning.py
-    return load_settings(root=root, model=model, backend=backend, **overrides)
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
-
-
-def run(conversation: Conversation, text: str) -> tuple[TurnEnd, list[Event]]:
-    events: list[Event] = []
-    end = asyncio.run(conversation.run(text, events.append))
-    return end, events
 
 
 def types(events: list[Event]) -> list[str]:
     return [e.type for e in events if e.type not in ("text_delta", "usage", "tool_progress")]
-
-
-def tool_messages(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
 
 
 def test_task_writes_runs_and_reads_in_a_docker_sandbox(tmp_path: Path, fake_llm: Any) -> None:

@@ -2,59 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from conftest import get_backend
-from served_app import scripted_profiles, serve_app
+from api_client import auth, sse_events
+from served_app import scripted_profiles
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
-
-
-@pytest.fixture
-def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, dict[str, str]]]:
-    """A served API for profiles alpha and beta; yields its URL and a token per profile."""
-    get_backend("local")
-    settings_for = scripted_profiles(tmp_path, fake_llm.url)
-    tokens = TokenStore(tmp_path)
-    issued = {name: tokens.create(name) for name in ("alpha", "beta")}
-    with serve_app(create_app(tmp_path, settings_for)) as url:
-        yield url, issued
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def sse_events(client: httpx.Client, url: str, token: str) -> list[dict[str, Any]]:
-    """Read an SSE stream to its end: each event's name, id and JSON data."""
-    with client.stream("GET", url, headers=auth(token), timeout=60) as response:
-        assert response.status_code == 200 and response.headers["content-type"].startswith(
-            "text/event-stream"
-        )
-        return list(events_of(response))
-
-
-def events_of(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """The events of an open SSE response, each as it arrives: its name, id and JSON data."""
-    current: dict[str, Any] = {}
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            current["event"] = line[7:]
-        elif line.startswith("id: "):
-            current["id"] = int(line[4:])
-        elif line.startswith("data: "):
-            current["data"] = json.loads(line[6:])
-        elif not line and "data" in current:
-            yield current
-            current = {}
 
 
 def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:

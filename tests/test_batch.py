@@ -16,32 +16,11 @@ from typing import Any
 import pytest
 from conftest import get_backend
 from hermetic_cli import scripted_env
+from per_conversation import PerConversation
 
 from control_plane.batch import finished_ids
-from control_plane.models.fake_llm import FakeLLM, ScriptedToolCall, Turn
+from control_plane.models.fake_llm import FakeLLM, Turn
 from control_plane.store import Store
-
-
-class PerConversation(FakeLLM):
-    """Each conversation: first a terminal call echoing its prompt, then an answer quoting the result."""
-
-    def __init__(self, delay: float = 0.0, tool_first: bool = True) -> None:
-        super().__init__()
-        self.delay = delay
-        self.tool_first = tool_first
-
-    def _next(self, body: dict[str, Any]) -> tuple[int, Turn | None]:
-        with self._lock:
-            self.requests.append(body)
-            number = len(self.requests)
-        last = body["messages"][-1]
-        if last["role"] == "user" and self.tool_first:
-            command = f"echo ran {last['content'].split()[-1]}"
-            return number, Turn(
-                tool_calls=[ScriptedToolCall(name="terminal", arguments={"command": command})],
-                delay=self.delay,
-            )
-        return number, Turn(text=f"answer: {(last.get('content') or '').strip()[-40:]}", delay=self.delay)
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from api_client import auth, events_of, sse_events
 from conftest import get_backend
+from per_conversation import PerConversation
 from served_app import scripted_profiles, serve_app
-from test_api import auth, events_of, sse_events
-from test_batch import PerConversation
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent import call, run, settings_for, tool_messages
+from agent_runs import call, run, settings_for, tool_messages
 
 from backends import SandboxSpec
 from control_plane.agent.agent import Agent

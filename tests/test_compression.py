@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import call, run, settings_for
 from fake_llm import scripted_model
-from test_agent import call, run, settings_for
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.compression import DEFAULT_WINDOW, SHORTENED_MARK, SUMMARY_MARK, Compressor, _units

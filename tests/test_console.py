@@ -21,7 +21,7 @@ from conftest import get_backend
 from console_browser import Console, artifacts, chromium, new_context, served_console, shot, sign_in
 from hermetic_cli import scripted_env
 from playwright.sync_api import Browser, expect
-from test_skills import add
+from skill_kit import add
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 

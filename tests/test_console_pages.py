@@ -12,54 +12,21 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import get_backend
-from console_browser import Console, artifacts, chromium, new_context, served_console, shot, sign_in
+from console_browser import (
+    Console,
+    backend_of,
+    shot,
+)
 from gateway_harness import Running
-from playwright.sync_api import Browser, Page, expect
-from test_network_cli import _script, web  # noqa: F401 (the fixture)
-from test_skill_install import MIGRATION_GUIDE, http_server, tar_of, write_skill
-from test_skill_lifecycle import BODY
-from test_skill_merge_api import merge_turns
-from test_skills import PASSING, add
+from network_kit import fetch_script
+from playwright.sync_api import Page, expect
+from skill_kit import BODY, PASSING, add, merge_turns
+from skill_sources import MIGRATION_GUIDE, http_server, tar_of, write_skill
 
 from control_plane.skills.library import DAY
 
 WAIT = "echo first-line; while [ ! -e go ]; do sleep 0.05; done; echo second-line"
 """A command whose first line is out while it still runs: the test lets it finish (creates `go`)."""
-
-
-@pytest.fixture(scope="module", params=["local", "docker"])
-def console(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    get_backend(request.param)  # skips, saying why, where the backend cannot run
-    settings = {
-        "sandbox": {"network": "allowlist"},
-        "toolsets": ["terminal", "network"],
-        "skill_install": {"allow_private_urls": True},  # the skill test's archive is on loopback
-        "gateway": {"webhook": {"secret": "console-test-secret", "port": 0}},  # the status page's platform
-        "memory": {"providers": ["semantic"]},  # the memory page's provider
-    }
-    root = tmp_path_factory.mktemp(f"console-{request.param}")
-    with served_console(root, artifacts(tmp_path_factory), backend=request.param, **settings) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(console: Console, browser: Browser) -> Iterator[Page]:
-    context = new_context(browser, viewport={"width": 1280, "height": 720})
-    page = context.new_page()
-    sign_in(page, console)
-    yield page
-    context.close()
-
-
-def backend_of(console: Console) -> str:
-    return str(console.agent().settings.backend)
 
 
 def test_a_chat_turn_streams_its_tool_call(console: Console, page: Page) -> None:
@@ -93,8 +60,8 @@ def test_a_chat_turn_streams_its_tool_call(console: Console, page: Page) -> None
     expect(page.locator(".msg.user .text")).to_have_text("run the waiting command")
 
 
-def test_a_network_approval_is_answered_inline(console: Console, page: Page, web: int) -> None:  # noqa: F811
-    console.llm.load(_script(web))
+def test_a_network_approval_is_answered_inline(console: Console, page: Page, web: int) -> None:
+    console.llm.load(fetch_script(web))
     page.get_by_role("button", name="New chat").click()
     page.get_by_label("Message").fill("fetch the greeting")
     page.get_by_role("button", name="Send").click()
@@ -467,7 +434,7 @@ def test_the_sandbox_terminal_types_resizes_interrupts_and_reattaches(
 def test_the_sandbox_page_shows_its_stats_ports_and_egress(
     console: Console,
     page: Page,
-    web: int,  # noqa: F811
+    web: int,
     session_id: str,
 ) -> None:
     sandbox = console.agent().sandboxes.get(session_id)

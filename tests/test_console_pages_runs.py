@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 
 from conftest import get_backend
-from console_browser import Console, shot
+from console_browser import Console, backend_of, shot
+from evals_kit import suite_in_home
 from playwright.sync_api import Page, expect
-from test_console_pages import backend_of, browser, console, page  # noqa: F401 (the fixtures)
-from test_evals_api import suite_in_home
 
 
-def test_an_evaluation_run_is_started_and_its_attempts_and_scores_shown(console: Console, page: Page) -> None:  # noqa: F811
+def test_an_evaluation_run_is_started_and_its_attempts_and_scores_shown(console: Console, page: Page) -> None:
     get_backend("docker")  # evaluation runs are on docker whatever the profile's backend
     suite_in_home(console.agent().settings.home)  # evals/suites/mine: a task that passes, one that fails
     page.get_by_role("link", name="Evaluations").click()
@@ -40,7 +39,7 @@ def test_an_evaluation_run_is_started_and_its_attempts_and_scores_shown(console:
     shot(page, console, f"evals-{backend_of(console)}")
 
 
-def test_a_batch_run_is_started_and_each_prompt_shown_as_it_ends(console: Console, page: Page) -> None:  # noqa: F811
+def test_a_batch_run_is_started_and_each_prompt_shown_as_it_ends(console: Console, page: Page) -> None:
     page.get_by_role("link", name="Batches").click()
     page.get_by_role("button", name="Start batch").click()  # no prompts
     expect(page.get_by_role("alert")).to_contain_text("at least 1 item")

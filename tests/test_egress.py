@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import subprocess
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import get_backend
-from netns import UPSTREAM, Upstream, upstream  # noqa: F401 (the fixture)
+from netns import UPSTREAM, Upstream
+from network_kit import publish_index
 
 from backends import Sandbox, SandboxSpec, UnsupportedSpec
 from backends.network import read_audit
@@ -28,37 +27,8 @@ CA = "/tmp/hm14-ca.pem"
 BROWSER_IMAGE = "hermetic-sandbox:browser"
 
 
-def _publish(server: Upstream) -> None:
-    """A package index with one wheel (PEP 503) and a git repository (dumb HTTP) on the upstream."""
-    www = server.root / "www"
-    if (www / "simple").exists():
-        return
-    wheel = www / "packages" / "hm14demo-1.0-py3-none-any.whl"
-    wheel.parent.mkdir(parents=True)
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("hm14demo/__init__.py", "VALUE = 14\n")
-        archive.writestr(
-            "hm14demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hm14demo\nVersion: 1.0\n"
-        )
-        archive.writestr(
-            "hm14demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
-        archive.writestr("hm14demo-1.0.dist-info/RECORD", "")
-    index = www / "simple" / "hm14demo"
-    index.mkdir(parents=True)
-    (index / "index.html").write_text(f'<a href="/packages/{wheel.name}">{wheel.name}</a>\n')
-    work = server.root / "repo"
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(work)]
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    (work / "README").write_text("cloned through the egress proxy\n")
-    subprocess.run([*git, "add", "README"], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(www / "repo.git")], check=True)
-    subprocess.run(["git", "-C", str(www / "repo.git"), "update-server-info"], check=True)
-
-
 @pytest.fixture(params=["local", "docker", "ssh", "modal-standin"], scope="module")
-def allowed(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[Sandbox]:  # noqa: F811
+def allowed(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[Sandbox]:
     """A sandbox on network: allowlist with the test hosts, the test CA at /tmp/hm14-ca.pem."""
     backend = get_backend(request.param)
     if request.param == "modal-standin":
@@ -71,7 +41,7 @@ def allowed(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[Sand
         with pytest.raises(UnsupportedSpec, match="remote user's network"):
             backend.create(spec)
         pytest.skip("ssh: the remote user's network is theirs, so `allowlist` is refused (asserted above)")
-    _publish(upstream)
+    publish_index(upstream)
     with backend.create(spec) as sb:
         sb.upload(upstream.ca_pem, "/tmp")
         sb.run(f"mv /tmp/ca.pem {CA}")
@@ -157,7 +127,7 @@ def test_every_bypass_attempt_fails(allowed: Sandbox) -> None:
 
 def test_the_proxy_down_means_no_network_and_the_sandbox_still_works(
     allowed: Sandbox,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     proxy = egress_proxy()
     tunnel = _through_the_socket(allowed, b"CONNECT pypi.hm14.test:443 HTTP/1.1\r\n\r\n")
@@ -177,7 +147,7 @@ def test_the_proxy_down_means_no_network_and_the_sandbox_still_works(
     assert _sh(allowed, "curl -sS http://pypi.hm14.test/host") == "host=pypi.hm14.test\n"
 
 
-def test_the_socket_directory_goes_with_the_sandbox(upstream: Upstream) -> None:  # noqa: F811
+def test_the_socket_directory_goes_with_the_sandbox(upstream: Upstream) -> None:
     backend = get_backend("local")
     with backend.create(SandboxSpec(network="allowlist", allow=["pypi.hm14.test"])) as sb:
         assert sb.egress is not None
@@ -186,7 +156,7 @@ def test_the_socket_directory_goes_with_the_sandbox(upstream: Upstream) -> None:
     assert not socket_dir.parent.exists(), "no traffic, no audit log: nothing is left behind"
 
 
-def test_the_in_sandbox_browser_goes_through_the_proxy(allowed: Sandbox, upstream: Upstream) -> None:  # noqa: F811
+def test_the_in_sandbox_browser_goes_through_the_proxy(allowed: Sandbox, upstream: Upstream) -> None:
     backend = get_backend(allowed.backend)
     if allowed.backend == "docker":
         backend.ensure_image(BROWSER_IMAGE)  # type: ignore[attr-defined]

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 from conftest import get_backend
-from netns import Upstream, upstream  # noqa: F401 (the fixture)
+from netns import Upstream
+from network_kit import publish_index
 from pydantic import ValidationError
-from test_egress import _publish
 
 from backends import Sandbox, SandboxSpec
 from backends.network import Credential, read_audit
@@ -63,7 +63,7 @@ except ssl.SSLCertVerificationError as exc:
 
 
 @pytest.fixture(params=["local", "docker"], scope="module")
-def injected(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[tuple[Sandbox, list[str]]]:  # noqa: F811
+def injected(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[tuple[Sandbox, list[str]]]:
     """A sandbox whose requests to pypi.hm14.test carry the credential, and the tool outputs seen. Docker
     runs the node image variant (curl, git, python3 and Node); local the host's own."""
     backend = get_backend(request.param)
@@ -74,7 +74,7 @@ def injected(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[tup
     saved = proxy.upstream_context
     proxy.upstream_context = ssl.create_default_context(cafile=str(upstream.ca_pem))  # "the host's store"
     os.environ["HM14_TOKEN"] = SECRET
-    _publish(upstream)
+    publish_index(upstream)
     spec = SandboxSpec(
         network="allowlist",
         allow=["pypi.hm14.test", "git.hm14.test"],

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from netns import Upstream, upstream  # noqa: F401 (the fixture)
+from netns import Upstream
 
 from backends.network import Egress, read_audit
 
@@ -23,7 +23,7 @@ RULES = ["pypi.hm14.test:8443", "pypi.hm14.test:7007", "pypi.hm14.test:2525"]
 
 
 @pytest.fixture
-def egress(tmp_path: Path, upstream: Upstream) -> Iterator[Egress]:  # noqa: F811
+def egress(tmp_path: Path, upstream: Upstream) -> Iterator[Egress]:
     attached = Egress.attach("hm14-tunnels", RULES, root=tmp_path)
     try:
         yield attached
@@ -63,7 +63,7 @@ def _https_get(egress: Egress, ca: Path, server_name: str) -> bytes:
         return answer
 
 
-def test_tls_to_another_server_name_on_a_non_443_port_is_refused(egress: Egress, upstream: Upstream) -> None:  # noqa: F811
+def test_tls_to_another_server_name_on_a_non_443_port_is_refused(egress: Egress, upstream: Upstream) -> None:
     with pytest.raises((ssl.SSLError, OSError)):
         _https_get(egress, upstream.ca_pem, "other.hm14.test")  # the upstream would serve it: fronting
     refused = _decision(egress, 8443)
@@ -72,7 +72,7 @@ def test_tls_to_another_server_name_on_a_non_443_port_is_refused(egress: Egress,
 
 def test_tls_with_the_connect_host_as_server_name_is_carried_on_any_port(
     egress: Egress,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     assert _https_get(egress, upstream.ca_pem, "pypi.hm14.test").endswith(b"host=pypi.hm14.test\n")
     carried = _decision(egress, 8443)

@@ -7,22 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from api_client import auth, sse_events
 from conftest import get_backend
+from evals_kit import suite_in_home
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
-
-
-def suite_in_home(home: Path) -> None:
-    for name, reward in (("passes", 1), ("fails", 0)):
-        task = home / "evals" / "suites" / "mine" / name
-        for sub in ("tests", "solution"):
-            (task / sub).mkdir(parents=True)
-        (task / "instruction.md").write_text("Do nothing much.")
-        (task / "solution" / "solve.sh").write_text("true\n")
-        (task / "tests" / "test.sh").write_text(f"echo {reward} > /logs/verifier/reward.txt\n")
 
 
 def test_a_run_started_over_http_is_followed_to_its_summary(tmp_path: Path, fake_llm: Any) -> None:

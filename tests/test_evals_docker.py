@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
-from netns import Upstream, upstream  # noqa: F401 (the fixture)
+from netns import Upstream
 
 from backends import Backend
 from control_plane.evals import BUILTIN, AttemptResult, Task, load_suite
@@ -40,7 +40,7 @@ def run(
 
 def test_every_builtin_task_gives_the_oracle_1_and_nop_0(
     docker: Backend,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
     tmp_path: Path,
 ) -> None:
     shutil.copy(BUILTIN / "net-fetch-allowed" / "upstream" / "inventory.csv", upstream.root / "www")

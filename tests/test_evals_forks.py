@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
+from evals_kit import recorded
 
-from backends import Backend, Sandbox, SandboxSpec
+from backends import Backend
 from control_plane.evals import Task, load_suite, load_task
 from control_plane.evals.attempt import EVAL_LABEL, AttemptSetup, OracleAgent
 from control_plane.evals.runner import EvalRunner
@@ -47,19 +48,6 @@ def write_task(path: Path, outside: bool = True) -> Task:
     task = load_task(path)
     assert isinstance(task, Task), task
     return task
-
-
-def recorded(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> list[Sandbox]:
-    """Every sandbox the backend creates from now on."""
-    made: list[Sandbox] = []
-    create = backend.create
-
-    def recording(spec: SandboxSpec) -> Sandbox:
-        made.append(create(spec))
-        return made[-1]
-
-    monkeypatch.setattr(backend, "create", recording)
-    return made
 
 
 @pytest.mark.parametrize("name", ["docker", "local", "ssh", "modal-standin"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
-from test_evals_forks import recorded
+from evals_kit import recorded
 
 from backends import Backend, Sandbox
 from backends.local import LocalSandbox

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent import call, run, settings_for, tool_messages
+from agent_runs import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.config.settings import Limits

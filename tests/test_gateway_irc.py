@@ -210,13 +210,15 @@ def test_a_kill_9_mid_turn_is_answered_once_after_the_restart(
 ) -> None:
     import signal
 
-    from test_gateway_crash import SCRIPT, _gateway, _profile, _wait_all_answered
+    from gateway_process import SCRIPT, gateway_profile, start_gateway, wait_all_answered
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
     bot = _bot(alice)
-    env = _profile(tmp_path, fake_llm.url, "irc", irc_config(irc_server, nick=bot, allow_users=[alice.nick]))
-    first = _gateway(env)
+    env = gateway_profile(
+        tmp_path, fake_llm.url, "irc", irc_config(irc_server, nick=bot, allow_users=[alice.nick])
+    )
+    first = start_gateway(env)
     try:
         alice.wait_online(bot)
         alice.say(bot, "question one")
@@ -226,13 +228,13 @@ def test_a_kill_9_mid_turn_is_answered_once_after_the_restart(
     finally:
         first.kill()
         first.wait(10)
-    again = _gateway(env)
+    again = start_gateway(env)
     try:
         alice.wait_online(bot)  # the killed one's nick is freed once the server sees its socket close
         assert alice.hear(1) == [(bot, alice.nick, "answer one")], "the stored message was answered"
         alice.say(bot, "question two")
         assert alice.hear(1) == [(bot, alice.nick, "answer two")]
-        _wait_all_answered(tmp_path, "irc")
+        wait_all_answered(tmp_path, "irc")
         again.send_signal(signal.SIGINT)
         assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
     finally:

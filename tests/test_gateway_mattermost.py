@@ -12,15 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_harness import SEND_A_FILE, Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 from mattermost_standin import TOKEN, MattermostStandin
-from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
 
-SEND_A_FILE = [
-    {"tool_calls": [{"name": "write_file", "arguments": {"path": "out/r.txt", "content": "numbers\n"}}]},
-    {"tool_calls": [{"name": "send_file", "arguments": {"path": "out/r.txt"}}]},
-    {"text": "Sent."},
-]
 """The agent writes out/r.txt and sends it to the chat."""
 
 
@@ -154,14 +149,14 @@ def test_a_kill_9_mid_turn_and_a_post_sent_while_down_are_each_answered_once(
 ) -> None:
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
-    env = _profile(tmp_path, fake_llm.url, "mattermost", _config(mm))
-    _kill_9_while_replying(
+    env = gateway_profile(tmp_path, fake_llm.url, "mattermost", _config(mm))
+    kill_9_while_replying(
         env,
         lambda: mm.wait_for(mm.connected) and mm.user_says("d100", "question one"),
         lambda: mm.wait_for(lambda: mm.called("PUT", "/posts/")),
     )
     mm.user_says("d100", "sent while the gateway was down", live=False)
-    _answered_once_after_restart(env, "mattermost", lambda: mm.texts("d100"), mm.wait_for, fake_llm)
+    answered_once_after_restart(env, "mattermost", lambda: mm.texts("d100"), mm.wait_for, fake_llm)
     assert mm.called("GET", "/channels/d100/posts"), "the missed post came from the channel's history"
 
 

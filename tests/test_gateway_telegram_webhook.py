@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from gateway_harness import OWNER, Running, gateway_settings, wait_answered
+from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 from telegram_standin import TOKEN, TelegramStandin
-from test_gateway_crash import SCRIPT, _answered_once_after_restart, _kill_9_while_replying, _profile
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -120,8 +120,8 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     fake_llm.load(SCRIPT)
     config = {"token": TOKEN, "base_url": standin.base_url, "base_file_url": standin.base_file_url,
               "allow_users": [str(OWNER)], **_webhook()}  # fmt: skip
-    env = _profile(tmp_path, fake_llm.url, "telegram", config)
-    _kill_9_while_replying(
+    env = gateway_profile(tmp_path, fake_llm.url, "telegram", config)
+    kill_9_while_replying(
         env,
         lambda: standin.user_says(OWNER, "question one"),  # redelivered until the gateway listens
         lambda: standin.wait_for(lambda: standin.called("editMessageText")),
@@ -132,7 +132,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     def texts() -> list[str]:
         return [m.text for m in standin.bot_messages(OWNER)]
 
-    _answered_once_after_restart(env, "telegram", texts, standin.wait_for, fake_llm)
+    answered_once_after_restart(env, "telegram", texts, standin.wait_for, fake_llm)
     tries = [s for u, s in standin.webhook_posts if u == later["update_id"]]
     assert tries[-1] == 200 and 0 in tries, "sent while down: retried until the restarted gateway stored it"
     assert len(standin.called("setWebhook")) == 2, "each run sets the webhook with the same secret"

@@ -5,44 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
-from gateway_harness import Running, gateway_settings
+from gateway_harness import WEBHOOK_SECRET, Running, gateway_settings, listening_port, webhook_post
 
-from control_plane.gateway.webhook import WebhookAdapter, sign
-
-SECRET = b"webhook-test-secret"
+from control_plane.gateway.webhook import sign
 
 
 def _settings(tmp_path: Path, llm_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("HM15_WEBHOOK_SECRET", SECRET.decode())
+    monkeypatch.setenv("HM15_WEBHOOK_SECRET", WEBHOOK_SECRET.decode())
     webhook = {"secret": "${HM15_WEBHOOK_SECRET}", "port": 0, "reply_timeout": 30}
     return gateway_settings(tmp_path, llm_url, None, gateway={"webhook": webhook})
-
-
-def _port(gateway: Any) -> int:
-    adapter: WebhookAdapter = gateway.adapters["webhook"]
-    deadline = time.monotonic() + 30
-    while adapter.port in (None, 0):
-        assert time.monotonic() < deadline, "the webhook never listened"
-        time.sleep(0.02)
-    return adapter.port  # type: ignore[return-value]
-
-
-async def _post(port: int, body: dict[str, Any], *, secret: bytes = SECRET, skew: int = 0) -> tuple[int, Any]:
-    raw = json.dumps(body).encode()
-    stamp = str(int(time.time()) + skew)
-    headers = {"X-Hermetic-Timestamp": stamp, "X-Hermetic-Signature": sign(secret, stamp, raw)}
-    async with (
-        aiohttp.ClientSession() as client,
-        client.post(f"http://127.0.0.1:{port}/webhook", data=raw, headers=headers) as response,
-    ):
-        return response.status, await response.json()
 
 
 def test_a_signed_post_gets_the_reply_in_its_response_and_a_retry_is_not_answered_twice(
@@ -50,11 +26,11 @@ def test_a_signed_post_gets_the_reply_in_its_response_and_a_retry_is_not_answere
 ) -> None:
     fake_llm.load([{"text": "pong from the agent"}])
     with Running(_settings(tmp_path, fake_llm.url, monkeypatch)) as gateway:
-        port = _port(gateway)
+        port = listening_port(gateway)
         message = {"id": "m-1", "chat": "ops", "user": "ci", "text": "ping"}
-        status, body = asyncio.run(_post(port, message))
+        status, body = asyncio.run(webhook_post(port, message))
         assert (status, body) == (200, {"reply": "pong from the agent"})
-        status, body = asyncio.run(_post(port, message))
+        status, body = asyncio.run(webhook_post(port, message))
         assert (status, body) == (200, {"status": "duplicate"})
         assert len(fake_llm.requests) == 1
         (session,) = [s for s in gateway.agent.store.list_sessions("default") if s.source == "webhook"]
@@ -65,11 +41,11 @@ def test_bad_signatures_stale_timestamps_and_bad_bodies_are_refused(
     tmp_path: Path, fake_llm: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with Running(_settings(tmp_path, fake_llm.url, monkeypatch)) as gateway:
-        port = _port(gateway)
+        port = listening_port(gateway)
         message = {"id": "m-2", "chat": "ops", "text": "rm -rf"}
-        assert asyncio.run(_post(port, message, secret=b"guessed"))[0] == 401
-        assert asyncio.run(_post(port, message, skew=-3600))[0] == 401
-        status, body = asyncio.run(_post(port, {"chat": "ops"}))
+        assert asyncio.run(webhook_post(port, message, secret=b"guessed"))[0] == 401
+        assert asyncio.run(webhook_post(port, message, skew=-3600))[0] == 401
+        status, body = asyncio.run(webhook_post(port, {"chat": "ops"}))
         assert status == 400 and "not a valid message" in body["error"]
         assert fake_llm.requests == []
         assert gateway.store.last_inbound("webhook") is None, "nothing unsigned is even stored"
@@ -96,7 +72,7 @@ def test_with_a_callback_url_the_reply_is_posted_there_signed(
         await site.start()
         port = runner.addresses[0][1]
         try:
-            status, body = await _post(
+            status, body = await webhook_post(
                 webhook_port,
                 {
                     "id": "m-3",
@@ -111,8 +87,8 @@ def test_with_a_callback_url_the_reply_is_posted_there_signed(
             await runner.cleanup()
 
     with Running(_settings(tmp_path, fake_llm.url, monkeypatch)) as gateway:
-        webhook_port = _port(gateway)
+        webhook_port = listening_port(gateway)
         asyncio.run(main())
     ((headers, raw),) = received
     assert json.loads(raw)["text"] == "the build is green"
-    assert headers["X-Hermetic-Signature"] == sign(SECRET, headers["X-Hermetic-Timestamp"], raw)
+    assert headers["X-Hermetic-Signature"] == sign(WEBHOOK_SECRET, headers["X-Hermetic-Timestamp"], raw)

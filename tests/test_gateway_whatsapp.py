@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
-from test_gateway_crash import (
+from gateway_harness import SEND_A_FILE, Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import (
     SCRIPT,
-    _answered_once_after_restart,
-    _gateway,
-    _kill_9_while_replying,
-    _profile,
-    _wait_all_answered,
+    answered_once_after_restart,
+    gateway_profile,
+    kill_9_while_replying,
+    start_gateway,
+    wait_all_answered,
 )
-from test_gateway_mattermost import SEND_A_FILE
 from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
 
 from control_plane.gateway.base import Inbound
@@ -146,8 +145,8 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     # raced the rerun and took a fourth model request)
     slow = {"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 30"}}]}
     fake_llm.load([slow, *SCRIPT[1:]])
-    env = _profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
-    _kill_9_while_replying(
+    env = gateway_profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
+    kill_9_while_replying(
         env,
         lambda: wa.user_says(USER, "question one"),  # redelivered until the gateway listens and stores
         lambda: wa.wait_for(lambda: len(fake_llm.requests) >= 1),
@@ -155,7 +154,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     # sent while no gateway listens: WhatsApp redelivers it until the restarted gateway answers 200
     later = threading.Thread(target=wa.user_says, args=(USER, "sent while the gateway was down"))
     later.start()
-    _answered_once_after_restart(env, "whatsapp", lambda: wa.texts(USER), wa.wait_for, fake_llm)
+    answered_once_after_restart(env, "whatsapp", lambda: wa.texts(USER), wa.wait_for, fake_llm)
     later.join(30)
 
 
@@ -178,17 +177,17 @@ def test_a_kill_9_after_whatsapp_took_the_reply_but_before_it_was_recorded_does_
     to its POST (the window between send and record); the restarted gateway marks it answered."""
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT[1:])
-    env = _profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
+    env = gateway_profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
     wa.hold_replies()
-    _kill_9_while_replying(
+    kill_9_while_replying(
         env,
         lambda: wa.user_says(USER, "question one"),
         lambda: wa.wait_for(lambda: wa.texts(USER) == ["answer one"]),
     )
     wa.release()
-    again = _gateway(env)
+    again = start_gateway(env)
     try:
-        _wait_all_answered(tmp_path, "whatsapp", timeout=120)  # a rerun would send before it marks
+        wait_all_answered(tmp_path, "whatsapp", timeout=120)  # a rerun would send before it marks
         again.send_signal(signal.SIGINT)
         assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
     finally:

@@ -167,13 +167,13 @@ def test_a_wrong_password_and_a_server_without_tls_are_refused(xmpp_server: Pros
 def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser
 ) -> None:
-    from test_gateway_crash import SCRIPT, _gateway, _profile, _wait_all_answered
+    from gateway_process import SCRIPT, gateway_profile, start_gateway, wait_all_answered
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
     bot = _bot(alice)
-    env = _profile(tmp_path, fake_llm.url, "xmpp", _bot_config(xmpp_server, alice))
-    first = _gateway(env)
+    env = gateway_profile(tmp_path, fake_llm.url, "xmpp", _bot_config(xmpp_server, alice))
+    first = start_gateway(env)
     try:
         alice.say(bot, "question one")
         began = alice.hear()  # the reply is out and being corrected
@@ -185,12 +185,12 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     alice.wait_offline(f"{bot}/hermetic")
     alice.say(bot, "question two")  # kept by the server while no gateway is logged in
     heard = [began]
-    again = _gateway(env)
+    again = start_gateway(env)
     try:
         # question two is answered on its own or, arriving while the rerun runs, steers it
         while not {"answer one", "answer two"} <= set("\n".join(final_texts(heard).values()).split("\n")):
             heard.append(alice.hear())
-        _wait_all_answered(tmp_path, "xmpp")
+        wait_all_answered(tmp_path, "xmpp")
         again.send_signal(signal.SIGINT)
         assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent import run, settings_for
+from agent_runs import run, settings_for
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.learning import REVIEW_PROMPT, TurnRecord, review_reasons, transcript

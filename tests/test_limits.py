@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from api_client import auth, sse_events
 from conftest import get_backend
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore

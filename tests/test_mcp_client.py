@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from conftest import get_backend
+from mcp_calls import call
 from mcp_servers import server_config
 
 from control_plane.agent.agent import Agent
 from control_plane.config.settings import load_settings
-from control_plane.tools import ToolContext, ToolResult, invoke
+from control_plane.tools import ToolResult
 
 BACKENDS = ["local", "docker"]
 
@@ -35,13 +36,6 @@ def closing() -> Iterator[list[Agent]]:
     yield agents
     for agent in agents:
         agent.close()
-
-
-def call(agent: Agent, name: str, **arguments: Any) -> ToolResult:
-    import json
-
-    ctx = ToolContext(session_id="t", call_id="c", limits=agent.settings.limits, get_sandbox=lambda: None)  # type: ignore[arg-type,return-value]
-    return invoke(agent.tools.get(name), name, json.dumps(arguments), ctx)
 
 
 def signal_server(agent: Agent, server: str, module: str, sig: str) -> None:

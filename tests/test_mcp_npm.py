@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
-from test_mcp_client import call
+from mcp_calls import call
 from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent

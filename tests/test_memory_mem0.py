@@ -18,9 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from api_client import auth, served_turn
 from served_app import scripted_profiles, serve_app
-from test_api import auth
-from test_memory_providers import served_turn
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app

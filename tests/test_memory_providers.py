@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from api_client import auth, served_turn
 from honcho_standin import HonchoStandin
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
@@ -140,16 +140,6 @@ def test_a_hanging_honcho_never_blocks_the_turn(tmp_path: Path, fake_llm: Any) -
     notices = [e.message for e in events if e.type == "notice"]
     assert notices == ["memory provider honcho skipped this turn: no answer within 0.5 s"]
     assert [m["content"] for m in fake_llm.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
-
-
-def served_turn(client: httpx.Client, token: str, fake_llm: Any) -> list[dict[str, Any]]:
-    """Run one turn ("hi", answered "Hello!") in a new session of the served app; its events to the end."""
-    fake_llm.load([{"text": "Hello!"}])
-    session = client.post("/sessions", json={}).json()["id"]
-    posted = client.post(f"/sessions/{session}/messages", json={"content": "hi"})
-    assert posted.status_code == 202, posted.text
-    after = posted.json()["after"]
-    return sse_events(client, f"/sessions/{session}/events?after={after}&until_turn_end=true", token)
 
 
 def test_the_providers_health_over_http(tmp_path: Path, fake_llm: Any) -> None:

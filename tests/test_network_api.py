@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import get_backend
+from network_kit import fetch_script
 from served_app import scripted_profiles, serve_app
-from test_network_cli import _script, web  # noqa: F401 (the fixture)
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -31,11 +31,11 @@ def api(tmp_path: Path, fake_llm: Any) -> Iterator[tuple[str, str]]:
 def test_the_approval_is_an_event_answered_on_an_endpoint(
     api: tuple[str, str],
     fake_llm: Any,
-    web: int,  # noqa: F811
+    web: int,
 ) -> None:
     url, token = api
     headers = {"Authorization": f"Bearer {token}"}
-    fake_llm.load(_script(web))
+    fake_llm.load(fetch_script(web))
     with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
         session = client.post("/sessions", json={}).json()["id"]
         after = client.post(f"/sessions/{session}/messages", json={"content": "fetch"}).json()["after"]

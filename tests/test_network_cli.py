@@ -6,12 +6,9 @@ loopback, which the sandbox reaches only through the proxy once the user said ye
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,28 +17,9 @@ import pytest
 import yaml
 from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
+from network_kit import fetch_script
 
 from backends.network import NET_ROOT
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        body = b"hello from the host\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
-@pytest.fixture
-def web() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
 
 
 @pytest.fixture
@@ -50,17 +28,6 @@ def env(tmp_path: Path, fake_llm: Any) -> dict[str, str]:
     return scripted_env(
         tmp_path, fake_llm.url, HERMETIC_SANDBOX__NETWORK="allowlist", HERMETIC_TOOLSETS="terminal,network"
     )
-
-
-def _script(port: int) -> list[dict[str, Any]]:
-    fetch = f"curl -sS --noproxy '' -x \"$http_proxy\" http://127.0.0.1:{port}/"
-    ask = {"host": "127.0.0.1", "port": port, "reason": "to fetch the greeting"}
-    return [
-        {"tool_calls": [{"name": "terminal", "arguments": {"command": fetch}}]},
-        {"tool_calls": [{"name": "network_request", "arguments": ask}]},
-        {"tool_calls": [{"name": "terminal", "arguments": {"command": fetch}}]},
-        {"text": "fetched"},
-    ]
 
 
 def _tool_results(fake_llm: Any) -> list[str]:
@@ -83,7 +50,7 @@ def terminal(*args: str, env: dict[str, str]) -> pexpect.spawn:
 def test_a_refused_host_is_asked_for_at_the_prompt_and_allowed_once(
     env: dict[str, str], fake_llm: Any, web: int
 ) -> None:
-    fake_llm.load(_script(web))
+    fake_llm.load(fetch_script(web))
     run = terminal("run", "fetch the greeting", env=env)
     run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}: to fetch the greeting")
     run.expect_exact("[1] once  [2] always  [3] no")
@@ -114,7 +81,7 @@ def test_always_adds_the_host_to_the_profile_and_no_terminal_is_no(
 ) -> None:
     config = Path(env["HERMETIC_ROOT"]) / "config.yaml"
     config.write_text("# the operator's own note, kept\nsandbox:\n  memory: 1g\n")
-    fake_llm.load(_script(web))
+    fake_llm.load(fetch_script(web))
     run = terminal("run", "fetch", env=env)
     run.expect_exact(f"The agent asks to reach 127.0.0.1:{web}")
     run.sendline("sometimes")
@@ -127,7 +94,7 @@ def test_always_adds_the_host_to_the_profile_and_no_terminal_is_no(
     assert yaml.safe_load(config.read_text()) == {"sandbox": {"memory": "1g", "allow": [f"127.0.0.1:{web}"]}}
     assert "hello from the host" in _tool_results(fake_llm)[2]
 
-    fake_llm.load(_script(web))
+    fake_llm.load(fetch_script(web))
     piped = hermetic("run", "fetch", env={**env, "HERMETIC_SANDBOX__ALLOW": "[]"}, stdin="once\n")
     assert piped.returncode == 0, piped.stderr
     results = _tool_results(fake_llm)
@@ -136,7 +103,7 @@ def test_always_adds_the_host_to_the_profile_and_no_terminal_is_no(
 
 
 def test_chat_asks_for_a_host_between_messages(env: dict[str, str], fake_llm: Any, web: int) -> None:
-    fake_llm.load(_script(web))
+    fake_llm.load(fetch_script(web))
     chat = terminal("chat", env=env)
     chat.expect_exact("›")
     chat.sendline("fetch the greeting")

@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from test_agent import call, run, settings_for, tool_messages
+from agent_runs import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM

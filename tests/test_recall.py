@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_store import HOSTILE
+from hostile_text import HOSTILE
 
 from control_plane.agent.agent import Agent
 from control_plane.config.settings import Limits, load_settings

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from hermetic_cli import hermetic
 from paraphrases import TOPICS, UNRELATED
-from postgres import SUPERUSER, LocalPostgres, pgvector  # noqa: F401 (the session fixture: PostgreSQL with pgvector)
+from postgres import SUPERUSER, LocalPostgres
 from sqlalchemy import text
 
 from bench.recall_corpus import SYMPTOMS, SYSTEMS

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from test_skill_install import http_server, loopback_settings, tar_of, write_skill
+from skill_sources import http_server, loopback_settings, tar_of, write_skill
 from typer.testing import CliRunner
 
 from control_plane.api.app import create_app

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import bridge_gateway, get_backend
+from skill_kit import make_skill
 from skills_ref.validator import validate
 
 from backends import Backend
@@ -24,34 +24,6 @@ from control_plane.skills.model import GatePolicy, Verdict
 @pytest.fixture(scope="module")
 def docker() -> Backend:
     return get_backend("docker")
-
-
-def make_skill(
-    root: Path,
-    files: dict[str, str | bytes],
-    directory: str = "demo-skill",
-    metadata: dict[str, str] | None = None,
-    **frontmatter: object,
-) -> Path:
-    """A skill directory under `root`: SKILL.md from the arguments, plus `files` by relative path."""
-    skill = root / directory
-    skill.mkdir()
-    fields: dict[str, object] = {
-        "name": directory,
-        "description": "Counts the lines of a file. Use for line counts.",
-    }
-    fields.update(frontmatter)
-    if metadata is not None:
-        fields["metadata"] = metadata
-    (skill / "SKILL.md").write_text(f"---\n{yaml.safe_dump(fields)}---\n# Count lines\nRun `wc -l FILE`.\n")
-    for rel, content in files.items():
-        path = skill / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    return skill
 
 
 def containers_of(docker: Backend, skill: str) -> list[object]:

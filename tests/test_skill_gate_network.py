@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import get_backend
-from netns import Upstream, upstream  # noqa: F401 (the fixture)
-from test_skill_gate import make_skill
+from netns import Upstream
+from skill_kit import make_skill
 
 from backends import Backend
 from control_plane.skills.format import parse_skill
@@ -24,7 +24,7 @@ echo declared-host-only
 
 
 @pytest.fixture(params=["local", "docker"])
-def backend(request: pytest.FixtureRequest, upstream: Upstream) -> Backend:  # noqa: F811
+def backend(request: pytest.FixtureRequest, upstream: Upstream) -> Backend:
     return get_backend(request.param)
 
 

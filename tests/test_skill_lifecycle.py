@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import call
 from conftest import get_backend
-from test_skills import FAILING, PASSING, add, call, library_at, skill_md
+from skill_kit import BODY, FAILING, PASSING, add, library_at, skill_md
 from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent
@@ -18,8 +19,6 @@ from control_plane.cli.main import app as cli_app
 from control_plane.config.settings import load_settings
 from control_plane.events import Event
 from control_plane.skills.curation import due_reviews, duplicates, similarity
-
-BODY = "Steps: compute six times seven with shell arithmetic and compare it with the expected answer."
 
 
 def agent_for(root: Path, url: str, **model: Any) -> Agent:

@@ -8,26 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from api_client import auth, sse_events
 from conftest import get_backend
 from served_app import scripted_profiles, serve_app
-from test_api import auth, sse_events
-from test_skill_lifecycle import BODY
-from test_skills import FAILING, PASSING, add, call, skill_md
+from skill_kit import BODY, FAILING, PASSING, add, merge_turns
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 
 PAIR = {"a": "check-answer", "b": "answer-check"}
-
-
-def merge_turns(script: str) -> list[dict[str, Any]]:
-    """The reviewer merges the pair into answer-check with `script` as its check."""
-    merged = skill_md("answer-check", "Check that the answer is 42, and report it.", BODY + " Report it.")
-    merge = call(
-        "skill_manage", action="merge", name="answer-check", sources=["answer-check", "check-answer"],
-        content=merged, files={"scripts/verify.sh": script}, reason="the same check twice",
-    )  # fmt: skip
-    return [{"tool_calls": [merge]}, {"text": "done reviewing"}]
 
 
 def review(client: httpx.Client, url: str, token: str) -> str:

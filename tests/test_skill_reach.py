@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from netns import UPSTREAM, Upstream, upstream  # noqa: F401 (the fixture)
-from test_skill_install import git, repo_with_skill, tar_of
+from netns import UPSTREAM, Upstream
+from skill_sources import git, repo_with_skill, tar_of
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
@@ -114,7 +114,7 @@ def test_a_loopback_tap_is_refused_unless_private_urls_are_allowed(
 def test_a_public_host_redirecting_to_loopback_is_refused(
     tmp_path: Path,
     www: Path,
-    upstream: Upstream,  # noqa: F811 (the fixture)
+    upstream: Upstream,
     path: str,
 ) -> None:
     """The first hop is a host on a public address (the test's namespace, 198.18.N.2), the redirect
@@ -136,7 +136,7 @@ def test_a_public_host_redirecting_to_loopback_is_refused(
 def test_a_public_source_installs_with_the_check_on(
     tmp_path: Path,
     www: Path,
-    upstream: Upstream,  # noqa: F811 (the fixture)
+    upstream: Upstream,
     path: str,
 ) -> None:
     """On a public address (198.18.N.2) the archive downloads and git clones, pinned to the address

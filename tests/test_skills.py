@@ -11,49 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import get_backend
+from agent_runs import call
 from fastapi.testclient import TestClient
+from skill_kit import FAILING, PASSING, add, docker, library_at, skill_md
 from skills_ref.validator import validate
 from typer.testing import CliRunner
 
-from backends import Backend
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
-from control_plane.config.settings import Settings, SkillsSettings, load_settings
+from control_plane.config.settings import Settings, load_settings
 from control_plane.events import Event
 from control_plane.skills.format import parse_skill
 from control_plane.skills.gate import verify as gate_verify
-from control_plane.skills.library import DAY, SkillLibrary, UnknownSkill
+from control_plane.skills.library import DAY, UnknownSkill
 from control_plane.skills.model import GatePolicy, Verdict
 
 REPO_SKILLS = Path(__file__).parent.parent / "control_plane" / "skills" / "examples"
-
-
-def docker() -> Backend:
-    """The gate's sandboxes: real Docker (skips, with the reason, where dockerd is absent)."""
-    return get_backend("docker")
-
-
-def skill_md(name: str, description: str, body: str = "Run scripts/verify.sh.") -> str:
-    return f'---\nname: {name}\ndescription: {description}\nmetadata:\n  hermetic.version: "1"\n---\n{body}\n'
-
-
-PASSING = '#!/usr/bin/env bash\nset -e\ntest "$(echo $((6 * 7)))" = 42\necho answer-ok\n'
-FAILING = "#!/usr/bin/env bash\necho 'expected 42, got 41' >&2\nexit 1\n"
-
-
-def library_at(root: Path, **settings: Any) -> SkillLibrary:
-    return SkillLibrary(root / "skills", SkillsSettings(**settings), backend=docker)
-
-
-def add(library: SkillLibrary, name: str, description: str, body: str = "steps", check: str = PASSING) -> int:
-    library.write(name, "SKILL.md", skill_md(name, description, body), new=True)
-    library.write(name, "scripts/verify.sh", check)
-    version = library.submit(name, proposer="test").version
-    assert version is not None
-    return version
 
 
 # -- the agent writes skills -------------------------------------------------------------------
@@ -68,10 +43,6 @@ def agent_for(root: Path, url: str) -> Agent:
         learning={"enabled": False},
     )
     return Agent(settings)
-
-
-def call(tool: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": tool, "arguments": arguments}
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:

@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from test_agent import call
-from test_api import api, auth, sse_events
-
-__all__ = ["api"]  # the fixture
+from agent_runs import call
+from api_client import auth, sse_events
 
 
 def turn(client: httpx.Client, session: str, token: str, text: str) -> list[dict[str, Any]]:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import call, run, settings_for
+from doctor_run import doctor, status
 from hermetic_cli import hermetic as run_hermetic
 from hermetic_cli import ssh_env
-from test_agent import call, run, settings_for
-from test_doctor import doctor, status
 
 from backends import Backend, SandboxSpec, create_backend
 from control_plane.agent.agent import Agent

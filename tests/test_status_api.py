@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from gateway_harness import Running, gateway_settings
+from api_client import auth
+from gateway_harness import Running, gateway_settings, listening_port, webhook_post
 from served_app import serve_app
 from telegram_standin import TelegramStandin
-from test_api import auth
-from test_gateway_webhook import _port, _post
 
 from control_plane.api.app import create_app
 from control_plane.api.tokens import TokenStore
 
-SECRET = "webhook-test-secret"  # test_gateway_webhook's _post signs with it
+SECRET = "webhook-test-secret"  # test_gateway_webhook's webhook_post signs with it
 
 
 def until(read: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 60) -> Any:
@@ -64,7 +63,7 @@ def test_the_gateways_platforms_as_the_running_gateway_records_them(tmp_path: Pa
                 assert found["webhook"]["state"] == "connected" and found["webhook"]["errors"] == []
 
                 message = {"id": "m-1", "chat": "ops", "user": "ci", "text": "ping"}
-                assert asyncio.run(_post(_port(running), message)) == (200, {"reply": "pong"})
+                assert asyncio.run(webhook_post(listening_port(running), message)) == (200, {"reply": "pong"})
                 webhook = until(platforms, lambda p: p["webhook"]["answered"] == 1)["webhook"]
                 assert (webhook["received"], webhook["waiting"]) == (1, 0)
                 assert webhook["last_message_at"] >= started and webhook["updated_at"] >= started

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_text import HOSTILE
 from postgres import LocalPostgres
 
 from control_plane.store import MessageRecord, SearchHit, SessionRecord, Store, StoreError
@@ -302,53 +303,6 @@ def test_search_falls_back_to_substrings(store: Store) -> None:
     assert store.search(P, "notfound modulenot")[0].role == "tool"
     assert store.search(P, "ul") == []  # too short to be a substring query
     assert store.search(P, "notfound zebra") == []
-
-
-HOSTILE = [
-    "",
-    "   ",
-    '"',
-    '""',
-    '"unbalanced quote',
-    "(",
-    ")",
-    "(kubernetes",
-    "kubernetes)",
-    "AND",
-    "OR",
-    "NOT",
-    "kubernetes AND",
-    "AND kubernetes OR",
-    "NEAR(",
-    "NEAR(kubernetes deploy, 2)",
-    "*",
-    "kube*",
-    "^kubernetes",
-    "content:kubernetes",
-    "col:",
-    ":",
-    "-",
-    "-kubernetes",
-    "kubernetes -",
-    "+",
-    "{content}:x",
-    "a'b",
-    "''",
-    "\\",
-    "%",
-    "_",
-    "😀",
-    "🚀 kubernetes",
-    "\x00",
-    "kubernetes\x00",
-    "de\x00ploy kubernetes",
-    '"kuber\x00netes deploy"',
-    "kubernetes\x01\x1f\x7f deploy",
-    "x" * 5000,
-    " ".join(["deploy"] * 200),
-    "!@#$%^&*()[]{}<>?/|~`",
-    "DROP TABLE messages; --",
-]
 
 
 def test_hostile_queries_never_raise(store: Store) -> None:

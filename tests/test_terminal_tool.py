@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import call as agent_call
+from agent_runs import run, settings_for, tool_messages
 from conftest import get_backend
-from test_agent import call as agent_call
-from test_agent import run, settings_for, tool_messages
-from test_tools import call
+from tool_calls import call
 
 from backends import Sandbox, SandboxSpec
 from control_plane.agent.agent import Agent

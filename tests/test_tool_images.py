@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_runs import call, run, settings_for, tool_messages
 from conftest import get_backend
 from gateway_harness import OWNER, Running, gateway_settings, wait_answered
 from mcp import Client, StdioServerParameters
 from PIL import Image
 from served_app import scripted_profiles, serve_app
 from telegram_standin import TelegramStandin
-from test_agent import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.agent.tool_images import IMAGES_MARK, show_images

@@ -2,45 +2,25 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import get_backend
+from tool_calls import call
 
 from backends import Sandbox, SandboxSpec
 from control_plane.agent.agent import _repair
 from control_plane.agent.calls import groups
-from control_plane.config.settings import Limits
 from control_plane.models.router import ToolCall
 from control_plane.safety.redaction import Redactor, clip
-from control_plane.tools import TOOLS, ToolContext, ToolResult, invoke
+from control_plane.tools import TOOLS
 
 
 @pytest.fixture(params=["local", "docker"], scope="module")
 def box(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     with get_backend(request.param).create(SandboxSpec(memory="512m", pids=256)) as sandbox:
         yield sandbox
-
-
-def call(sandbox: Sandbox | None, name: str, arguments: Any, progress: list[str] | None = None) -> ToolResult:
-    progress = [] if progress is None else progress
-
-    def no_sandbox() -> Sandbox:
-        raise AssertionError("this call must not need a sandbox")
-
-    ctx = ToolContext(
-        session_id="s-test",
-        call_id="c1",
-        limits=Limits(),
-        get_sandbox=(lambda: sandbox) if sandbox else no_sandbox,
-        progress=progress.append,
-        cancelled=threading.Event(),
-    )
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return invoke(TOOLS.get(name), name, raw, ctx)
 
 
 def test_every_tool_has_a_schema_the_model_can_use() -> None:

@@ -9,8 +9,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from agent_runs import call, run, settings_for, tool_messages
 from PIL import Image
-from test_agent import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM

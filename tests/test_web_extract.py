@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from netns import Upstream, upstream  # noqa: F401 (the session fixture)
-from test_agent import call, run, settings_for, tool_messages
+from agent_runs import call, run, settings_for, tool_messages
+from netns import Upstream
 
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM
@@ -71,7 +71,7 @@ def extracted(
 def test_pages_come_back_as_markdown_under_the_allowlist(
     tmp_path: Path,
     fake_llm: FakeLLM,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     urls = [
         "http://pypi.hm14.test/article.html",
@@ -104,7 +104,7 @@ def test_pages_come_back_as_markdown_under_the_allowlist(
 def test_refusals_and_bad_pages_are_readable_errors(
     tmp_path: Path,
     fake_llm: FakeLLM,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     urls = [
         "http://other.hm14.test/article.html",  # not on the allowlist
@@ -145,7 +145,7 @@ def test_refusals_and_bad_pages_are_readable_errors(
 def test_with_network_none_it_is_refused_and_says_how_to_allow_it(
     tmp_path: Path,
     fake_llm: FakeLLM,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     agent, seen = extracted(
         tmp_path, fake_llm, upstream, {"network": "none"}, urls=["http://pypi.hm14.test/article.html"]
@@ -158,7 +158,7 @@ def test_with_network_none_it_is_refused_and_says_how_to_allow_it(
 def test_a_long_page_is_summarised_by_the_model_when_asked(
     tmp_path: Path,
     fake_llm: FakeLLM,
-    upstream: Upstream,  # noqa: F811
+    upstream: Upstream,
 ) -> None:
     pages(upstream)
     url = "http://pypi.hm14.test/article.html"

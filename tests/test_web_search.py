@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_runs import call, run, settings_for, tool_messages
 from search_standins import KEY, PLANTED, SearchStandin
-from test_agent import call, run, settings_for, tool_messages
 
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM

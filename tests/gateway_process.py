@@ -1,0 +1,93 @@
+"""A gateway run as a subprocess (`hermetic gateway run`): its profile, kill -9 mid-reply, answered once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control_plane.gateway.records import GatewayStore
+
+SCRIPT = [
+    {"text": "a slow reply that is cut off by the kill " * 5, "pace": 0.3},
+    {"text": "answer one"},
+    {"text": "answer two"},
+]
+
+
+def gateway_profile(root: Path, llm_url: str, platform: str, config: dict[str, Any]) -> dict[str, str]:
+    """A profile whose config.yaml configures one platform; the environment to run the gateway with."""
+    settings = {
+        "model": {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0},
+        "backend": "local",
+        "learning": {"enabled": False},
+        "gateway": {"lock_ttl": 30, platform: {"edit_interval": 0.05, **config}},
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.yaml").write_text(yaml.safe_dump(settings))
+    return {**os.environ, "HERMETIC_ROOT": str(root)}
+
+
+def start_gateway(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "control_plane", "gateway", "run"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def kill_9_while_replying(
+    env: dict[str, str], ask: Callable[[], object], replying: Callable[[], Any]
+) -> None:
+    first = start_gateway(env)
+    try:
+        ask()
+        replying()  # the reply is out and being edited
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+        first.wait(10)
+
+
+def answered_once_after_restart(
+    env: dict[str, str],
+    platform: str,
+    bot_texts: Callable[[], list[str]],
+    wait_for: Callable[..., Any],
+    fake_llm: Any,
+) -> None:
+    again = start_gateway(env)
+    try:
+        # the message sent meanwhile is answered on its own or, arriving while the rerun runs, steers it
+        # bounds of a loaded machine: the restart pays the gateway's imports and the first litellm one
+        wait_for(lambda: {"answer one", "answer two"} <= set("\n".join(bot_texts()).split("\n")), timeout=180)
+        wait_all_answered(Path(env["HERMETIC_ROOT"]), platform)  # marked once the last edit is out
+        again.send_signal(signal.SIGINT)
+        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
+    finally:
+        again.kill()
+        _, errors = again.communicate(timeout=10)
+    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the other message once: {errors}"
+    texts = bot_texts()
+    assert texts[0].startswith("answer one"), "the rerun edited the reply the killed run had begun"
+    assert not any("slow reply" in t for t in texts)
+    joined = "\n".join(texts)
+    assert joined.count("answer one") == 1 and joined.count("answer two") == 1
+
+
+def wait_all_answered(root: Path, platform: str, timeout: float = 120) -> None:
+    store = GatewayStore(f"sqlite:///{root / 'hermetic.db'}")
+    deadline = time.monotonic() + timeout
+    try:
+        while left := store.unanswered(platform):
+            assert time.monotonic() < deadline, f"still unanswered: {left}"
+            time.sleep(0.05)
+    finally:
+        store.close()
