@@ -2,7 +2,7 @@
 
 DUPLICATES do the same job in different words (another author, another vocabulary); DISTINCT pairs do
 different jobs with the same words ("deploy with docker compose" and "debug docker networking"). The
-tests (tests/test_skill_duplicates.py) and `python -m bench.duplicates` measure both methods on it.
+tests (tests/skills/test_skill_duplicates.py) and `python -m bench.duplicates` measure both methods on it.
 """
 
 from __future__ import annotations

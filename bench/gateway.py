@@ -1,7 +1,7 @@
 """`python -m bench.gateway [--platform all|telegram|irc|xmpp|office]`: the messaging gateway over the
-Telegram stand-in (tests/telegram_standin.py, python-telegram-bot as the client) with the scripted model: time
-from an inbound update to the agent's first model request, from the model's last token to the final
-edit, and N chats x M messages at once
+Telegram stand-in (tests/standins/telegram_standin.py, python-telegram-bot as the client) with the scripted
+model: time from an inbound update to the agent's first model request, from the model's last token to the
+final edit, and N chats x M messages at once
 (each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
 against a real ngIRCd, are bench/gateway_irc.py's, the XMPP rows, against a real Prosody,
 bench/gateway_xmpp.py's; the office platforms' rows (bench/gateway_office.py)

@@ -1,8 +1,8 @@
-"""The IRC rows of `python -m bench.gateway`: the gateway's pydle client on a real ngIRCd (tests/ngircd.py)
-with the scripted model, people as plain-socket clients: time from a PRIVMSG leaving a person's socket
-to the agent's first model request, and N chats x M messages at once (each person sends the next when
-the last answer is in), answered in full. The bot's flood pacing is set to 20 lines/s; ngIRCd's own
-penalty throttling of each client's reading applies on top."""
+"""The IRC rows of `python -m bench.gateway`: the gateway's pydle client on a real ngIRCd
+(tests/support/ngircd.py) with the scripted model, people as plain-socket clients: time from a PRIVMSG
+leaving a person's socket to the agent's first model request, and N chats x M messages at once (each person
+sends the next when the last answer is in), answered in full. The bot's flood pacing is set to 20 lines/s;
+ngIRCd's own penalty throttling of each client's reading applies on top."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The office platforms' rows of `python -m bench.gateway`: for each, the gateway with its real client
-library against the suite's stand-in (tests/*_standin.py) and the scripted model, N chats x M messages
-at once (each chat sends its next message when the last answer is in): the time from the platform
+library against the suite's stand-in (tests/standins/*_standin.py) and the scripted model, N chats x M
+messages at once (each chat sends its next message when the last answer is in): the time from the platform
 receiving a user's message to the agent's first model request for it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The XMPP rows of `python -m bench.gateway`: the gateway's slixmpp client on a real Prosody
-(tests/prosody.py) with the scripted model, people as slixmpp clients: time from a person's message
+(tests/support/prosody.py) with the scripted model, people as slixmpp clients: time from a person's message
 leaving their client to the agent's first model request, and N chats x M messages at once (each person
 sends the next when the last answer is in), answered in full (the reply streamed as corrections)."""
 

@@ -117,7 +117,8 @@ def bridge_gateway(backend: Backend) -> str:
 
 
 def standin_backend() -> Backend:
-    """The real Modal backend with the stand-in (tests/modal_standin.py) in place of Modal's service."""
+    """The real Modal backend with the stand-in (tests/standins/modal_standin.py) in place of Modal's
+    service."""
     from modal_standin import FakeSandbox, lookup_app
 
     from backends.modal import ModalBackend, ModalConfig

@@ -1,0 +1,308 @@
+"""compose/: the compose file as docker-compose reads it, and the Docker socket proxy's rules run by a
+real HAProxy in front of the real dockerd."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import yaml
+
+from backends import SandboxSpec
+from backends.base import new_sandbox_id
+from backends.docker import DockerBackend, DockerConfig, DockerSandbox
+from backends.errors import BackendUnavailable
+
+COMPOSE = Path(__file__).resolve().parents[2] / "compose"
+NAME = "hm-0123456789ab"  # a sandbox name no test creates
+API = "/v1.41"
+
+
+def compose_config(*args: str) -> dict[str, Any]:
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose is missing: apt-get install docker-compose")
+    done = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE / "docker-compose.yml"), *args, "config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "POSTGRES_PASSWORD": "secret"},
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+@pytest.mark.parametrize("profiles", [[], ["--profile", "postgres"], ["--profile", "build"]])
+def test_compose_file_is_valid_and_only_the_proxy_holds_the_socket(profiles: list[str]) -> None:
+    services = compose_config(*profiles)["services"]
+    control = services["hermetic"]
+    assert control["environment"]["DOCKER_HOST"] == "tcp://docker-proxy:2375"
+    assert control["environment"]["HERMETIC_ROOT"] == "/data"
+    assert not any("docker.sock" in str(volume) for volume in control.get("volumes", []))
+    assert any(str(v).endswith(":/data:rw") or str(v).endswith(":/data") for v in control["volumes"])
+    sockets = [
+        name for name, svc in services.items() if any("docker.sock" in str(v) for v in svc.get("volumes", []))
+    ]
+    assert sockets == ["docker-proxy"]
+    assert "/var/run/docker.sock:/var/run/docker.sock:ro" in services["docker-proxy"]["volumes"]
+    assert set(services["docker-proxy"]["networks"]) == {"docker-api"}
+    assert services["postgres"]["profiles"] == ["postgres"]
+    assert services["sandbox-slim"]["image"] == "hermetic-sandbox:slim"
+
+
+# -- the proxy ---------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _docker_socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        pytest.skip(f"the proxy test needs dockerd on a unix socket, DOCKER_HOST is {host}")
+    return host.removeprefix("unix://")
+
+
+class Proxy:
+    def __init__(self, port: int, version: tuple[int, int]) -> None:
+        self.port, self.version = port, version
+        self.url = f"tcp://127.0.0.1:{port}"
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> int:
+        """The status of one raw request (no client-side normalization of the path)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+            sent = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, data, {**sent, **(headers or {})})
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+    if haproxy is None:
+        pytest.skip("haproxy is missing: apt-get install haproxy")
+    try:
+        DockerBackend()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    port = _free_port()
+    config = (COMPOSE / "docker-proxy.cfg").read_text()
+    # Only the listen address and the socket path change; every rule is the file's own.
+    config = config.replace("bind :2375", f"bind 127.0.0.1:{port}")
+    config = config.replace("server dockerd /var/run/docker.sock", f"server dockerd {_docker_socket()}")
+    path = tmp_path_factory.mktemp("proxy") / "docker-proxy.cfg"
+    path.write_text(config)
+    found = re.search(
+        r"version (\d+)\.(\d+)", subprocess.run([haproxy, "-v"], capture_output=True, text=True).stdout
+    )
+    assert found, "haproxy -v printed no version"
+    process = subprocess.Popen([haproxy, "-f", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                time.sleep(0.05)
+        yield Proxy(port, (int(found[1]), int(found[2])))
+    finally:
+        process.terminate()
+        process.wait(10)
+        direct = docker.from_env()  # what a wrongly allowed call may have left
+        with contextlib.suppress(docker.errors.NotFound):
+            direct.api.remove_container(NAME, force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            direct.api.remove_volume(f"{NAME}-workspace", force=True)
+
+
+def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
+    """Version negotiation, ping, the reaper's lists, image, create, attach, start, inspect, stop, removal
+    of container and volume: each would raise APIError on a 403."""
+    backend = DockerBackend(DockerConfig(base_url=proxy.url))  # /version, /_ping, reap()
+    spec = SandboxSpec()
+    backend.ensure_image(spec.image)
+    sandbox = DockerSandbox(backend, new_sandbox_id(), spec)
+    try:
+        sandbox._provision()
+        assert sandbox.container.status == "created"
+        channel = sandbox._connect()  # attach, start, handshake
+        assert sandbox.container.status == "running" and channel.info["code_hash"]
+        channel.close()
+        assert sandbox._recover().startswith("the sandbox's runtime stopped")  # stop
+        assert sandbox.container.status == "exited" and sandbox._volume_exists()
+    finally:
+        sandbox._destroy()
+    assert backend.reap() == 0
+    direct = docker.from_env()  # the proxy refuses an unfiltered or name-filtered list
+    assert not direct.containers.list(all=True, filters={"name": sandbox.id})
+
+
+def test_a_sandbox_runs_commands_through_the_proxy(proxy: Proxy) -> None:
+    """The attach stream through the proxy (Debian's HAProxy 2.6 carries it: the request has no body),
+    and a recovery after the runtime was lost: stop, then attach and start again."""
+    backend = DockerBackend(DockerConfig(base_url=proxy.url))
+    with backend.create(SandboxSpec()) as sandbox:
+        result = sandbox.run("echo through-the-proxy; id -u; echo kept > note", timeout=30)
+        assert result["output"].split() == ["through-the-proxy", "1000"]
+        assert sandbox._channel is not None
+        sandbox._channel.close()  # the stream is gone: the runtime reads EOF and the container stops
+        assert sandbox.run("cat note", timeout=30)["output"] == "kept\n"
+        assert "runtime stopped and was restarted" in sandbox.pop_notices()[0]
+    assert backend.reap() == 0
+
+
+def _create_body(**host: Any) -> dict[str, Any]:
+    """The create body backends/docker.py sends, with HostConfig changes."""
+    from docker import APIClient
+    from docker.types import LogConfig, Mount
+
+    api = APIClient(base_url="unix:///nonexistent", version="1.41")
+    host_config = api.create_host_config(
+        init=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        tmpfs={"/tmp": "rw,size=1m"},
+        mounts=[Mount("/workspace", f"{NAME}-workspace", type="volume")],
+        network_mode="none",
+        pids_limit=64,
+        log_config=LogConfig(type=LogConfig.types.NONE),
+    )
+    host_config.update(host)
+    body: dict[str, Any] = api.create_container_config(
+        "hermetic-sandbox:slim",
+        ["python3", "-m", "sandboxes"],
+        user="1000:1000",
+        host_config=host_config,
+        stdin_open=True,
+    )
+    return body
+
+
+def test_the_backends_create_body_is_let_through(proxy: Proxy) -> None:
+    """The control for the refusals below: the unchanged body creates a container."""
+    name = new_sandbox_id()
+    assert proxy.request("POST", f"{API}/containers/create?name={name}", _create_body()) == 201
+    assert proxy.request("DELETE", f"{API}/containers/{name}?force=1&v=1") == 204
+    assert proxy.request("DELETE", f"{API}/volumes/{NAME}-workspace") in (204, 404)
+
+
+FORBIDDEN_CREATES = {
+    "privileged": _create_body(Privileged=True),
+    "capability added": _create_body(CapAdd=["SYS_ADMIN"]),
+    "caps kept": _create_body(CapDrop=[]),
+    "seccomp off": _create_body(SecurityOpt=["no-new-privileges", "seccomp=unconfined"]),
+    "host pid namespace": _create_body(PidMode="host"),
+    "host network": _create_body(NetworkMode="host"),
+    "bind of /": _create_body(Binds=["/:/host"]),
+    "bind mount": _create_body(Mounts=[{"Target": "/host", "Source": "/", "Type": "bind"}]),
+    "foreign volume": _create_body(Mounts=[{"Target": "/w", "Source": "hermetic-home", "Type": "volume"}]),
+    "device": _create_body(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}]),
+    "writable root": _create_body(ReadonlyRootfs=False),
+    "root user": {**_create_body(), "User": "0"},
+    "other image": {**_create_body(), "Image": "debian:bookworm"},
+    "logs shipped away": _create_body(
+        LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORBIDDEN_CREATES))
+def test_a_widened_container_create_is_refused(proxy: Proxy, case: str) -> None:
+    assert proxy.request("POST", f"{API}/containers/create?name={NAME}", FORBIDDEN_CREATES[case]) == 403
+
+
+def test_create_bodies_that_could_hide_a_key_are_refused(proxy: Proxy) -> None:
+    path = f"{API}/containers/create?name={NAME}"
+    text = json.dumps(_create_body())
+    assert (
+        proxy.request("POST", path, (text[:-1] + ', "user": "0"}').encode()) == 403
+    )  # dockerd takes the last
+    assert (
+        proxy.request(
+            "POST", path, text.replace('"Init": true', '"Init": true, "Privil\\u0065ged": true').encode()
+        )
+        == 403
+    )
+    assert (
+        proxy.request("POST", path, text.replace('"CapDrop": ["ALL"]', '"CapDrop": ["\\u0041LL"]').encode())
+        == 403
+    )
+    assert proxy.request("POST", f"{API}/containers/create?name=other", _create_body()) == 403
+    assert proxy.request("POST", f"{API}/containers/create", _create_body()) == 403
+    chunked = {"Transfer-Encoding": "chunked"}
+    body = text.encode()
+    chunk = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    assert proxy.request("POST", path, chunk, chunked) == 403
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/build", None),
+        ("POST", "/images/create?fromImage=alpine&tag=latest", None),
+        ("POST", "/images/load", None),
+        ("DELETE", "/images/hermetic-sandbox:slim", None),
+        ("GET", "/secrets", None),
+        ("POST", "/swarm/init", {}),
+        ("GET", "/plugins", None),
+        ("POST", "/plugins/pull?remote=x", None),
+        ("GET", "/info", None),
+        ("GET", "/events", None),
+        ("POST", "/networks/create", {"Name": "x"}),
+        ("GET", "/containers/json", None),  # unfiltered: every container on the host
+        ("GET", f"/containers/{NAME}/archive?path=/", None),
+        ("PUT", f"/containers/{NAME}/archive?path=/", b""),
+        ("POST", f"/commit?container={NAME}", {}),
+        ("POST", "/containers/hermetic-postgres/attach?stream=1&stdin=1", None),  # not a sandbox
+        ("POST", f"/containers/{NAME}/attach?stream=1&stdin=1", {"Cmd": ["sh"]}),  # with a body
+        ("POST", f"/containers/{NAME}/update", {"Memory": 0}),
+        ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"]}),  # no exec at all, not even in a sandbox
+        ("POST", f"/containers/{NAME}/exec", {"Cmd": ["sh"], "Privileged": True}),
+        ("POST", "/containers/hermetic-postgres/exec", {"Cmd": ["sh"]}),  # a container Hermetic did not make
+        ("POST", f"/exec/{'0' * 64}/start", {"Detach": False}),
+        ("GET", "/containers/hermetic-postgres/json", None),  # its env holds secrets
+        ("DELETE", "/containers/hermetic-postgres", None),
+        ("DELETE", "/volumes/hermetic-home", None),
+        ("GET", f"/containers/{NAME}/../../build", None),
+        ("GET", "/containers/%68m-0123456789ab/json", None),
+    ],
+)
+def test_calls_the_backend_never_makes_are_refused(proxy: Proxy, method: str, path: str, body: Any) -> None:
+    assert proxy.request(method, API + path, body) == 403
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", f"/containers/{NAME}/attach?stream=1&stdin=1&stdout=1", None),
+        ("POST", f"/containers/{NAME}/stop?t=5", None),
+        ("GET", f"/containers/{NAME}/json", None),
+        ("DELETE", f"/containers/{NAME}", None),
+        ("GET", f"/volumes/{NAME}-workspace", None),
+    ],
+)
+def test_allowed_calls_reach_dockerd(proxy: Proxy, method: str, path: str, body: Any) -> None:
+    """The control for the refusals above: the same calls on a sandbox name get dockerd's own answer."""
+    assert proxy.request(method, API + path, body) == 404

@@ -1,0 +1,208 @@
+"""The compose deployment brought up for real, from the offline images (images/services.py): the control
+plane in its hardened container, Docker only through the socket proxy (Debian's HAProxy 2.6), SQLite in
+the volume or PostgreSQL under its profile. A session's tool call runs in a sandbox the containerised
+control plane creates through the proxy; the scripted model is a service of the same compose project,
+so every packet stays in the project's own networks on this machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+import yaml
+
+from backends.base import MANAGED_LABEL
+from backends.docker import OWNER_LABEL
+
+COMPOSE = Path(__file__).resolve().parents[2] / "compose"
+SCRIPT = [
+    {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo from-the-sandbox; id -u"}}]},
+    {"text": "The sandbox answered."},
+]
+
+
+# the first test builds the stack's images when they are not cached (minutes on a fresh machine;
+# .ci/run builds them before the suite)
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose is missing: apt-get install docker-compose")
+    try:
+        docker.from_env().ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"dockerd is not reachable: {exc}")
+    from images.build import ensure_image
+    from images.services import ensure_service_images
+
+    ensure_image("slim")
+    return ensure_service_images()
+
+
+class Stack:
+    def __init__(self, tmp: Path, profiles: list[str], env: dict[str, str]) -> None:
+        self.project = f"hmstack{uuid.uuid4().hex[:8]}"
+        script = tmp / "script.yaml"
+        script.write_text(yaml.safe_dump(SCRIPT * 4))
+        extra = tmp / "test.yml"  # the scripted model, inside the project's own network
+        extra.write_text(
+            yaml.safe_dump(
+                {
+                    "services": {
+                        "fake-llm": {
+                            "image": "hermetic-agent:offline",
+                            "command": [
+                                "hermetic",
+                                "dev",
+                                "fake-llm",
+                                "--script",
+                                "/script.yaml",
+                                "--host",
+                                "0.0.0.0",
+                                "--port",
+                                "8788",
+                            ],  # fmt: skip
+                            "volumes": [f"{script}:/script.yaml:ro"],
+                            "read_only": True,
+                        }
+                    }
+                }
+            )
+        )
+        files = ["docker-compose.yml", "docker-compose.offline.yml", str(extra)]
+        self.base = [
+            "docker-compose",
+            "-p",
+            self.project,
+            *(a for f in files for a in ("-f", str(COMPOSE / f))),
+        ]
+        self.profiles = [a for p in profiles for a in ("--profile", p)]
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.env = {
+            **os.environ,
+            "HERMETIC_PORT": str(self.port),
+            "HERMETIC_MODEL__NAME": "openai/scripted",
+            "HERMETIC_MODEL__API_BASE": "http://fake-llm:8788/v1",
+            "HERMETIC_MODEL__API_KEY": "test-key",
+            "POSTGRES_PASSWORD": "stack-secret",
+            **env,
+        }
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def compose(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*self.base, *self.profiles, *args], capture_output=True, text=True, env=self.env, timeout=300
+        )
+        assert not check or done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError("the API did not come up:\n" + self.compose("logs", check=False).stdout[-3000:])
+
+    def labelled(self, kind: str) -> list[str]:
+        client = docker.from_env()
+        label = f"com.docker.compose.project={self.project}"
+        if kind == "containers":
+            return [c.name for c in client.containers.list(all=True, filters={"label": label})]
+        if kind == "networks":
+            return [n.name for n in client.networks.list(filters={"label": label})]
+        return sorted(v.name for v in client.volumes.list(filters={"label": label}))
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, tmp_path: Path, images: dict[str, str]) -> Iterator[Stack]:
+    profiles, env = request.param
+    running = Stack(tmp_path, profiles, env)
+    try:
+        yield running
+    finally:
+        running.compose("down", "-v", "--remove-orphans", check=False)
+
+
+def _turn(url: str, token: str, text: str) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        session = client.post("/sessions", json={"title": "stack"}).json()
+        assert client.post(f"/sessions/{session['id']}/messages", json={"content": text}).status_code == 202
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            detail = client.get(f"/sessions/{session['id']}").json()
+            if not detail["running"] and any(
+                m["role"] == "assistant" and m["content"] for m in detail["messages"]
+            ):
+                return detail
+            time.sleep(0.2)
+    raise AssertionError("the turn did not finish")
+
+
+POSTGRES_URL = "postgresql+psycopg://hermetic:stack-secret@postgres:5432/hermetic"
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [([], {}), (["postgres"], {"HERMETIC_DATABASE_URL": POSTGRES_URL})],
+    ids=["sqlite", "postgres"],
+    indirect=True,
+)
+def test_the_stack_runs_a_session_through_the_proxy_and_keeps_it_across_a_restart(stack: Stack) -> None:
+    # serve refuses a non-loopback address with no token: the operator makes the first one beforehand
+    made = stack.compose("run", "--rm", "-T", "hermetic", "hermetic", "token", "create", "--name", "test")
+    token = made.stdout.strip().splitlines()[-1]
+    stack.compose("up", "-d")
+    stack.wait_healthy()
+    assert token.startswith("hm_") or len(token) > 20, token
+
+    detail = _turn(stack.url, token, "run the command")
+    tool = [m for m in detail["messages"] if m["role"] == "tool"]
+    assert tool and "from-the-sandbox\n1000" in tool[0]["content"], detail["messages"]
+    session = detail["session"]["id"]
+
+    doctor = stack.compose("exec", "-T", "hermetic", "hermetic", "doctor", "--offline", check=False).stdout
+    assert "through tcp://docker-proxy:2375" in doctor, doctor
+    assert "present, current runtime" in doctor, doctor
+    database = "postgresql" if "HERMETIC_DATABASE_URL" in stack.env else "sqlite"
+    assert any(
+        line.startswith("│ database") and "ok" in line and database in line for line in doctor.splitlines()
+    ), doctor
+
+    stack.compose("restart", "hermetic")
+    stack.wait_healthy()
+    again = httpx.get(f"{stack.url}/sessions/{session}", headers={"Authorization": f"Bearer {token}"}).json()
+    assert again["session"]["id"] == session, again
+    assert any("from-the-sandbox" in (m["content"] or "") for m in again["messages"])
+
+    hostname = docker.from_env().containers.get(f"{stack.project}_hermetic_1").attrs["Config"]["Hostname"]
+    stack.compose("down")
+    assert stack.labelled("containers") == [] and stack.labelled("networks") == []
+    volumes = {name.removeprefix(f"{stack.project}_") for name in stack.labelled("volumes")}
+    # only the named data volumes stay (compose 1.x creates every named volume, profiles or not)
+    assert "hermetic-home" in volumes and volumes <= {"hermetic-home", "postgres-data"}, volumes
+    mine = {"label": MANAGED_LABEL}
+    left = {
+        c.name
+        for c in docker.from_env().containers.list(all=True, filters=mine)
+        if (c.labels.get(OWNER_LABEL) or "").startswith(f"{hostname}:")  # the stack's, not another test's
+    }
+    assert not left, f"sandboxes left behind: {left}"

@@ -1,0 +1,215 @@
+"""The gateway on WhatsApp: pywa against the Cloud API stand-in (tests/standins/whatsapp_standin.py), the
+stand-in posting signed webhooks to the gateway's listener, the scripted model behind the agent; a kill -9
+mid-turn like test_gateway_crash.py's."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gateway_harness import SEND_A_FILE, Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import (
+    SCRIPT,
+    answered_once_after_restart,
+    gateway_profile,
+    kill_9_while_replying,
+    start_gateway,
+    wait_all_answered,
+)
+from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
+
+from control_plane.gateway.base import Inbound
+from control_plane.gateway.records import GatewayStore
+
+USER = "US.13491208655302741918"
+"""A business-scoped user id (BSUID), as the Cloud API names users."""
+
+
+@pytest.fixture
+def wa() -> Iterator[WhatsAppStandin]:
+    server = WhatsAppStandin()
+    yield server
+    server.close()
+
+
+def _config(wa: WhatsAppStandin) -> dict[str, Any]:
+    return wa.gateway_config([USER])
+
+
+def _settings(tmp_path: Path, llm_url: str, wa: WhatsAppStandin) -> Any:
+    return gateway_settings(tmp_path, llm_url, None, gateway={"whatsapp": _config(wa)})
+
+
+def test_a_message_is_answered_once_in_whatsapps_formatting_after_a_typing_indicator(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "**Done**, ~~not~~ *really*", "pace": 0.01}, {"text": "second"}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        asked = wa.user_says(USER, "hello from whatsapp")
+        assert gateway.store.last_inbound("whatsapp") is not None, "stored before the webhook's 200"
+        wait_answered(gateway, 1)
+        assert wa.texts(USER) == ["*Done*, ~not~ _really_"]
+        typing = [m for m in wa.sent if m.get("status") == "read"]
+        assert typing and typing[0]["message_id"] == asked["id"] and typing[0]["typing_indicator"]
+        wa.deliver(USER, asked)  # a redelivery: answered 200, not answered again
+        wa.user_says(USER, "and again")
+        wait_answered(gateway, 2)
+        assert wa.texts(USER)[1:] == ["second"] and len(fake_llm.requests) == 2
+
+
+def test_an_unsigned_or_forged_webhook_is_refused_and_the_subscription_check_needs_the_verify_token(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.wait_listening()
+        body = json.dumps({"object": "whatsapp_business_account", "entry": []}).encode()
+        forged = "sha256=" + hmac.new(b"not the secret", body, hashlib.sha256).hexdigest()
+        for headers, code in (({}, 401), ({"X-Hub-Signature-256": forged}, 403)):
+            request = urllib.request.Request(
+                wa.webhook_url, body, {"Content-Type": "application/json"} | headers
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)  # noqa: S310 (loopback)
+            assert refused.value.code == code
+        good = f"{wa.webhook_url}?hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=4242"
+        with urllib.request.urlopen(good, timeout=10) as answer:  # noqa: S310 (loopback)
+            assert answer.read() == b"4242"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(good.replace(VERIFY_TOKEN, "wrong"), timeout=10)  # noqa: S310
+        assert gateway.store.last_inbound("whatsapp") is None and fake_llm.requests == []
+
+
+def test_a_stranger_gets_a_pairing_code(tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin) -> None:
+    with Running(_settings(tmp_path, fake_llm.url, wa)):
+        wa.user_says("US.99999999999999999999", "let me in")
+        (told,) = wa.wait_for(lambda: wa.texts("US.99999999999999999999"))
+        assert "hermetic gateway pair" in told and fake_llm.requests == []
+
+
+def test_an_approval_is_reply_buttons_and_a_press_answers_it(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    settings = _settings(tmp_path, fake_llm.url, wa).model_copy(update={"toolsets": ["files", "test"]})
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        wa.user_says(USER, "open 9000")
+        (asked,) = wa.wait_for(lambda: [m for m in wa.messages_to(USER) if m["type"] == "interactive"])
+        buttons = asked["interactive"]["action"]["buttons"]
+        assert [b["reply"]["title"] for b in buttons] == ["once", "always", "no"]
+        wa.press(USER, asked["id"], buttons[1]["reply"]["id"], "always")
+        wait_answered(gateway, 2)
+        assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
+
+
+def test_a_reply_outside_the_24_hour_window_sends_the_template_that_explains_it(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "too late"}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "a message from long ago", at=time.time() - 25 * 3600)
+        (template,) = wa.wait_for(lambda: [m for m in wa.messages_to(USER) if m["type"] == "template"])
+        assert template["template"]["name"] == "hermetic_window_closed"
+        assert wa.texts(USER) == [], "no free-form message went out"
+        assert gateway.store.last_inbound("whatsapp") is not None
+
+
+def test_a_document_the_user_sends_lands_in_the_sandbox_uploads(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "got it"}])
+    media = wa.upload("data.csv", b"a,b\n1,2\n")
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        document = {"id": media, "mime_type": "text/csv", "sha256": "0", "filename": "data.csv"}
+        wa.user_says(USER, message={"type": "document", "document": document})
+        wait_answered(gateway, 1)
+        assert wa.called("GET", media)
+        assert "uploads/data.csv" in fake_llm.requests[0]["messages"][-1]["content"]
+
+
+def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    # WhatsApp cannot edit, so a reply goes out whole when done: the kill lands while a tool still runs
+    # (30 s: the restart was seen to wait for that command; with a 10 s one the message sent while down
+    # raced the rerun and took a fourth model request)
+    slow = {"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 30"}}]}
+    fake_llm.load([slow, *SCRIPT[1:]])
+    env = gateway_profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
+    kill_9_while_replying(
+        env,
+        lambda: wa.user_says(USER, "question one"),  # redelivered until the gateway listens and stores
+        lambda: wa.wait_for(lambda: len(fake_llm.requests) >= 1),
+    )
+    # sent while no gateway listens: WhatsApp redelivers it until the restarted gateway answers 200
+    later = threading.Thread(target=wa.user_says, args=(USER, "sent while the gateway was down"))
+    later.start()
+    answered_once_after_restart(env, "whatsapp", lambda: wa.texts(USER), wa.wait_for, fake_llm)
+    later.join(30)
+
+
+def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load(SEND_A_FILE)
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "a report please")
+        wait_answered(gateway, 1)
+        (document,) = [m for m in wa.messages_to(USER) if m["type"] == "document"]
+        assert wa.media[document["document"]["id"]] == ("r.txt", b"numbers\n")
+
+
+def test_a_kill_9_after_whatsapp_took_the_reply_but_before_it_was_recorded_does_not_answer_twice(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """WhatsApp cannot edit a reply, so a rerun cannot put right a reply that may be out: a reply is
+    sent at most once. The kill lands while WhatsApp has the reply and the gateway waits for the answer
+    to its POST (the window between send and record); the restarted gateway marks it answered."""
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load(SCRIPT[1:])
+    env = gateway_profile(tmp_path, fake_llm.url, "whatsapp", _config(wa))
+    wa.hold_replies()
+    kill_9_while_replying(
+        env,
+        lambda: wa.user_says(USER, "question one"),
+        lambda: wa.wait_for(lambda: wa.texts(USER) == ["answer one"]),
+    )
+    wa.release()
+    again = start_gateway(env)
+    try:
+        wait_all_answered(tmp_path, "whatsapp", timeout=120)  # a rerun would send before it marks
+        again.send_signal(signal.SIGINT)
+        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
+    finally:
+        again.kill()
+        _, errors = again.communicate(timeout=10)
+    assert wa.texts(USER) == ["answer one"], errors
+    assert len(fake_llm.requests) == 1, "the turn whose reply was out did not run again"
+    assert "may be out: not sent again" in errors
+
+
+def test_a_reply_recorded_as_out_is_neither_rerun_nor_edited_after_a_restart(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """Killed after the reply's id was recorded but before the message was marked answered: the restart
+    marks it answered (WhatsApp cannot edit the reply, so a rerun could only send a second one)."""
+    settings = _settings(tmp_path, fake_llm.url, wa)
+    store = GatewayStore(str(settings.database_url))
+    inbound = Inbound(platform="whatsapp", chat=USER, message_id="wamid.1", user=USER, text="question one")
+    stored = store.receive("whatsapp", USER, "wamid.1", inbound.model_dump())
+    assert stored is not None
+    store.mark(stored, state="running", reply_id="wamid.sent")
+    store.close()
+    with Running(settings) as gateway:
+        assert gateway.store.unanswered("whatsapp") == []
+    assert fake_llm.requests == [] and wa.messages_to(USER) == []
