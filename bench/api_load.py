@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 
 PROFILE = "bench"
 

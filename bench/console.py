@@ -28,10 +28,10 @@ from playwright.sync_api import Page, sync_playwright
 from websockets.sync.client import connect
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
 from control_plane.events import ToolEnd, ToolStart
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 
 PROFILE = "bench"
 CHROMIUM = "/usr/bin/chromium"

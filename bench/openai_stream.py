@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 
 from . import targets
 from .served import serve

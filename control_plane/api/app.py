@@ -26,6 +26,7 @@ from ..models.router import warm_up
 from ..sandbox_manager import SandboxLimit
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
+from ..store.tokens import TokenStore
 from .a2a_routes import a2a_router
 from .batches import router as batches_router
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
@@ -47,7 +48,6 @@ from .skills import router as skills_router
 from .snapshots import router as snapshots_router
 from .status import router as status_router
 from .terminal import router as terminal_router
-from .tokens import TokenStore
 from .watch import router as watch_router
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..store.tokens import digest
 from .bounds import TokenText, errors
 from .profiles import Cookie
 from .signins import COOKIE, SignIn, csrf_ok, same_origin
-from .tokens import digest
 
 STATIC = Path(__file__).parent / "console_static"
 CSP = (

@@ -14,7 +14,7 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.requests import HTTPConnection
 
-from .tokens import DigestFile, digest
+from ..store.tokens import DigestFile, digest
 
 COOKIE = "hermetic_signin"
 CSRF_HEADER = "X-CSRF-Token"

@@ -322,7 +322,7 @@ token_app = typer.Typer(help="API bearer tokens, each bound to a profile.", no_a
 @token_app.command("create")
 def token_create(name: Annotated[str, typer.Option(help="A label for the token")] = "") -> None:
     """A new token for the current profile (--profile); printed once."""
-    from ..api.tokens import TokenStore
+    from ..store.tokens import TokenStore
 
     settings = load_settings()
     print(TokenStore(settings.root).create(settings.profile, name))
@@ -331,7 +331,7 @@ def token_create(name: Annotated[str, typer.Option(help="A label for the token")
 @token_app.command("list")
 def token_list(as_json: AsJson = False) -> None:
     """Every token: its id (what `revoke` takes), profile, creation time and label; never the token."""
-    from ..api.tokens import TokenStore
+    from ..store.tokens import TokenStore
 
     entries = TokenStore(load_settings().root).list()
     if as_json:
@@ -345,7 +345,7 @@ def token_list(as_json: AsJson = False) -> None:
 
 @token_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="The id shown by `token list`")]) -> None:
-    from ..api.tokens import TokenStore
+    from ..store.tokens import TokenStore
 
     if not TokenStore(load_settings().root).revoke(token_id):
         err.print(f"[red]no single token matches {token_id}[/]")
@@ -378,7 +378,7 @@ def _serve(settings: Settings, host: str, port: int, open_console: bool) -> None
     import uvicorn
 
     from ..api.app import create_app
-    from ..api.tokens import TokenStore
+    from ..store.tokens import TokenStore
 
     tokens = TokenStore(settings.root)
     if not tokens.list():

@@ -36,9 +36,9 @@ def serve(
 ) -> None:
     """Serve MCP: over stdio (for Claude Code, Cursor, ...), or streamable HTTP with --http."""
     from ..agent.agent import Agent
-    from ..api.tokens import TokenStore
     from ..mcp.server import McpSurface
     from ..mcp.transports import http_app, serve_stdio
+    from ..store.tokens import TokenStore
 
     settings = load_settings()
     tokens = TokenStore(settings.root)

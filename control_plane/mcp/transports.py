@@ -12,7 +12,7 @@ from typing import Any
 from mcp.server.stdio import stdio_server
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..api.tokens import TokenStore
+from ..store.tokens import TokenStore
 from .server import McpSurface, build_server
 
 

@@ -24,9 +24,9 @@ from served_app import scripted_profiles, serve_app
 from control_plane.agent.agent import Agent
 from control_plane.agent.loop import Conversation
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import CompressionSettings, Settings, load_settings
 from control_plane.events import Event, TurnEnd
+from control_plane.store.tokens import TokenStore
 
 WORDS = "python3 -c \"print(' '.join('word%d' % i for i in range(300)))\""  # about 700 tokens of output
 PLAN = [

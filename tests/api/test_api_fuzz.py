@@ -36,8 +36,8 @@ from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
 from control_plane.api.profiles import LiveSession, current_profile, live_session
-from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 
 CHECKS = [
     not_a_server_error,

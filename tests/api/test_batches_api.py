@@ -18,8 +18,8 @@ from per_conversation import PerConversation
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.models.fake_llm import Turn
+from control_plane.store.tokens import TokenStore
 
 
 class HeldModel(PerConversation):

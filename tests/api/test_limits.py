@@ -17,9 +17,9 @@ from conftest import get_backend
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
 from control_plane.sandbox_manager import SandboxLimit, SandboxManager
+from control_plane.store.tokens import TokenStore
 
 Serve = Callable[..., tuple[httpx.Client, Any]]
 

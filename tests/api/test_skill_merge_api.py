@@ -14,7 +14,7 @@ from served_app import scripted_profiles, serve_app
 from skill_kit import BODY, FAILING, PASSING, add, merge_turns
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
+from control_plane.store.tokens import TokenStore
 
 PAIR = {"a": "check-answer", "b": "answer-check"}
 

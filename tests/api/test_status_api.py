@@ -17,7 +17,7 @@ from served_app import serve_app
 from telegram_standin import TelegramStandin
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
+from control_plane.store.tokens import TokenStore
 
 SECRET = "webhook-test-secret"  # test_gateway_webhook's webhook_post signs with it
 

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 from backends import BACKEND_NAMES
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
 from control_plane.config.chat import PLATFORMS
 from control_plane.config.settings import SkillsSettings, load_settings
@@ -25,6 +24,7 @@ from control_plane.skills.install import Installer
 from control_plane.skills.library import SkillLibrary
 from control_plane.skills.listing import SkillInfo
 from control_plane.skills.sources import Limits
+from control_plane.store.tokens import TokenStore
 from control_plane.tools import TOOLS
 
 CORPUS = Path(__file__).resolve().parents[1] / "support" / "skill_corpus"

@@ -13,8 +13,8 @@ from conftest import get_backend
 from served_app import serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
+from control_plane.store.tokens import TokenStore
 
 
 def test_run_and_chat_open_with_the_status_line(tmp_path: Path, fake_llm: Any) -> None:

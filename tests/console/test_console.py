@@ -26,7 +26,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from control_plane.api.signins import COOKIE
-from control_plane.api.tokens import digest
+from control_plane.store.tokens import digest
 
 PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 

@@ -13,7 +13,7 @@ from evals_kit import suite_in_home
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
+from control_plane.store.tokens import TokenStore
 
 
 def test_a_run_started_over_http_is_followed_to_its_summary(tmp_path: Path, fake_llm: Any) -> None:

@@ -23,11 +23,11 @@ from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import Settings, load_settings
 from control_plane.memory.mem0_provider import Mem0Provider
 from control_plane.memory.providers import FENCE, Providers, TurnStart
 from control_plane.memory.store import Op
+from control_plane.store.tokens import TokenStore
 
 KEY = "test-key-123456"
 SUPPORT = Path(__file__).resolve().parents[1] / "support"

@@ -17,11 +17,11 @@ from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
 from control_plane.memory.providers import FENCE, MemoryProvider, Providers, TurnStart
 from control_plane.memory.store import Op
 from control_plane.safety.redaction import Redactor
+from control_plane.store.tokens import TokenStore
 
 KEY = "test-key-123456"
 TURN = TurnStart("default", "s-1", "what editor settings do I like?")

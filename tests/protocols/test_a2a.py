@@ -36,10 +36,10 @@ from hermetic_cli import hermetic, scripted_env
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import SkillsSettings
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.skills.library import SkillLibrary
+from control_plane.store.tokens import TokenStore
 from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 
 

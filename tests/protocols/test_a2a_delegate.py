@@ -25,9 +25,9 @@ from starlette.routing import Route
 
 from control_plane.a2a import files
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import Settings, load_settings
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 from control_plane.tools import Interrupt
 from control_plane.tools.a2a_client import RemoteAgentError, call_agent
 

@@ -20,11 +20,11 @@ from mcp.shared.exceptions import MCPError
 from served_app import serve_app
 
 from control_plane.agent.agent import Agent
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
 from control_plane.mcp.server import McpSurface, build_server
 from control_plane.mcp.transports import http_app
 from control_plane.memory.store import Memory, Op
+from control_plane.store.tokens import TokenStore
 from control_plane.tools import TOOLS, ToolContext, invoke
 
 MODES = ["2026-07-28", "legacy"]

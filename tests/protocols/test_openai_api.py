@@ -16,7 +16,7 @@ from conftest import get_backend
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
+from control_plane.store.tokens import TokenStore
 
 SESSION = "X-Hermetic-Session"
 

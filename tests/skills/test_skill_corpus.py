@@ -16,8 +16,8 @@ from skill_sources import http_server, loopback_settings, tar_of, write_skill
 from typer.testing import CliRunner
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
+from control_plane.store.tokens import TokenStore
 
 CORPUS = Path(__file__).resolve().parents[1] / "support" / "skill_corpus"
 Cli = Callable[..., str]

@@ -33,7 +33,6 @@ from typer.testing import CliRunner
 from backends import Backend
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
 from control_plane.config.settings import SkillsSettings, load_settings
 from control_plane.skills.install import Installer, InstallError
@@ -42,6 +41,7 @@ from control_plane.skills.library import SkillLibrary
 from control_plane.skills.lock import content_hash
 from control_plane.skills.sources import Limits, SourceError, parse_source, unpack
 from control_plane.skills.taps import TapError
+from control_plane.store.tokens import TokenStore
 
 VERIFY_OK = '#!/usr/bin/env bash\nset -e\ntest "$((6 * 7))" = 42\necho answer-ok\n'
 VERIFY_FAIL = "#!/usr/bin/env bash\necho 'expected 42, got 41' >&2\nexit 1\n"

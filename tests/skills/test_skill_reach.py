@@ -20,8 +20,8 @@ from netns import UPSTREAM, Upstream
 from skill_sources import git, repo_with_skill, tar_of
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import load_settings
+from control_plane.store.tokens import TokenStore
 
 
 class Recording(http.server.SimpleHTTPRequestHandler):

@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.cli.main import app as cli_app
 from control_plane.config.settings import Settings, load_settings
 from control_plane.events import Event
@@ -27,6 +26,7 @@ from control_plane.skills.format import parse_skill
 from control_plane.skills.gate import verify as gate_verify
 from control_plane.skills.library import DAY, UnknownSkill
 from control_plane.skills.model import GatePolicy, Verdict
+from control_plane.store.tokens import TokenStore
 
 REPO_SKILLS = Path(__file__).parents[2] / "control_plane" / "skills" / "examples"
 

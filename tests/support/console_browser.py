@@ -17,9 +17,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from served_app import serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.settings import Settings, load_settings
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.store.tokens import TokenStore
 
 CHROMIUM = "/usr/bin/chromium"
 PAGE_TIMEOUT_MS = 60_000

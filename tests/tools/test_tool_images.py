@@ -29,7 +29,6 @@ from telegram_standin import TelegramStandin
 from control_plane.agent.agent import Agent
 from control_plane.agent.tool_images import IMAGES_MARK, show_images
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
 from control_plane.config.chat import WebhookSettings
 from control_plane.config.settings import ModelSettings
 from control_plane.events import ToolEnd, ToolImage
@@ -37,6 +36,7 @@ from control_plane.gateway.files import send_images
 from control_plane.gateway.webhook import WebhookAdapter
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.models.router import Router
+from control_plane.store.tokens import TokenStore
 from control_plane.tools import ToolOutcome
 from control_plane.tools.images import MAX_ENCODED, MAX_SIDE, ImageError, bounded, tool_image
 

@@ -15,7 +15,7 @@ from hermetic_cli import hermetic, scripted_env
 from served_app import scripted_profiles, serve_app
 
 from control_plane.api.app import create_app
-from control_plane.api.tokens import TokenStore
+from control_plane.store.tokens import TokenStore
 
 
 @pytest.fixture
