@@ -85,6 +85,13 @@ def review_reasons(turn: TurnRecord, turns_without_memory: int, every: int, busy
     return reasons
 
 
+def review_of(reasons: list[str], history: list[dict[str, Any]]) -> tuple[str, str]:
+    """A review's notice to the user, and the text its reviewer is given (why, and the transcript)."""
+    why = "; ".join(reasons)
+    notice = f"learning: reviewing this conversation in the background ({why})"
+    return notice, f"Why this review: {why}.\n\n<transcript>\n{transcript(history)}\n</transcript>"
+
+
 def transcript(messages: list[dict[str, Any]]) -> str:
     """A compact text rendering of a conversation's turns for the reviewer (no system prompt)."""
     lines = []

@@ -27,14 +27,14 @@ from ..events import (
     UserMessage,
 )
 from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
-from ..tools import Interrupt, Tool, ToolContext, ToolOutcome, ToolResult
+from ..tools import Interrupt, SendFile, Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.todo import plan_block
 from .base import AgentBase
 from .budget import Budget
 from .calls import groups, parsed, wire_call
 from .compression import Compressor
 from .delegation import delegate_batch, may_delegate
-from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_reasons, transcript
+from .learning import CORRECTION, REVIEW_PROMPT, REVIEW_TOOLSETS, TurnRecord, review_of, review_reasons
 from .questions import Questions
 from .skill_reviews import review_skills
 from .tool_call import run_tool_call, tool_start
@@ -67,9 +67,9 @@ class Conversation:
         self.forked = not learns
         """A fork (a learning review): its turns neither count skill outcomes nor get reviewed."""
         self.learns = learns and "memory" in agent.settings.toolsets
+        """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._last_loaded: list[str] = []
         """Skills the last turn loaded and counted a success: a correction by the user turns them over."""
-        """Whether finished turns may be reviewed for memory (a review itself is not)."""
         self._turns_without_memory = 0
         self.notices: list[str] = []
         """Told to the user when the next run starts (memory entries withheld by the threat scan)."""
@@ -83,6 +83,7 @@ class Conversation:
         self._cancelled = Interrupt()
         self._last_write: Future[Any] | None = None
         self._turn_state: dict[str, Any] = {}
+        self._send_file: SendFile | None = None
         self._turn_record = TurnRecord(user_text="")
         self.compressor = Compressor(agent.settings.compression, agent.router)
         self.router = agent.router
@@ -182,8 +183,9 @@ class Conversation:
                 self.interrupt()
                 await asyncio.gather(task, return_exceptions=True)
 
-    async def run(self, text: str, emit: Emit) -> TurnEnd:
-        """Answer one user message; every step is emitted and stored. Raises Busy if already running."""
+    async def run(self, text: str, emit: Emit, *, send_file: SendFile | None = None) -> TurnEnd:
+        """Answer one user message; every step is emitted and stored. Raises Busy if already running.
+        `send_file`: the surface's way to the user's chat for this turn (the send_file tool's)."""
         with self._lock:
             if self._running:
                 raise Busy(f"session {self.id} is already running; steer or interrupt it")
@@ -194,6 +196,7 @@ class Conversation:
             self._interrupt_async = asyncio.Event()
             self._cancelled.clear()
             self._turn_state = {}
+            self._send_file = send_file
             self._turn_record = TurnRecord(user_text=text)
             corrected, self._last_loaded = (self._last_loaded if CORRECTION.search(text) else []), []
         loop = self._loop
@@ -239,11 +242,8 @@ class Conversation:
         if not reasons:
             return
         self._turns_without_memory = 0
-        emit(
-            Notice(message=f"learning: reviewing this conversation in the background ({'; '.join(reasons)})")
-        )
-        why = "; ".join(reasons)
-        text = f"Why this review: {why}.\n\n<transcript>\n{transcript(self.history)}\n</transcript>"
+        notice, text = review_of(reasons, self.history)
+        emit(Notice(message=notice))
         self.agent.background.submit(self._fork(f"review of {self.id}", REVIEW_PROMPT, REVIEW_TOOLSETS, text))
 
     def _skill_outcome(self, success: bool, messages: list[dict[str, Any]], corrected: list[str]) -> None:
@@ -433,6 +433,7 @@ class Conversation:
             ask_model=self._ask_model,
             tools=self.tools,
             settings=agent.settings,
+            send_file=self._send_file,
         )
 
     def _ask_model(self, system: str, text: str, images: tuple[str, ...] = ()) -> str | None:

@@ -1,5 +1,6 @@
 """Files between a chat and the session's sandbox: what the user sends lands in `uploads/` of the
-workspace; the `send_file` tool (offered in gateway sessions only) sends a sandbox file to the chat, and
+workspace; the `send_file` tool (tools/send_file.py, offered in gateway sessions) sends a sandbox file to
+the chat through the turn's `chat_sender`, and
 the images of tool results (a figure, a screenshot) go to the chat as files where the platform takes them."""
 
 from __future__ import annotations
@@ -13,22 +14,16 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from backends import Sandbox
-from backends.errors import SandboxError
 
 from ..events import ToolImage
-from ..tools import TOOLS, Registry, Tool, ToolContext, ToolResult
+from ..tools import SendFile
 from .base import Adapter, AdapterError, ConnectionLost
 from .stream import patiently
 
 log = logging.getLogger("hermetic.gateway")
-TOOLSET = "gateway"
 SEND_TIMEOUT = 120.0
 Sender = Callable[[Path], Coroutine[Any, Any, str]]
-_outboxes: dict[str, tuple[asyncio.AbstractEventLoop, Sender]] = {}
-"""Session id -> how to send a file to its chat, set by the gateway while the session's turn runs."""
 
 
 def safe_name(name: str) -> str:
@@ -44,37 +39,14 @@ def store_upload(sandbox: Sandbox, name: str, data: bytes) -> str:
     return path
 
 
-def open_outbox(session_id: str, loop: asyncio.AbstractEventLoop, sender: Sender) -> None:
-    _outboxes[session_id] = (loop, sender)
+def chat_sender(loop: asyncio.AbstractEventLoop, send: Sender) -> SendFile:
+    """The send_file capability of one turn: from the tool's thread, `send` on the gateway's loop,
+    waited for up to SEND_TIMEOUT (its error, the chat's refusal, is raised to the tool)."""
 
+    def send_file(path: Path) -> None:
+        asyncio.run_coroutine_threadsafe(send(path), loop).result(SEND_TIMEOUT)
 
-def close_outbox(session_id: str) -> None:
-    _outboxes.pop(session_id, None)
-
-
-class SendFileArgs(BaseModel):
-    path: str = Field(description="The file in the sandbox, relative to the workspace or absolute.")
-
-
-def send_file(ctx: ToolContext, args: SendFileArgs) -> ToolResult:
-    """Send a file from the sandbox to the user's chat (a report, an image, an archive you made)."""
-    outbox = _outboxes.get(ctx.session_id)
-    if outbox is None:
-        return ToolResult("error: this session has no chat to send files to", ok=False)
-    loop, sender = outbox
-    with tempfile.TemporaryDirectory(prefix="hermetic-send-") as tmp:
-        try:
-            local = ctx.sandbox.download(args.path, tmp)
-        except SandboxError as exc:
-            return ToolResult(f"error: cannot read {args.path}: {exc}", ok=False)
-        if not local.is_file():
-            return ToolResult(f"error: {args.path} is a directory; send one file (or an archive)", ok=False)
-        future = asyncio.run_coroutine_threadsafe(sender(local), loop)
-        try:
-            future.result(SEND_TIMEOUT)
-        except Exception as exc:
-            return ToolResult(f"error: the chat refused the file: {exc}", ok=False)
-    return ToolResult(f"sent {local.name} to the chat")
+    return send_file
 
 
 async def send_images(adapter: Adapter, chat: str, thread: str | None, images: list[ToolImage]) -> list[str]:
@@ -92,13 +64,3 @@ async def send_images(adapter: Adapter, chat: str, thread: str | None, images: l
                 log.info("%s chat %s: image not sent: %s", adapter.platform, chat, exc)
                 unsent.append(f"[an image not shown here: {image.label}]")
     return unsent
-
-
-def gateway_registry(base: Registry = TOOLS) -> Registry:
-    """`base`'s tools plus send_file, for the gateway's agent."""
-    registry = Registry()
-    for found in base.select(sorted(base.toolsets)).values():
-        registry.register(found)
-    description = " ".join((send_file.__doc__ or "").split())
-    registry.register(Tool("send_file", description, SendFileArgs, send_file, TOOLSET))
-    return registry

@@ -21,7 +21,7 @@ from ..store.bindings import ResetPolicy
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
-from .files import close_outbox, open_outbox, store_upload
+from .files import chat_sender, store_upload
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
@@ -213,9 +213,11 @@ class Gateway:
         if message.button is not None or (running and (is_command(message.text) or chat.free_text_question)):
             asyncio.create_task(self._at_once(adapter, chat, message, record.id))
             return
-        if running and not message.files and chat.conversation and chat.conversation.steer(message.text):
+        # a steer joins the running turn at once: only when no earlier message of the chat still waits
+        conversation = chat.conversation if running and chat.queue.empty() and not message.files else None
+        if conversation is not None and conversation.steer(message.text):
             chat.steered.append(record.id)
-            self.store.mark(record.id, state="running", session_id=chat.conversation.id)
+            self.store.mark(record.id, state="running", session_id=conversation.id)
             return
         chat.queue.put_nowait((adapter, message, record.id))
         if chat.worker is None or chat.worker.done():
@@ -316,21 +318,20 @@ class Gateway:
         turn = Turn(
             self.store, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id
         )
-        loop = asyncio.get_running_loop()
-        open_outbox(
-            conversation.id, loop, lambda path: adapter.send_file(message.chat, path, thread=message.thread)
+        send_file = chat_sender(
+            asyncio.get_running_loop(),
+            lambda path: adapter.send_file(message.chat, path, thread=message.thread),
         )
         await adapter.typing(message.chat, thread=message.thread)
         try:
-            try:
-                end = await conversation.run(text.strip() or "(an empty message)", turn.on_event)
-            except Busy:
-                conversation.steer(text)
-                chat.steered.append(inbound_id)
-                return
-            await turn.finish(end)
-        finally:
-            close_outbox(conversation.id)
+            end = await conversation.run(
+                text.strip() or "(an empty message)", turn.on_event, send_file=send_file
+            )
+        except Busy:
+            conversation.steer(text)
+            chat.steered.append(inbound_id)
+            return
+        await turn.finish(end)
         done, chat.steered = [inbound_id, *chat.steered], []
         for answered in done:
             await asyncio.to_thread(self.store.mark, answered, state="answered")

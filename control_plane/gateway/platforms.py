@@ -6,8 +6,8 @@ from __future__ import annotations
 from ..agent.agent import Agent
 from ..config.settings import Settings
 from ..tools import TOOLS, Registry
+from ..tools.send_file import TOOLSET
 from .base import Adapter
-from .files import TOOLSET, gateway_registry
 from .gateway import Gateway
 from .records import GatewayStore
 from .stream import LiveMessage
@@ -57,11 +57,11 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
 
 
 def create_gateway(settings: Settings, registry: Registry = TOOLS) -> Gateway:
-    """The gateway of a profile: its agent (with the send_file tool) and every configured platform."""
+    """The gateway of a profile: its agent (send_file's toolset added) and every configured platform."""
     if TOOLSET not in settings.toolsets:
         settings = settings.model_copy(update={"toolsets": [*settings.toolsets, TOOLSET]})
     store = GatewayStore(str(settings.database_url))
-    agent = Agent(settings, registry=gateway_registry(registry))
+    agent = Agent(settings, registry=registry)
     return Gateway(agent, build_adapters(settings, store), store)
 
 

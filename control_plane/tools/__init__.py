@@ -10,6 +10,7 @@ from . import (
     network,
     python_kernel,
     remote,
+    send_file,
     session_search,
     skills,
     terminal,
@@ -17,12 +18,24 @@ from . import (
     vision,
     web,
 )
-from .registry import TOOLS, Interrupt, Registry, Tool, ToolContext, ToolOutcome, ToolResult, invoke, tool
+from .registry import (
+    TOOLS,
+    Interrupt,
+    Registry,
+    SendFile,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+    ToolResult,
+    invoke,
+    tool,
+)
 
 __all__ = [
     "TOOLS",
     "Interrupt",
     "Registry",
+    "SendFile",
     "Tool",
     "ToolContext",
     "ToolOutcome",
@@ -37,6 +50,7 @@ __all__ = [
     "network",
     "python_kernel",
     "remote",
+    "send_file",
     "session_search",
     "skills",
     "terminal",

@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ValidationError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from ..store import Store
 
 Args = TypeVar("Args", bound=BaseModel)
+SendFile = Callable[[Path], None]
 
 
 class Interrupt(threading.Event):
@@ -131,6 +133,9 @@ class ToolContext:
     (web_extract's summaries, vision_analyze)."""
     tools: dict[str, Tool[Any]] = field(default_factory=dict)
     """The tools this conversation offers (what call_tool may reach)."""
+    send_file: SendFile | None = None
+    """Send a host file to the user's chat and wait until the chat took it (raises when it refused):
+    passed for each turn by a surface that has a chat (the gateway); None elsewhere."""
     settings: Settings | None = None
     """The agent's settings (the schedule tool reads the profile's time zone and delivery policy; the
     network tools read network.* and write the profile's allowlist)."""
