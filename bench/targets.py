@@ -51,6 +51,13 @@ TARGETS = [
         False,
     ),
     Target(
+        "ssh round trip within 2x of persistent bash over one ssh session (issue 38)",
+        "hermetic ssh: `true` round trip",
+        "floor: persistent bash over one ssh session",
+        2,
+        False,
+    ),
+    Target(
         "docker create-to-first-command no slower than hermes-agent's",
         "hermetic docker: create to first command",
         "hermes-agent docker: create to first command",
