@@ -3,10 +3,7 @@ once as many messages went in as the statistics counted, not on every insert. Re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from postgres import LocalPostgres
 from sqlalchemy import text
 
 from control_plane.store import Store
@@ -15,14 +12,7 @@ from control_plane.store.planner_stats import CHECK_EVERY
 P = "default"
 
 
-@pytest.fixture
-def pg_store(postgres: LocalPostgres) -> Iterator[Store]:
-    name = postgres.create_database()
-    try:
-        with Store(postgres.url(name)) as store:
-            yield store
-    finally:
-        postgres.drop_database(name)
+POSTGRES_ONLY = pytest.mark.parametrize("store", ["postgresql"], indirect=True)  # conftest's store
 
 
 def _counted(store: Store) -> dict[str, float]:
@@ -40,18 +30,20 @@ def _add(store: Store, sessions: int, per_session: int) -> None:
         store.add_messages(session.id, [{"role": "user", "content": f"m{n}"} for n in range(per_session)])
 
 
-def test_a_bulk_load_is_analyzed_as_it_grows(pg_store: Store) -> None:
-    assert _counted(pg_store) == {"messages": -1, "sessions": -1}
-    _add(pg_store, 10, CHECK_EVERY // 10 - 1)
-    assert _counted(pg_store)["messages"] == -1  # not yet looked at
-    _add(pg_store, 1, 10)
-    assert _counted(pg_store) == {"messages": CHECK_EVERY, "sessions": 11}
+@POSTGRES_ONLY
+def test_a_bulk_load_is_analyzed_as_it_grows(store: Store) -> None:
+    assert _counted(store) == {"messages": -1, "sessions": -1}
+    _add(store, 10, CHECK_EVERY // 10 - 1)
+    assert _counted(store)["messages"] == -1  # not yet looked at
+    _add(store, 1, 10)
+    assert _counted(store) == {"messages": CHECK_EVERY, "sessions": 11}
 
 
-def test_fewer_new_messages_than_counted_leave_the_statistics(pg_store: Store) -> None:
-    _add(pg_store, 2, CHECK_EVERY)
-    assert _counted(pg_store)["messages"] == 2 * CHECK_EVERY  # analyzed at 1,000 and at 2,000
-    _add(pg_store, 1, CHECK_EVERY)  # looked at: 1,000 new of 2,000 counted
-    assert _counted(pg_store)["messages"] == 2 * CHECK_EVERY
-    _add(pg_store, 1, CHECK_EVERY)  # 2,000 new of 2,000
-    assert _counted(pg_store)["messages"] == 4 * CHECK_EVERY
+@POSTGRES_ONLY
+def test_fewer_new_messages_than_counted_leave_the_statistics(store: Store) -> None:
+    _add(store, 2, CHECK_EVERY)
+    assert _counted(store)["messages"] == 2 * CHECK_EVERY  # analyzed at 1,000 and at 2,000
+    _add(store, 1, CHECK_EVERY)  # looked at: 1,000 new of 2,000 counted
+    assert _counted(store)["messages"] == 2 * CHECK_EVERY
+    _add(store, 1, CHECK_EVERY)  # 2,000 new of 2,000
+    assert _counted(store)["messages"] == 4 * CHECK_EVERY
