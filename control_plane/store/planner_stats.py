@@ -10,9 +10,13 @@ grows from empty to any size, none while it stays about the same.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+log = logging.getLogger(__name__)
 
 CHECK_EVERY = 1000
 """Messages a process inserts between two looks at the statistics (one catalog row)."""
@@ -36,12 +40,16 @@ class PlannerStats:
                 return
             self._unchecked = 0
             since = self._since_analyze
-        with self._engine.connect() as conn:
-            counted = conn.scalar(text("SELECT reltuples FROM pg_class WHERE oid = 'messages'::regclass"))
-            if since < max(float(counted or 0), CHECK_EVERY):  # -1: never analyzed
-                return
-            # A table owned by another role is skipped with a warning, not an error.
-            conn.execute(text("ANALYZE messages, sessions"))
-            conn.commit()
+        try:
+            with self._engine.connect() as conn:
+                counted = conn.scalar(text("SELECT reltuples FROM pg_class WHERE oid = 'messages'::regclass"))
+                if since < max(float(counted or 0), CHECK_EVERY):  # -1: never analyzed
+                    return
+                # A table owned by another role is skipped with a warning, not an error.
+                conn.execute(text("ANALYZE messages, sessions"))
+                conn.commit()
+        except SQLAlchemyError as exc:  # the messages are stored: statistics are the planner's, not theirs
+            log.warning("planner statistics not refreshed: %s", str(exc).splitlines()[0])
+            return
         with self._lock:
             self._since_analyze -= since
