@@ -1,6 +1,8 @@
 """Control-plane overhead per agent step: everything between two model calls, with the model call
 itself excluded. Each step is one `terminal` call running `true` in the session's sandbox: storing
 the reply, events, the tool round trip, the audit row, the tool result, building the next request.
+The floor, in the same run: a raw httpx POST of a small chat request to the same scripted server
+(a reused keep-alive client), what one exchange with the model's server costs here.
 
     python -m bench.agent_step [-n 200] [--backends docker,local]
 """
@@ -13,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from control_plane.agent.agent import Agent
 from control_plane.config.settings import load_settings
@@ -39,12 +43,29 @@ class TimedRouter(Router):
             self.calls.append((start, time.perf_counter()))
 
 
-def step_overheads(backend: str, steps: int) -> list[float]:
+def raw_posts(url: str, n: int) -> list[float]:
+    """Seconds per raw POST of a small chat request, after WARMUP, on one keep-alive connection."""
+    body = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}]}
+    out = []
+    with httpx.Client(base_url=url, headers={"Authorization": "Bearer bench"}) as client:
+        for i in range(n + WARMUP):
+            start = time.perf_counter()
+            client.post("/chat/completions", json=body).raise_for_status()
+            if i >= WARMUP:
+                out.append(time.perf_counter() - start)
+    return out
+
+
+def step_overheads(backend: str, steps: int, floor: list[float] | None = None) -> list[float]:
+    """The gaps between model calls; with `floor`, the raw POSTs' times are put there first."""
     turns: list[dict[str, Any]] = [{"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]}]
+    posts = [{"text": "hello"}] * (steps + WARMUP) if floor is not None else []
     with (
-        FakeLLM(turns * (steps + WARMUP) + [{"text": "done"}]) as server,
+        FakeLLM(posts + turns * (steps + WARMUP) + [{"text": "done"}]) as server,
         tempfile.TemporaryDirectory() as root,
     ):
+        if floor is not None:
+            floor += raw_posts(server.url, steps)
         model = {"name": "openai/bench", "api_base": server.url, "api_key": "bench", "retries": 0}
         settings = load_settings(  # no background review: it would ask the script for one more reply
             root=root,
@@ -68,10 +89,14 @@ def step_overheads(backend: str, steps: int) -> list[float]:
 
 
 def collect(backends: list[str], n: int) -> dict[str, list[float]]:
-    return {
-        f"hermetic {backend}: agent step overhead (scripted model, `true` tool)": step_overheads(backend, n)
-        for backend in backends
-    }
+    results: dict[str, list[float]] = {}
+    for backend in backends:
+        floor: list[float] = []
+        results[f"hermetic {backend}: agent step overhead (scripted model, `true` tool)"] = step_overheads(
+            backend, n, floor
+        )
+        results[f"floor: raw httpx POST to the scripted model (agent step run, {backend})"] = floor
+    return results
 
 
 if __name__ == "__main__":

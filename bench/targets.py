@@ -51,6 +51,23 @@ TARGETS = [
         False,
     ),
     Target(
+        "ssh round trip within 2x of persistent bash over one ssh session (issue 38)",
+        "hermetic ssh: `true` round trip",
+        "floor: persistent bash over one ssh session",
+        2,
+        False,
+    ),
+    *(
+        Target(
+            f"{backend} agent step overhead within 2x of a raw POST to the model (issue 38)",
+            f"hermetic {backend}: agent step overhead (scripted model, `true` tool)",
+            f"floor: raw httpx POST to the scripted model (agent step run, {backend})",
+            2,
+            False,
+        )
+        for backend in ("docker", "local")
+    ),
+    Target(
         "docker create-to-first-command no slower than hermes-agent's",
         "hermetic docker: create to first command",
         "hermes-agent docker: create to first command",

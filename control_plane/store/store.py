@@ -20,6 +20,7 @@ from .engine import WRITE, open_engine
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
+from .planner_stats import PlannerStats
 from .query import terms
 from .records import (
     ChatMessage,
@@ -79,6 +80,7 @@ class Store:
         self.min_similarity = min_similarity
         self.indexer = VectorIndexer(self._engine, embedder, embed_batch) if embedder else None
         self._vectors = VectorCaches(self.dialect)
+        self._planner = PlannerStats(self._engine) if self.dialect == "postgresql" else None
         if self.indexer and background:
             self.indexer.start()
         # The indexer's thread holds the engine: a Store dropped without close() would keep its thread
@@ -244,6 +246,8 @@ class Store:
             if self.dialect == "sqlite" and backlog(conn) >= BATCH:
                 catch_up(conn)
             added = cast(list[int], ids.scalars().all())
+        if self._planner:
+            self._planner.inserted(len(added))
         if self.indexer:
             self.indexer.notify()
         return added

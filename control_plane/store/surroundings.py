@@ -66,7 +66,9 @@ def surroundings(conn: Connection, spots: list[Spot], edges: int) -> list[Surrou
     for row in rows:
         values = dict(row)
         spot, part = values.pop("spot"), values.pop("part")
-        getattr(found[spot], part).append(MessageRecord.model_validate(values))
+        # Whole rows of the table itself, typed by the driver: built without validation (a tenth of the
+        # time, 6 us instead of 59, on the dozen messages of every recall).
+        getattr(found[spot], part).append(MessageRecord.model_construct(**values))
     for each in found:
         for messages in (each.window, each.first, each.last):
             messages.sort(key=lambda m: m.id or 0)
