@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx._config
 import pytest
 from fake_llm import fake_llm  # noqa: F401 (the fixture, for every test module)
+from mailserver import mail_server  # noqa: F401  (the session fixture, for the email tests)
 from ngircd import irc_server  # noqa: F401  (the session fixture, for the IRC tests)
 from postgres import LocalPostgres, postgres  # noqa: F401  (the session fixture, for every test module)
 from prosody import xmpp_server  # noqa: F401  (the session fixture, for the XMPP tests)
