@@ -243,37 +243,28 @@ def test_a_dropped_connection_reconnects_and_reads_what_came_meanwhile(
 def test_a_kill_9_mid_turn_and_a_mail_sent_while_down_are_each_answered_once(
     tmp_path: Path, fake_llm: Any, mail_server: MailServer, alice: MailUser, bot: MailUser
 ) -> None:
-    import signal
 
-    from test_gateway_crash import SCRIPT, _gateway, _profile, _wait_all_answered
+    from test_gateway_crash import SCRIPT, _kill_9_while_replying, _profile, _wait_all_answered, restarted
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
     env = _profile(tmp_path, fake_llm.url, "email", _config(mail_server, bot, [alice.address]))
-    store = GatewayStore(f"sqlite:///{tmp_path / 'hermetic.db'}")
-    first = _gateway(env)
-    try:
-        wait_for(lambda: '"connected"' in (store.get_state("status:email") or ""))
+
+    def ask() -> None:  # once the gateway is in: the mark it sets then is where its reading starts
+        store = GatewayStore(f"sqlite:///{tmp_path / 'hermetic.db'}")
+        try:
+            wait_for(lambda: '"connected"' in (store.get_state("status:email") or ""))
+        finally:
+            store.close()
         alice.write(bot.address, "one", "question one")
-        wait_for(lambda: fake_llm.requests)  # the turn runs: its reply is not out yet
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-    finally:
-        first.kill()
-        first.wait(10)
-        store.close()
+
+    # killed while the turn runs: its reply is not out yet
+    _kill_9_while_replying(env, ask, lambda: wait_for(lambda: fake_llm.requests))
     alice.write(bot.address, "two", "question two")  # kept in the mailbox while no gateway runs
-    again = _gateway(env)
-    try:
+    with restarted(env) as again:
         replies = alice.receive(2)
         _wait_all_answered(tmp_path, "email")
-        again.send_signal(signal.SIGINT)
-        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
-    finally:
-        again.kill()
-        _, errors = again.communicate(timeout=10)
-        print(errors[-3000:])  # pytest shows it when the test fails
-    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the next mail once: {errors}"
+    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the next mail once: {again.errors}"
     assert sorted(text_of(reply).strip() for reply in replies) == ["answer one", "answer two"]
     assert {str(reply["Subject"]) for reply in replies} == {"Re: one", "Re: two"}
     assert len(alice.inbox()) == 2, "nothing was sent twice"
