@@ -16,7 +16,7 @@ from mailserver import MailServer, MailUser, email_config, text_of
 from ngircd import wait_for
 
 from control_plane.config.chat import EmailSettings
-from control_plane.gateway import Gateway
+from control_plane.gateway import Gateway, GatewayLocked, create_gateway
 from control_plane.gateway.base import AdapterError
 from control_plane.gateway.email import EmailAdapter
 from control_plane.gateway.records import GatewayStore
@@ -226,12 +226,20 @@ def test_a_wrong_password_is_refused_and_plain_text_only_on_loopback(
         EmailSettings.model_validate(config | {"imap_host": "mail.example.org"})
 
 
-def test_a_dropped_connection_reconnects_and_reads_what_came_meanwhile(
+def test_a_dropped_connection_reconnects_and_one_gateway_per_mailbox(
     tmp_path: Path, fake_llm: Any, mail_server: MailServer, alice: MailUser, bot: MailUser
 ) -> None:
     fake_llm.load([{"text": "still here"}])
-    with Running(_settings(tmp_path, fake_llm.url, mail_server, bot, alice.address)) as gateway:
+    settings = _settings(tmp_path, fake_llm.url, mail_server, bot, alice.address)
+    with Running(settings) as gateway:
         _online(gateway)
+        other = create_gateway(settings)
+        try:
+            with pytest.raises(GatewayLocked, match="one gateway per bot token"):
+                asyncio.run(other.start())
+        finally:
+            other.agent.close()
+            other.store.close()
         mail_server.kick(bot.address)  # Dovecot ends the bot's IMAP session
         alice.write(bot.address, "after", "did you drop?")
         (reply,) = alice.receive()

@@ -16,9 +16,10 @@ import contextlib
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from email.message import EmailMessage
 from pathlib import Path
+from typing import Any
 
 import aioimaplib
 import aiosmtplib
@@ -46,6 +47,36 @@ IDLE_RENEW = 25 * 60.0
 _UIDS = re.compile(rb"\[(UIDVALIDITY|UIDNEXT) (\d+)\]")
 
 
+class _Protocol(aioimaplib.IMAP4ClientProtocol):  # type: ignore[misc]
+    """aioimaplib's protocol, telling of the new mail a server announces in the response to a command
+    that did not ask (FETCH, STORE): aioimaplib drops such lines, and IDLE would not announce it again."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, lost: Callable[[Any], None], new: Callable[[], None]):
+        super().__init__(loop, lost)
+        self.new = new
+
+    def _untagged_response(self, line: bytes) -> Any:
+        if line.rstrip().endswith(b" EXISTS"):
+            self.new()
+        return super()._untagged_response(line)
+
+
+class _Imap(aioimaplib.IMAP4):  # type: ignore[misc]
+    """aioimaplib's client on _Protocol (its create_client, with that protocol)."""
+
+    def __init__(self, new: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(*args, **kwargs)
+
+    def create_client(
+        self, host: str, port: int, loop: Any, conn_lost_cb: Any = None, ssl_context: Any = None
+    ) -> None:
+        loop = loop or asyncio.get_running_loop()
+        self.protocol = _Protocol(loop, conn_lost_cb, self.new)
+        connecting = loop.create_connection(lambda: self.protocol, host, port, ssl=ssl_context)
+        self._client_task = loop.create_task(connecting)
+
+
 class EmailAdapter(Adapter):
     platform = "email"
     text_limit = 200_000
@@ -59,7 +90,7 @@ class EmailAdapter(Adapter):
         self._lost = asyncio.Event()
         self._validity = 0
         self._more = False
-        """New mail was announced outside IDLE (in a command's response)."""
+        """New mail was announced outside IDLE (in the response to another command)."""
         self._domain = settings.address.rsplit("@", 1)[1]
 
     @property
@@ -71,16 +102,18 @@ class EmailAdapter(Adapter):
 
     # -- IMAP --------------------------------------------------------------------------------
 
-    async def _open(self, lost: asyncio.Event) -> tuple[aioimaplib.IMAP4, int, int]:
-        """A logged-in IMAP connection with the mailbox selected (`lost` set when it drops); its
-        UIDVALIDITY and UIDNEXT. Raises ConnectionLost (unreachable), AdapterError (refused)."""
+    async def _open(self, lost: asyncio.Event, new: Callable[[], None]) -> tuple[aioimaplib.IMAP4, int, int]:
+        """A logged-in IMAP connection with the mailbox selected (`lost` set when it drops, `new` called
+        when the server says more mail came); its UIDVALIDITY and UIDNEXT. Raises ConnectionLost
+        (unreachable), AdapterError (refused)."""
         settings = self.settings
         context = None
         if settings.imap_security == "tls":
             context = ssl.create_default_context()
             if not settings.tls_verify:
                 context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        imap = aioimaplib.IMAP4(
+        imap = _Imap(
+            new,
             settings.imap_host, settings.imap_port, timeout=IMAP_TIMEOUT,
             conn_lost_cb=lambda _: lost.set(), ssl_context=context,
         )  # fmt: skip
@@ -107,7 +140,7 @@ class EmailAdapter(Adapter):
     async def connect(self) -> None:
         await self.disconnect()
         self._lost = asyncio.Event()
-        self.imap, self._validity, uidnext = await self._open(self._lost)
+        self.imap, self._validity, uidnext = await self._open(self._lost, self._announced)
         saved = await asyncio.to_thread(self.store.get_state, self._key("uid"))
         validity, _, _ = (saved or "").partition(":")
         if validity != str(self._validity):  # a first start (or a mailbox made anew): from now on
@@ -116,6 +149,9 @@ class EmailAdapter(Adapter):
             await self._handled(uidnext - 1)
         async with self._smtp():  # the SMTP login checked now, not at the first reply
             pass
+
+    def _announced(self) -> None:
+        self._more = True
 
     async def _handled(self, uid: int) -> None:
         await asyncio.to_thread(self.store.set_state, self._key("uid"), f"{self._validity}:{uid}")
@@ -186,13 +222,12 @@ class EmailAdapter(Adapter):
             raise ConnectionLost("IMAP: not connected")
         return self.imap
 
-    async def _call(self, command: object) -> aioimaplib.Response:
+    @staticmethod
+    async def _call(command: object) -> aioimaplib.Response:
         try:
             response: aioimaplib.Response = await asyncio.wait_for(command, IMAP_TIMEOUT)  # type: ignore[arg-type]
         except (OSError, TimeoutError, aioimaplib.AioImapException) as exc:
             raise ConnectionLost(f"IMAP: {exc or type(exc).__name__}") from exc
-        # the server tells of new mail in any command's response: IDLE would not tell again
-        self._more = self._more or any(bytes(line).endswith(b" EXISTS") for line in response.lines)
         return response
 
     async def _fetch(self, imap: aioimaplib.IMAP4, uid: int) -> bytes:
@@ -225,7 +260,7 @@ class EmailAdapter(Adapter):
         """The attached file, read again from the mail on a connection of its own (the receiving one
         is in IDLE)."""
         validity, uid, number = (int(n) for n in attachment.ref.split(":"))
-        imap, now_valid, _ = await self._open(asyncio.Event())
+        imap, now_valid, _ = await self._open(asyncio.Event(), lambda: None)
         try:
             if now_valid != validity:
                 raise AdapterError("the mail with this file is gone (the mailbox was made anew)")
