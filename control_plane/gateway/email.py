@@ -40,6 +40,8 @@ from .email_parts import (
 from .records import GatewayStore
 
 log = logging.getLogger("hermetic.gateway.email")
+# aioimaplib logs each mail a server announces outside IDLE as "ignored" (at INFO): _Protocol reads them
+logging.getLogger("aioimaplib.aioimaplib").setLevel(logging.WARNING)
 IMAP_TIMEOUT = 30.0
 SMTP_TIMEOUT = 60.0
 IDLE_RENEW = 25 * 60.0
