@@ -130,6 +130,7 @@ def test_bounces_auto_replies_and_list_mail_are_never_answered(
         alice.write(bot.address, "[list] news", "weekly news", List_Id="<news.mail.test>")
         alice.write(bot.address, "bulk", "an offer", Precedence="bulk")
         alice.write(bot.address, "vacation", "away", X_Autoreply="yes")
+        alice.write(bot.address, "anonymous", "no address to answer", From="undisclosed-recipients:;")
         alice.write(bot.address, "hi", "from a ghost", From=ghost)
         # Postfix's own bounce of the reply to the ghost comes back to the bot
         wait_for(lambda: any(m.get_content_type() == "multipart/report" for m in bot.inbox()))
@@ -138,7 +139,7 @@ def test_bounces_auto_replies_and_list_mail_are_never_answered(
         wait_answered(gateway, 2)
     assert text_of(reply) == "to alice\n"
     assert _asked(fake_llm) == ["(subject: hi)\n\nfrom a ghost", "(subject: last)\n\nare you there?"]
-    assert len(bot.inbox()) == 7 and len(alice.inbox()) == 1
+    assert len(bot.inbox()) == 8 and len(alice.inbox()) == 1
 
 
 def test_files_reach_uploads_an_approval_is_a_reply_and_send_file_mails_the_file(

@@ -176,8 +176,11 @@ class EmailAdapter(Adapter):
         saved = await asyncio.to_thread(self.store.get_state, self._key("uid"))
         last = int((saved or "0:0").partition(":")[2])
         found = await self._call(imap.uid_search(f"UID {last + 1}:*", charset=None))
+        if found.result != "OK":
+            raise ConnectionLost(f"IMAP: the search for new mail failed: {found.result} {found.lines[-1:]}")
+        uids = [int(n) for n in bytes(found.lines[0]).split() if n.isdigit()]
         # `N:*` always matches the newest mail, even below N: only UIDs above `last` are new
-        for uid in sorted(int(n) for n in bytes(found.lines[0]).split() if int(n) > last):
+        for uid in sorted(uid for uid in uids if uid > last):
             raw = await self._fetch(imap, uid)
             try:
                 message = parse(raw)

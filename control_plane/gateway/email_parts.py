@@ -84,6 +84,8 @@ def automated(message: EmailMessage, own_address: str) -> str | None:
     if marked:
         return f"an auto-reply ({marked[0]})"
     address, _ = sender(message)
+    if "@" not in address:
+        return "no sender address"
     if address.split("@")[0] in _DAEMONS:
         return f"from {address}"
     if address == own_address.lower():
