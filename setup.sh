@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel ngircd prosody"
+PACKAGES="docker.io docker-compose haproxy bubblewrap debootstrap ripgrep python3 python3-venv git ca-certificates procps openssh-server openssh-client chromium fonts-liberation libatomic1 postgresql iproute2 curl python3-pip python3-ipykernel ngircd prosody postfix dovecot-imapd dovecot-lmtpd"
 missing=""
 for pkg in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
@@ -16,14 +16,20 @@ done
 command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 if [ -n "$missing" ]; then
   echo "setup: installing$missing"
+  # Postfix asks what kind of mail system this is: none (the tests run instances of their own)
+  echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-# ngircd and prosody are for the tests, which start their own on loopback: Debian's services (all
-# interfaces) stay off
-for service in ngircd prosody; do
-  if [ -d /run/systemd/system ] && systemctl is-enabled $service >/dev/null 2>&1; then
-    $SUDO systemctl disable --now $service >/dev/null 2>&1 || true
+# ngircd, prosody, postfix and dovecot are for the tests, which start their own on loopback: Debian's
+# services (all interfaces, the standard ports) stay off, under systemd or an init script
+for service in ngircd prosody postfix dovecot; do
+  if [ -d /run/systemd/system ]; then
+    if systemctl is-enabled $service >/dev/null 2>&1; then
+      $SUDO systemctl disable --now $service >/dev/null 2>&1 || true
+    fi
+  elif [ -x /etc/init.d/$service ] && $SUDO /etc/init.d/$service status >/dev/null 2>&1; then
+    $SUDO /etc/init.d/$service stop >/dev/null 2>&1 || true
   fi
 done
 

@@ -1,11 +1,11 @@
-"""`python -m bench.gateway [--platform all|telegram|irc|xmpp|office]`: the messaging gateway over the
-Telegram stand-in (tests/standins/telegram_standin.py, python-telegram-bot as the client) with the scripted
-model: time from an inbound update to the agent's first model request, from the model's last token to the
-final edit, and N chats x M messages at once
+"""`python -m bench.gateway [--platform all|telegram|irc|xmpp|email|office]`: the messaging gateway over
+the Telegram stand-in (tests/standins/telegram_standin.py, python-telegram-bot as the client) with the
+scripted model: time from an inbound update to the agent's first model request, from the model's last
+token to the final edit, and N chats x M messages at once
 (each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
 against a real ngIRCd, are bench/gateway_irc.py's, the XMPP rows, against a real Prosody,
-bench/gateway_xmpp.py's; the office platforms' rows (bench/gateway_office.py)
-each run over its own stand-in.
+bench/gateway_xmpp.py's, the email rows, against a real Postfix and Dovecot, bench/gateway_email.py's;
+the office platforms' rows (bench/gateway_office.py) each run over its own stand-in.
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
-    parser.add_argument("--platform", choices=["all", "telegram", "irc", "xmpp", "office"], default="all")
+    parser.add_argument(
+        "--platform", choices=["all", "telegram", "irc", "xmpp", "email", "office"], default="all"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     if args.platform in ("all", "telegram", "office"):
@@ -192,6 +194,16 @@ def main() -> None:
         results = gateway_xmpp.collect(args.chats, args.messages, args.singles)
         report(
             "gateway (XMPP on a real Prosody, scripted model)", results, args.out, {"section": "gateway-xmpp"}
+        )
+    if args.platform in ("all", "email"):
+        from . import gateway_email
+
+        results = gateway_email.collect(args.chats, args.messages, args.singles)
+        report(
+            "gateway (email on a real Postfix and Dovecot, scripted model)",
+            results,
+            args.out,
+            {"section": "gateway-email"},
         )
 
 

@@ -3,6 +3,7 @@ a seam of their own (config/settings.py holds the core); `Settings.gateway` hold
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import Any, Literal, get_args
@@ -166,6 +167,64 @@ class XmppSettings(ChatAccess):
         return _from_env(value)
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class EmailSettings(ChatAccess):
+    """A mailbox the bot reads over IMAP (woken by IDLE) and answers from over SMTP: one session per
+    thread; `allow_users` are sender addresses (compared in lower case)."""
+
+    address: str = Field(pattern=r"^[^@\s<>]+@[^@\s<>]+$")
+    """The bot's address: the From of its replies, and the login unless `username` is set."""
+    display_name: str = "Hermetic"
+    username: str | None = None
+    """The IMAP and SMTP login (default: `address`)."""
+    password: SecretStr
+    """The account's password (`${EMAIL_PASSWORD}`), for IMAP and SMTP."""
+    imap_host: str
+    imap_port: int = Field(993, ge=1, le=65535)
+    imap_security: Literal["tls", "none"] = "tls"
+    """IMAP over TLS (port 993); "none" only for a server on loopback."""
+    mailbox: str = "INBOX"
+    smtp_host: str
+    smtp_port: int = Field(587, ge=1, le=65535)
+    smtp_security: Literal["tls", "starttls", "none"] = "starttls"
+    """Submission with STARTTLS (587) or TLS (465); "none" (no TLS, no login) only on loopback."""
+    tls_verify: bool = True
+    subject: str = "Hermetic"
+    """The Subject of a mail that starts a thread (a scheduled job's result, `gateway send`)."""
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _password(cls, value: Any) -> Any:
+        return _from_env(value)
+
+    @field_validator("allow_users")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        return [address.strip().lower() for address in value]
+
+    @model_validator(mode="after")
+    def _plain_only_on_loopback(self) -> EmailSettings:
+        for kind, host, security in (
+            ("imap", self.imap_host, self.imap_security),
+            ("smtp", self.smtp_host, self.smtp_security),
+        ):
+            if security == "none" and not _loopback(host):
+                raise ValueError(
+                    f"{kind}_security: none sends the password in clear: only for a loopback host"
+                )
+        return self
+
+    @property
+    def login(self) -> str:
+        return self.username or self.address
+
+
 class MattermostSettings(Backfilled):
     url: str
     """The server, e.g. https://chat.example.com (the REST API is under /api/v4)."""
@@ -235,6 +294,7 @@ class GatewaySettings(BaseModel):
     discord: DiscordSettings | None = None
     irc: IrcSettings | None = None
     xmpp: XmppSettings | None = None
+    email: EmailSettings | None = None
     mattermost: MattermostSettings | None = None
     whatsapp: WhatsAppSettings | None = None
     webhook: WebhookSettings | None = None

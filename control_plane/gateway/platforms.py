@@ -41,6 +41,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .xmpp import XmppAdapter
 
         adapters.append(XmppAdapter(config.xmpp))
+    if config.email is not None:
+        from .email import EmailAdapter
+
+        adapters.append(EmailAdapter(config.email, store))
     if config.mattermost is not None:
         from .mattermost import MattermostAdapter
 

@@ -210,7 +210,7 @@ def test_a_kill_9_mid_turn_is_answered_once_after_the_restart(
 ) -> None:
     import signal
 
-    from gateway_process import SCRIPT, gateway_profile, start_gateway, wait_all_answered
+    from gateway_process import SCRIPT, gateway_profile, restarted, start_gateway, wait_all_answered
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
@@ -228,18 +228,13 @@ def test_a_kill_9_mid_turn_is_answered_once_after_the_restart(
     finally:
         first.kill()
         first.wait(10)
-    again = start_gateway(env)
-    try:
+    with restarted(env) as again:
         alice.wait_online(bot)  # the killed one's nick is freed once the server sees its socket close
         assert alice.hear(1) == [(bot, alice.nick, "answer one")], "the stored message was answered"
         alice.say(bot, "question two")
         assert alice.hear(1) == [(bot, alice.nick, "answer two")]
         wait_all_answered(tmp_path, "irc")
-        again.send_signal(signal.SIGINT)
-        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
-    finally:
-        again.kill()
-        _, errors = again.communicate(timeout=10)
-        print(errors[-3000:])  # pytest shows it when the test fails
-    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the next message once: {errors}"
+    assert len(fake_llm.requests) == 3, (
+        f"the cut-off turn ran again once, the next message once: {again.errors}"
+    )
     assert alice.heard.empty(), "nothing was said twice"

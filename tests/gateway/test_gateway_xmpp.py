@@ -167,7 +167,7 @@ def test_a_wrong_password_and_a_server_without_tls_are_refused(xmpp_server: Pros
 def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser
 ) -> None:
-    from gateway_process import SCRIPT, gateway_profile, start_gateway, wait_all_answered
+    from gateway_process import SCRIPT, gateway_profile, restarted, start_gateway, wait_all_answered
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
@@ -185,19 +185,14 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     alice.wait_offline(f"{bot}/hermetic")
     alice.say(bot, "question two")  # kept by the server while no gateway is logged in
     heard = [began]
-    again = start_gateway(env)
-    try:
+    with restarted(env) as again:
         # question two is answered on its own or, arriving while the rerun runs, steers it
         while not {"answer one", "answer two"} <= set("\n".join(final_texts(heard).values()).split("\n")):
             heard.append(alice.hear())
         wait_all_answered(tmp_path, "xmpp")
-        again.send_signal(signal.SIGINT)
-        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
-    finally:
-        again.kill()
-        _, errors = again.communicate(timeout=10)
-        print(errors[-3000:])  # pytest shows it when the test fails
-    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the next message once: {errors}"
+    assert len(fake_llm.requests) == 3, (
+        f"the cut-off turn ran again once, the next message once: {again.errors}"
+    )
     texts = final_texts(heard)
     assert texts[began.id].startswith("answer one"), "the rerun corrected the reply the killed run began"
     joined = "\n".join(texts.values())

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,28 @@ def start_gateway(env: dict[str, str]) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@dataclass
+class GatewayRun:
+    proc: subprocess.Popen[str]
+    errors: str = ""
+    """What the process said on stderr, once it ended."""
+
+
+@contextmanager
+def restarted(env: dict[str, str]) -> Iterator[GatewayRun]:
+    """`with restarted(env) as run:` a gateway process for the block, then Ctrl-C, which must stop it
+    cleanly; its stderr is in `run.errors` after the block (and printed, which pytest shows on failure)."""
+    run = GatewayRun(start_gateway(env))
+    try:
+        yield run
+        run.proc.send_signal(signal.SIGINT)
+        assert run.proc.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
+    finally:
+        run.proc.kill()
+        _, run.errors = run.proc.communicate(timeout=10)
+        print(run.errors[-3000:])
+
+
 def kill_9_while_replying(
     env: dict[str, str], ask: Callable[[], object], replying: Callable[[], Any]
 ) -> None:
@@ -63,18 +87,14 @@ def answered_once_after_restart(
     wait_for: Callable[..., Any],
     fake_llm: Any,
 ) -> None:
-    again = start_gateway(env)
-    try:
+    with restarted(env) as again:
         # the message sent meanwhile is answered on its own or, arriving while the rerun runs, steers it
         # bounds of a loaded machine: the restart pays the gateway's imports and the first litellm one
         wait_for(lambda: {"answer one", "answer two"} <= set("\n".join(bot_texts()).split("\n")), timeout=180)
         wait_all_answered(Path(env["HERMETIC_ROOT"]), platform)  # marked once the last edit is out
-        again.send_signal(signal.SIGINT)
-        assert again.wait(30) == 0, "Ctrl-C stops the gateway cleanly"
-    finally:
-        again.kill()
-        _, errors = again.communicate(timeout=10)
-    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the other message once: {errors}"
+    assert len(fake_llm.requests) == 3, (
+        f"the cut-off turn ran again once, the other message once: {again.errors}"
+    )
     texts = bot_texts()
     assert texts[0].startswith("answer one"), "the rerun edited the reply the killed run had begun"
     assert not any("slow reply" in t for t in texts)
