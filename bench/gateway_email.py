@@ -1,8 +1,8 @@
 """The email rows of `python -m bench.gateway`: the gateway's aioimaplib (IDLE) and aiosmtplib clients on a
-real Postfix and Dovecot (tests/support/mailserver.py) with the scripted model, people sending with aiosmtplib:
-time from a person's mail being handed to Postfix to the agent's first model request (Postfix to LMTP to
-Dovecot, IDLE's wake-up, the fetch and the store included), and N people x M mails at once (each writes
-the next, in the same thread, when the last is answered: its reply handed to Postfix)."""
+real Postfix and Dovecot (tests/support/mailserver.py) with the scripted model, people sending with
+aiosmtplib: time from a person's mail being handed to Postfix to the agent's first model request (Postfix to
+LMTP to Dovecot, IDLE's wake-up, the fetch and the store included), and N people x M mails at once (each
+writes the next, in the same thread, when the last is answered: its reply handed to Postfix)."""
 
 from __future__ import annotations
 
