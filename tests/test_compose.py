@@ -208,6 +208,14 @@ def test_the_backends_create_body_is_let_through(proxy: Proxy) -> None:
     assert proxy.request("DELETE", f"{API}/volumes/{NAME}-workspace") in (204, 404)
 
 
+HOST_BOUND_MOUNT = {
+    "Target": "/workspace",
+    "Source": f"{NAME}-workspace",
+    "Type": "volume",
+    "VolumeOptions": {
+        "DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}
+    },
+}
 FORBIDDEN_CREATES = {
     "privileged": _create_body(Privileged=True),
     "capability added": _create_body(CapAdd=["SYS_ADMIN"]),
@@ -225,6 +233,8 @@ FORBIDDEN_CREATES = {
     "logs shipped away": _create_body(
         LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
     ),
+    # the local driver's options make a volume a bind mount: of the host's /, root on the host
+    "volume bound to the host": _create_body(Mounts=[HOST_BOUND_MOUNT]),
 }
 
 
