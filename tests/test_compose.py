@@ -129,11 +129,16 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     finally:
         process.terminate()
         process.wait(10)
-        direct = docker.from_env()  # what a wrongly allowed call may have left
-        with contextlib.suppress(docker.errors.NotFound):
-            direct.api.remove_container(NAME, force=True)
-        with contextlib.suppress(docker.errors.NotFound):
-            direct.api.remove_volume(f"{NAME}-workspace", force=True)
+        _remove_leftovers()
+
+
+def _remove_leftovers() -> None:
+    """What a wrongly allowed call may have left."""
+    direct = docker.from_env()
+    with contextlib.suppress(docker.errors.NotFound):
+        direct.api.remove_container(NAME, force=True)
+    with contextlib.suppress(docker.errors.NotFound):
+        direct.api.remove_volume(f"{NAME}-workspace", force=True)
 
 
 def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
@@ -265,6 +270,19 @@ def test_create_bodies_that_could_hide_a_key_are_refused(proxy: Proxy) -> None:
     body = text.encode()
     chunk = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     assert proxy.request("POST", path, chunk, chunked) == 403
+
+
+def test_a_start_with_a_host_config_is_refused(proxy: Proxy) -> None:
+    """Before API 1.24 a start's body is a HostConfig dockerd still applies (its binds too): a call that
+    takes no body is let through only without one, at any API version."""
+    assert proxy.request("POST", f"{API}/containers/create?name={NAME}", _create_body()) == 201
+    try:
+        for version in ("/v1.23", API):
+            assert proxy.request("POST", f"{version}/containers/{NAME}/start", {"Binds": ["/:/host"]}) == 403
+        mounts = docker.from_env().api.inspect_container(NAME)["Mounts"]
+        assert [m["Destination"] for m in mounts] == ["/workspace"], mounts
+    finally:
+        _remove_leftovers()
 
 
 @pytest.mark.parametrize(
