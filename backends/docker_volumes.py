@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -35,6 +36,8 @@ ORPHAN_GRACE = 600.0
 log = logging.getLogger("hermetic.backends.docker")
 
 HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
+HELPER_PREFIX = "hm-copy-"
+"""The helper's name: calls address it by name, so a socket proxy can tell it from a sandbox."""
 # The helper's program (stdlib python3, as in every sandbox image): the bulk copy, "precopied", wait
 # for "go" (the source is paused then), sync the changes, "copied", then the copy's size in bytes.
 SYNC = r"""
@@ -122,11 +125,13 @@ def copy_volume(
         api.inspect_volume(source)
     except NotFound as exc:
         raise SandboxError(f"volume {source} is gone") from exc
+    helper = HELPER_PREFIX + secrets.token_hex(6)
     try:
         api.create_volume(dest, labels=dest_labels)
-        helper = api.create_container(
+        api.create_container(
             image,
             command=["python3", "-c", SYNC],
+            name=helper,
             user="0:0",
             stdin_open=True,
             network_disabled=True,
@@ -143,7 +148,7 @@ def copy_volume(
                 network_mode="none",
                 pids_limit=64,
             ),
-        )["Id"]
+        )
     except (APIError, NotFound) as exc:
         remove_volume(client, dest)
         raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc

@@ -23,7 +23,9 @@ import yaml
 from backends import SandboxSpec
 from backends.base import new_sandbox_id
 from backends.docker import DockerBackend, DockerConfig, DockerSandbox
+from backends.docker_volumes import HELPER_CAPS
 from backends.errors import BackendUnavailable
+from backends.snapshots import SnapshotStore
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
 NAME = "hm-0123456789ab"  # a sandbox name no test creates
@@ -135,10 +137,12 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
 def _remove_leftovers() -> None:
     """What a wrongly allowed call may have left."""
     direct = docker.from_env()
-    with contextlib.suppress(docker.errors.NotFound):
-        direct.api.remove_container(NAME, force=True)
-    with contextlib.suppress(docker.errors.NotFound):
-        direct.api.remove_volume(f"{NAME}-workspace", force=True)
+    for container in (NAME, HELPER):
+        with contextlib.suppress(docker.errors.NotFound):
+            direct.api.remove_container(container, force=True)
+    for volume in (f"{NAME}-workspace", SNAPSHOT_VOLUME):
+        with contextlib.suppress(docker.errors.NotFound):
+            direct.api.remove_volume(volume, force=True)
 
 
 def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
@@ -175,6 +179,32 @@ def test_a_sandbox_runs_commands_through_the_proxy(proxy: Proxy) -> None:
         assert sandbox.run("cat note", timeout=30)["output"] == "kept\n"
         assert "runtime stopped and was restarted" in sandbox.pop_notices()[0]
     assert backend.reap() == 0
+
+
+def test_snapshot_restore_and_fork_work_through_the_proxy(proxy: Proxy, tmp_path: Path) -> None:
+    """The copy's helper (hm-copy-*, its volumes created and removed), the sandbox paused for the last
+    pass, a restore and a fork: each would raise on a 403."""
+    backend = DockerBackend(DockerConfig(base_url=proxy.url))
+    backend.snapshots = SnapshotStore(tmp_path / "snapshots")
+    with backend.create(SandboxSpec()) as original:
+        original.run("echo before > kept.txt && cd /tmp && export MODE=release")
+        snapshot = original.snapshot(label="through the proxy")
+        original.run("echo after > /workspace/kept.txt")
+        assert original.paused_seconds > 0
+        with backend.create(SandboxSpec(from_snapshot=snapshot.id)) as restored:
+            assert (
+                restored.run('cat /workspace/kept.txt; pwd; echo "$MODE"')["output"]
+                == "before\n/tmp\nrelease\n"
+            )
+        with original.fork() as fork:
+            fork.run("echo fork > /workspace/kept.txt")
+            assert original.run("cat /workspace/kept.txt")["output"] == "after\n"
+            assert fork.run("cat /workspace/kept.txt")["output"] == "fork\n"
+        backend.delete_snapshot(snapshot.id)
+    assert backend.reap() == 0
+    direct = docker.from_env()
+    assert not direct.volumes.list(filters={"name": snapshot.location["volume"]})
+    assert not [c.name for c in direct.containers.list(all=True) if c.name.startswith("hm-copy-")]
 
 
 def _create_body(**host: Any) -> dict[str, Any]:
@@ -241,6 +271,117 @@ FORBIDDEN_CREATES = {
     # the local driver's options make a volume a bind mount: of the host's /, root on the host
     "volume bound to the host": _create_body(Mounts=[HOST_BOUND_MOUNT]),
 }
+
+
+HELPER = "hm-copy-0123456789ab"  # a helper name no test creates
+SNAPSHOT_VOLUME = "hm-snap-0123456789ab"
+
+
+def _helper_body(*, config: dict[str, Any] | None = None, **host: Any) -> dict[str, Any]:
+    """The snapshot copy's helper as backends/docker_volumes.py creates it, with changes."""
+    from docker import APIClient
+    from docker.types import Mount
+
+    api = APIClient(base_url="unix:///nonexistent", version="1.41")
+    host_config = api.create_host_config(
+        mounts=[
+            Mount("/src", f"{NAME}-workspace", type="volume", read_only=True),
+            Mount("/dst", SNAPSHOT_VOLUME, type="volume"),
+        ],
+        cap_drop=["ALL"],
+        cap_add=HELPER_CAPS,
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        network_mode="none",
+        pids_limit=64,
+    )
+    host_config.update(host)
+    body: dict[str, Any] = api.create_container_config(
+        "hermetic-sandbox:slim",
+        ["python3", "-c", "pass"],
+        user="0:0",
+        stdin_open=True,
+        network_disabled=True,
+        host_config=host_config,
+    )
+    return {**body, **(config or {})}
+
+
+def test_the_copy_helpers_create_body_is_let_through(proxy: Proxy) -> None:
+    """The control for the refusals below."""
+    try:
+        assert proxy.request("POST", f"{API}/containers/create?name={HELPER}", _helper_body()) == 201
+        assert proxy.request("DELETE", f"{API}/containers/{HELPER}?force=1") == 204
+    finally:
+        _remove_leftovers()
+
+
+FORBIDDEN_HELPERS = {
+    "privileged": _helper_body(Privileged=True),
+    "another capability": _helper_body(CapAdd=[*HELPER_CAPS, "SYS_ADMIN"]),
+    "a capability instead": _helper_body(CapAdd=["CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"]),
+    "caps kept": _helper_body(CapDrop=[]),
+    "a network": _helper_body(NetworkMode="bridge"),
+    "network enabled": _helper_body(config={"NetworkDisabled": False}),
+    "host network": _helper_body(NetworkMode="host"),
+    "host bind": _helper_body(Binds=["/:/host"]),
+    "bind mount": _helper_body(Mounts=[{"Target": "/dst", "Source": "/", "Type": "bind"}]),
+    "home volume": _helper_body(Mounts=[{"Target": "/dst", "Source": "hermetic-home", "Type": "volume"}]),
+    "sockets volume": _helper_body(Mounts=[{"Target": "/dst", "Source": "hermetic-net", "Type": "volume"}]),
+    "volume bound to the host": _helper_body(Mounts=[{**HOST_BOUND_MOUNT, "Target": "/dst"}]),
+    "tmpfs": _helper_body(Tmpfs={"/x": "rw"}),
+    "seccomp off": _helper_body(SecurityOpt=["no-new-privileges", "seccomp=unconfined"]),
+    "new privileges": _helper_body(SecurityOpt=[]),
+    "writable root": _helper_body(ReadonlyRootfs=False),
+    "host pid namespace": _helper_body(PidMode="host"),
+    "device": _helper_body(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}]),
+    "other image": _helper_body(config={"Image": "debian:bookworm"}),
+    "logs shipped away": _helper_body(
+        LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORBIDDEN_HELPERS))
+def test_a_widened_copy_helper_is_refused(proxy: Proxy, case: str) -> None:
+    assert proxy.request("POST", f"{API}/containers/create?name={HELPER}", FORBIDDEN_HELPERS[case]) == 403
+
+
+def test_the_helpers_privileges_go_with_its_name_only(proxy: Proxy) -> None:
+    """Root and the four capabilities for hm-copy-* only: not for a sandbox's name, nor any other."""
+    for name in (NAME, "other", "hm-copy-0123", f"{HELPER}0"):
+        assert proxy.request("POST", f"{API}/containers/create?name={name}", _helper_body()) == 403
+    assert proxy.request("POST", f"{API}/containers/create", _helper_body()) == 403
+    for path in ("exec", "archive?path=/", "update"):
+        assert proxy.request("POST", f"{API}/containers/{HELPER}/{path}", {"Cmd": ["sh"]}) == 403
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "Name": SNAPSHOT_VOLUME,
+            "Driver": "local",
+            "DriverOpts": {"type": "none", "o": "bind", "device": "/"},
+        },
+        {"Name": SNAPSHOT_VOLUME, "DriverOpts": {"device": "/"}},
+        {"Name": SNAPSHOT_VOLUME, "Driver": "nfs"},
+        {"Name": "hermetic-home"},
+        {"Name": "hm-snap-0123"},
+        {"Name": SNAPSHOT_VOLUME, "name": "hermetic-home"},
+    ],
+    ids=["bind of /", "options", "other driver", "foreign name", "bad name", "name twice"],
+)
+def test_a_volume_create_with_options_or_a_foreign_name_is_refused(
+    proxy: Proxy, body: dict[str, Any]
+) -> None:
+    assert proxy.request("POST", f"{API}/volumes/create", body) == 403
+
+
+def test_a_plain_volume_create_is_let_through(proxy: Proxy) -> None:
+    body = {"Name": SNAPSHOT_VOLUME, "Driver": None, "DriverOpts": None, "Labels": {"org.hermetic.test": "1"}}
+    assert proxy.request("POST", f"{API}/volumes/create", body) == 201
+    assert proxy.request("DELETE", f"{API}/volumes/{SNAPSHOT_VOLUME}") == 204
 
 
 @pytest.mark.parametrize("case", sorted(FORBIDDEN_CREATES))
