@@ -12,6 +12,8 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,14 @@ from typing import Any
 import docker
 import pytest
 import yaml
+from netns import Upstream, upstream  # noqa: F401 (the fixture)
 
-from backends import SandboxSpec
+from backends import SandboxSpec, UnsupportedSpec
 from backends.base import new_sandbox_id
-from backends.docker import DockerBackend, DockerConfig, DockerSandbox
+from backends.docker import NET_VOLUME_DIR, DockerBackend, DockerConfig, DockerSandbox
 from backends.docker_volumes import HELPER_CAPS
 from backends.errors import BackendUnavailable
+from backends.network import NET_ROOT, Credential, read_audit
 from backends.snapshots import SnapshotStore
 
 COMPOSE = Path(__file__).resolve().parent.parent / "compose"
@@ -205,6 +209,84 @@ def test_snapshot_restore_and_fork_work_through_the_proxy(proxy: Proxy, tmp_path
     direct = docker.from_env()
     assert not direct.volumes.list(filters={"name": snapshot.location["volume"]})
     assert not [c.name for c in direct.containers.list(all=True) if c.name.startswith("hm-copy-")]
+
+
+@pytest.fixture(scope="module")
+def net_volume() -> Iterator[str]:
+    """The sockets volume as compose gives it: the directory this process serves them from (NET_ROOT),
+    which in compose is the volume's mount in the control plane's container. Made directly, not through
+    the proxy (which refuses exactly this: a volume bound to a host directory)."""
+    name = f"hermetic-net-{uuid.uuid4().hex[:8]}"
+    NET_ROOT.mkdir(parents=True, exist_ok=True)
+    options = {"type": "none", "o": "bind", "device": str(NET_ROOT)}
+    docker.from_env().volumes.create(name, driver="local", driver_opts=options)
+    try:
+        yield name
+    finally:
+        docker.from_env().api.remove_volume(name, force=True)
+
+
+@pytest.fixture(scope="module")
+def doors(proxy: Proxy, net_volume: str) -> DockerBackend:
+    """A backend through the proxy whose sandboxes reach their sockets in the shared volume."""
+    return DockerBackend(DockerConfig(base_url=proxy.url, net_volume=net_volume))
+
+
+def test_an_allowlist_works_through_the_proxy_and_the_sockets_volume(
+    doors: DockerBackend,
+    upstream: Upstream,  # noqa: F811
+) -> None:
+    spec = SandboxSpec(network="allowlist", allow=["pypi.hm14.test"])
+    with doors.create(spec) as sandbox:
+        assert (
+            sandbox.run("curl -sS http://pypi.hm14.test/host", timeout=60)["output"]
+            == "host=pypi.hm14.test\n"
+        )
+        refused = sandbox.run("curl -sS http://other.hm14.test/host", timeout=60)["output"]
+        assert "other.hm14.test:80 is not on this sandbox's allowlist" in refused
+        mounts = {m["Destination"]: m for m in sandbox.container.attrs["Mounts"]}
+        assert mounts[NET_VOLUME_DIR]["Name"] == doors.net_volume and "/run/hermetic" not in mounts
+    assert [e["host"] for e in read_audit(sandbox.id)] == ["pypi.hm14.test", "other.hm14.test"]
+
+
+def test_no_sandbox_can_list_the_sockets_volume_nor_reach_another_sandboxs(doors: DockerBackend) -> None:
+    spec = SandboxSpec(network="allowlist", allow=["pypi.hm14.test"])
+    with doors.create(spec) as first, doors.create(SandboxSpec()) as second:
+        assert first.egress is not None
+        mine = first.egress.socket_dir.parent.name
+        assert mine.startswith(f"{first.id}.") and len(mine) == len(first.id) + 13
+        assert first.run(f"ls {NET_VOLUME_DIR}/{mine}/sock")["output"].split() == ["egress.sock"]
+        for sandbox in (first, second):
+            listing = sandbox.run(f"ls {NET_VOLUME_DIR} 2>&1; echo $?")["output"]
+            assert "Permission denied" in listing and listing.endswith("2\n"), listing
+        guessed = second.run(f"ls {NET_VOLUME_DIR}/{first.id} 2>&1")["output"]
+        assert "No such file" in guessed, guessed
+        assert second.run("env | grep -c hermetic-net; true")["output"] == "0\n"  # the runtime's own
+
+
+def test_an_exposed_port_answers_through_the_proxy_and_the_sockets_volume(doors: DockerBackend) -> None:
+    with doors.create(SandboxSpec()) as sandbox:
+        serve = (
+            "cd /tmp && echo served-inside > index.html && exec python3 -m http.server 8000 --bind 127.0.0.1"
+        )
+        sandbox.call("proc.spawn", {"command": serve})
+        sandbox.run("for i in $(seq 200); do grep -qi ':1F40 .* 0A' /proc/net/tcp && break; sleep 0.05; done")
+        assert sandbox.ingress is not None
+        exposure = sandbox.ingress.expose(8000)
+        with urllib.request.urlopen(exposure.url, timeout=10) as response:
+            assert response.read() == b"served-inside\n"
+        directory = sandbox.ingress.dir.parent
+    assert not directory.exists(), "the sandbox's directory goes with it"
+
+
+def test_credentials_are_refused_with_the_sockets_volume(doors: DockerBackend) -> None:
+    spec = SandboxSpec(
+        network="allowlist",
+        allow=["pypi.hm14.test"],
+        credentials=[Credential(host="pypi.hm14.test", header="Authorization", value="Bearer ${HOME}")],
+    )
+    with pytest.raises(UnsupportedSpec, match="egress credentials on docker need dockerd on this machine"):
+        doors.create(spec)
 
 
 def _create_body(**host: Any) -> dict[str, Any]:
