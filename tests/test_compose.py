@@ -26,7 +26,7 @@ from netns import Upstream, upstream  # noqa: F401 (the fixture)
 from backends import SandboxSpec, UnsupportedSpec
 from backends.base import new_sandbox_id
 from backends.docker import NET_VOLUME_DIR, DockerBackend, DockerConfig, DockerSandbox
-from backends.docker_volumes import HELPER_CAPS
+from backends.docker_volumes import HELPER_CAPS, helper_config
 from backends.errors import BackendUnavailable
 from backends.network import NET_ROOT, Credential, read_audit
 from backends.snapshots import SnapshotStore
@@ -362,30 +362,11 @@ SNAPSHOT_VOLUME = "hm-snap-0123456789ab"
 def _helper_body(*, config: dict[str, Any] | None = None, **host: Any) -> dict[str, Any]:
     """The snapshot copy's helper as backends/docker_volumes.py creates it, with changes."""
     from docker import APIClient
-    from docker.types import Mount
 
     api = APIClient(base_url="unix:///nonexistent", version="1.41")
-    host_config = api.create_host_config(
-        mounts=[
-            Mount("/src", f"{NAME}-workspace", type="volume", read_only=True),
-            Mount("/dst", SNAPSHOT_VOLUME, type="volume"),
-        ],
-        cap_drop=["ALL"],
-        cap_add=HELPER_CAPS,
-        security_opt=["no-new-privileges"],
-        read_only=True,
-        network_mode="none",
-        pids_limit=64,
-    )
-    host_config.update(host)
-    body: dict[str, Any] = api.create_container_config(
-        "hermetic-sandbox:slim",
-        ["python3", "-c", "pass"],
-        user="0:0",
-        stdin_open=True,
-        network_disabled=True,
-        host_config=host_config,
-    )
+    args = helper_config(api, "hermetic-sandbox:slim", f"{NAME}-workspace", SNAPSHOT_VOLUME, {})
+    args["host_config"].update(host)
+    body: dict[str, Any] = api.create_container_config(**args)
     return {**body, **(config or {})}
 
 
