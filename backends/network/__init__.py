@@ -197,7 +197,6 @@ __all__ = [
     "forget",
     "net_dir",
     "open_ingress",
-    "open_net_dir",
     "read_audit",
     "sandbox_of",
 ]
