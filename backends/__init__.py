@@ -58,6 +58,7 @@ __all__ = [
     "BackendConfig",
     "BackendUnavailable",
     "CallTimeout",
+    "DockerConfig",
     "HandshakeError",
     "ModalConfig",
     "NetworkConfig",

@@ -46,6 +46,8 @@ EXPIRES_LABEL = "org.hermetic.expires"
 RUNTIME_HASH_LABEL = "org.hermetic.runtime-hash"
 HOME_TMPFS = "rw,nosuid,nodev,size=268435456,uid={uid},gid={gid},mode=0755"
 SANDBOX_UID = 1000
+NET_VOLUME_DIR = "/run/hermetic-net"
+"""Where a sandbox sees DockerConfig.net_volume (its own directory in it is named in its environment)."""
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """host:pid:run. The run tells this process from an earlier one with the same pid on the same host: in a
 container the control plane is pid 1 after every restart, and its predecessor's sandboxes are orphans."""
@@ -61,6 +63,11 @@ class DockerConfig(BaseModel):
     """Docker endpoint; default: DOCKER_HOST or the local socket."""
     build_missing_image: bool = True
     """Build `hermetic-sandbox:<variant>` offline (images/build.py) when it is not present."""
+    net_volume: str | None = None
+    """A named volume holding the sockets of network allowlists and exposed ports, mounted at
+    ~/.hermetic/net in this process's own container and at /run/hermetic-net in each sandbox: for a
+    control plane in a container that reaches dockerd over tcp:// (the compose deployment), where no
+    directory of its own can be bind-mounted. Unset: dockerd on this machine, directories bind-mounted."""
 
     def build(self) -> DockerBackend:
         return DockerBackend(self)
@@ -88,16 +95,28 @@ class DockerBackend(Backend):
         self._ca_files: dict[str, bytes | None] = {}
         endpoint = self.config.base_url or os.environ.get("DOCKER_HOST") or "unix://"
         self.local_daemon = endpoint.startswith("unix://")
-        """Whether dockerd shares this machine's filesystem, so a host directory can be bind-mounted:
-        the sockets of a network allowlist and of exposed ports need that. Behind a socket proxy
-        (tcp://, the compose deployment) neither is offered."""
+        """Whether dockerd shares this machine's filesystem, so a host directory can be bind-mounted."""
+        self.net_volume = self.config.net_volume
+        if self.net_volume and os.getuid() == SANDBOX_UID:
+            raise BackendUnavailable(
+                f"docker.net_volume needs this process to run as another user than the sandboxes' (uid "
+                f"{SANDBOX_UID}): they would own the volume's directories and could list them"
+            )
+        self.doors = self.net_volume is not None or self.local_daemon
+        """Whether sandboxes get the sockets of a network allowlist and of exposed ports: bind-mounted
+        from this machine, or in the shared volume. Behind a socket proxy without one, neither."""
         self.reap()
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
-        if spec.network == "allowlist" and not self.local_daemon:
+        if spec.network == "allowlist" and not self.doors:
             raise UnsupportedSpec(
                 "network allowlist on docker needs dockerd on this machine (DOCKER_HOST is not a unix "
-                "socket): the egress socket's directory is bind-mounted from here"
+                "socket) or docker.net_volume: the egress socket reaches the sandbox through either"
+            )
+        if spec.credentials and self.net_volume:
+            raise UnsupportedSpec(
+                "egress credentials on docker need dockerd on this machine: the sandbox CA is bound over "
+                "the image's CA file, a file the shared docker.net_volume cannot mount alone"
             )
         if spec.workspace and not self.local_daemon:
             raise UnsupportedSpec(
@@ -230,18 +249,7 @@ class DockerSandbox(Sandbox):
         else:
             mounts = [Mount(spec.workdir, self.volume_name, type="volume", labels=self.labels)]
         mounts += [Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
-        if spec.network == "allowlist":  # the container stays on network none: the socket is the way out
-            if self.egress is None:
-                self.egress = Egress.attach(self.id, spec.allow, spec.credentials)
-            mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
-            system = self._backend.system_ca_file(spec.image) if self.egress.credentials else None
-            store = self.egress.trust_store(system) if system is not None else None
-            if store is not None:  # the image's own bundle plus the sandbox CA, over the image's
-                mounts.append(Mount(SYSTEM_CA_FILE, str(store), type="bind", read_only=True))
-        if self.ingress is None and self._backend.local_daemon:
-            self.ingress = open_ingress(self.id)
-        if self.ingress is not None:
-            mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
+        mounts += self._doors()
         env = spec.given_env()
         env.update(
             HERMETIC_WORKSPACE=spec.workdir,
@@ -285,6 +293,29 @@ class DockerSandbox(Sandbox):
             host_config=host_config,
         )
         self.container_id = created["Id"]
+
+    def _doors(self) -> list[Mount]:
+        """The mounts of the sandbox's sockets (egress on network allowlist, ingress when the backend
+        offers it), opened first: the whole shared volume, or each directory bind-mounted."""
+        volume = self._backend.net_volume
+        if self.spec.network == "allowlist" and self.egress is None:
+            self.egress = Egress.attach(
+                self.id, self.spec.allow, self.spec.credentials, volume_at=NET_VOLUME_DIR if volume else None
+            )
+        if self.ingress is None and self._backend.doors:
+            self.ingress = open_ingress(self.id, volume_at=NET_VOLUME_DIR if volume else None)
+        if volume:  # no_copy: nothing of the image's is ever copied into it
+            return [Mount(NET_VOLUME_DIR, volume, type="volume", no_copy=True)]
+        mounts = []
+        if self.egress is not None:  # the container stays on network none: the socket is the way out
+            mounts.append(Mount(SANDBOX_NET_DIR, str(self.egress.socket_dir), type="bind", read_only=True))
+            system = self._backend.system_ca_file(self.spec.image) if self.egress.credentials else None
+            store = self.egress.trust_store(system) if system is not None else None
+            if store is not None:  # the image's own bundle plus the sandbox CA, over the image's
+                mounts.append(Mount(SYSTEM_CA_FILE, str(store), type="bind", read_only=True))
+        if self.ingress is not None:
+            mounts.append(Mount(SANDBOX_INGRESS_DIR, str(self.ingress.dir), type="bind", read_only=False))
+        return mounts
 
     def _connect(self) -> Channel:
         """Attach to the (created or stopped) container, then start it: nothing it says is missed."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -35,6 +36,8 @@ ORPHAN_GRACE = 600.0
 log = logging.getLogger("hermetic.backends.docker")
 
 HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
+HELPER_PREFIX = "hm-copy-"
+"""The helper's name: calls address it by name, so a socket proxy can tell it from a sandbox."""
 # The helper's program (stdlib python3, as in every sandbox image): the bulk copy, "precopied", wait
 # for "go" (the source is paused then), sync the changes, "copied", then the copy's size in bytes.
 SYNC = r"""
@@ -122,28 +125,10 @@ def copy_volume(
         api.inspect_volume(source)
     except NotFound as exc:
         raise SandboxError(f"volume {source} is gone") from exc
+    helper = HELPER_PREFIX + secrets.token_hex(6)
     try:
         api.create_volume(dest, labels=dest_labels)
-        helper = api.create_container(
-            image,
-            command=["python3", "-c", SYNC],
-            user="0:0",
-            stdin_open=True,
-            network_disabled=True,
-            labels=dest_labels,
-            host_config=api.create_host_config(
-                mounts=[
-                    Mount("/src", source, type="volume", read_only=True),
-                    Mount("/dst", dest, type="volume"),
-                ],
-                cap_drop=["ALL"],
-                cap_add=HELPER_CAPS,
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                network_mode="none",
-                pids_limit=64,
-            ),
-        )["Id"]
+        api.create_container(**helper_config(api, image, source, dest, dest_labels), name=helper)
     except (APIError, NotFound) as exc:
         remove_volume(client, dest)
         raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
@@ -185,6 +170,28 @@ def copy_volume(
         raise
     _remove_container(client, helper)
     return size, paused
+
+
+def helper_config(api: Any, image: str, source: str, dest: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The helper's container (the arguments of the SDK's create_container, but its name): root with
+    HELPER_CAPS only, no network, a read-only root, `source` at /src read-only and `dest` at /dst."""
+    return {
+        "image": image,
+        "command": ["python3", "-c", SYNC],
+        "user": "0:0",
+        "stdin_open": True,
+        "network_disabled": True,
+        "labels": labels,
+        "host_config": api.create_host_config(
+            mounts=[Mount("/src", source, type="volume", read_only=True), Mount("/dst", dest, type="volume")],
+            cap_drop=["ALL"],
+            cap_add=HELPER_CAPS,
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            network_mode="none",
+            pids_limit=64,
+        ),
+    }
 
 
 def _logs(api: Any, helper: str) -> str:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .network import NET_ROOT, Ingress, net_dir
+from .network import NET_ROOT, Ingress, net_dir, sandbox_of
 from .stats import CGROUP_ROOT, SandboxStats, StatsReader, cgroup_dirs_of, read_cgroup
 
 
@@ -17,8 +17,8 @@ def reachable(root: Path = NET_ROOT) -> list[str]:
     found = []
     for directory in sorted(root.glob("*/in")):
         with contextlib.suppress(OSError):
-            Ingress(directory.parent.name, directory.parent).connect().close()
-            found.append(directory.parent.name)
+            Ingress(sandbox_of(directory.parent), directory.parent).connect().close()
+            found.append(sandbox_of(directory.parent))
     return found
 
 

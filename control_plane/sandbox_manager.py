@@ -56,10 +56,13 @@ def choose_backend(settings: Settings, name: str | None = None) -> tuple[Backend
     local = LocalConfig(state_dir=settings.sandbox.root or settings.root / "sandboxes")
     if name:
         return create_backend(
-            name, {"ssh": settings.ssh, "modal": settings.modal, "local": local}.get(name)
+            name,
+            {"docker": settings.docker, "ssh": settings.ssh, "modal": settings.modal, "local": local}.get(
+                name
+            ),
         ), None
     try:
-        return create_backend("docker"), None
+        return create_backend("docker", settings.docker), None
     except BackendUnavailable as exc:
         return create_backend("local", local), f"docker unavailable ({exc}); using the local backend"
 

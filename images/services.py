@@ -187,6 +187,8 @@ def _build_final(client: docker.DockerClient, base: str, service: str, tag: str)
         script = (
             "useradd -u 10001 -U -d /data -M -s /usr/sbin/nologin hermetic"
             " && install -d -o hermetic -g hermetic -m 0700 /data"
+            # compose mounts the sockets volume there: a fresh volume takes this owner and mode
+            " && install -d -o hermetic -g hermetic -m 0711 /data/.hermetic /data/.hermetic/net"
         )
     elif service == "postgres":
         files["usr/local/bin/postgres-entrypoint"] = (POSTGRES_ENTRYPOINT.encode(), 0o755)

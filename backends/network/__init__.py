@@ -1,14 +1,17 @@
 """A sandbox's network doors: the egress allowlist (policy), the proxy that enforces it, exposed ports.
 
 Backends call `Egress.attach` for a sandbox on `network: allowlist`, bind-mount its socket directory at
-SANDBOX_NET_DIR and put `Egress.env` in the sandbox's environment; the sandbox's own network stays
-`none`. Nothing here imports the control plane.
+SANDBOX_NET_DIR (or mount the whole net root, shared as a volume, at a path given as `volume_at`) and
+put `Egress.env` in the sandbox's environment; the sandbox's own network stays `none`. Nothing here
+imports the control plane.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,8 @@ class NetworkConfig(BaseModel):
 
 
 NET_ROOT = Path.home() / ".hermetic" / "net"
-"""Per sandbox: `<id>/sock/` (mounted into the sandbox) and `<id>/egress.jsonl` (the audit log)."""
+"""Per sandbox: `<id>.<random>/sock/` (mounted into the sandbox) and `<id>.<random>/egress.jsonl` (the
+audit log). Mode 0711: whoever shares it (docker's sockets volume) can list none of it."""
 SANDBOX_NET_DIR = "/run/hermetic"
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 """Debian's (and OpenSSL's default) CA file: with credentials, a bundle adding the sandbox CA is bound
@@ -47,13 +51,37 @@ TRUST_STORE_NAME = "ca-certificates.crt"
 
 
 def net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
-    """A sandbox's directory of doors: sock/ (egress), in/ (ingress), exposed/, egress.jsonl."""
-    return root / sandbox_id
+    """A sandbox's directory of doors: sock/ (egress), in/ (ingress), exposed/, egress.jsonl.
+
+    Named `<id>.<random>` in an unlistable root, so a sandbox that sees the root (a shared volume)
+    reaches only the directory it was told, never another sandbox's. Not created here (open_net_dir);
+    for a sandbox that has none, a path that does not exist."""
+    found = sorted(root.glob(f"{glob.escape(sandbox_id)}.*"))
+    # 72 random bits, in 12 characters: a socket's path must fit in 107 bytes
+    return found[0] if found else root / f"{sandbox_id}.{secrets.token_urlsafe(9)}"
 
 
-def open_ingress(sandbox_id: str, root: Path = NET_ROOT) -> Ingress:
-    """The sandbox's ingress directory, created (mount it at SANDBOX_INGRESS_DIR, read-write)."""
-    return Ingress(sandbox_id, net_dir(sandbox_id, root)).create()
+def sandbox_of(directory: Path) -> str:
+    """Whose a net_dir is: the sandbox id in its name."""
+    return directory.name.partition(".")[0]
+
+
+def open_net_dir(sandbox_id: str, root: Path = NET_ROOT) -> Path:
+    """The sandbox's directory of doors, created (0711, like `root`) if it is not there yet."""
+    root.mkdir(parents=True, exist_ok=True)
+    if root.stat().st_mode & 0o777 != 0o711:
+        root.chmod(0o711)
+    directory = net_dir(sandbox_id, root)
+    directory.mkdir(mode=0o711, exist_ok=True)
+    return directory
+
+
+def open_ingress(sandbox_id: str, root: Path = NET_ROOT, volume_at: str | None = None) -> Ingress:
+    """The sandbox's ingress directory, created: mount it at SANDBOX_INGRESS_DIR, read-write, or, with
+    `volume_at`, the sandbox sees `root` there."""
+    directory = open_net_dir(sandbox_id, root)
+    inside = f"{volume_at}/{directory.name}/in" if volume_at else SANDBOX_INGRESS_DIR
+    return Ingress(sandbox_id, directory, inside).create()
 
 
 def forget(sandbox_id: str, root: Path = NET_ROOT) -> None:
@@ -66,7 +94,7 @@ def forget(sandbox_id: str, root: Path = NET_ROOT) -> None:
 
 
 def audit_path(sandbox_id: str, root: Path = NET_ROOT) -> Path:
-    return root / sandbox_id / "egress.jsonl"
+    return net_dir(sandbox_id, root) / "egress.jsonl"
 
 
 def read_audit(sandbox_id: str, root: Path = NET_ROOT) -> list[dict[str, Any]]:
@@ -89,6 +117,8 @@ class Egress:
     socket_dir: Path
     audit: Path
     credentials: tuple[Credential, ...] = ()
+    inside: str = SANDBOX_NET_DIR
+    """Where the sandbox sees `socket_dir`."""
 
     @classmethod
     def attach(
@@ -97,13 +127,17 @@ class Egress:
         rules: list[str],
         credentials: list[Credential] | None = None,
         root: Path = NET_ROOT,
+        volume_at: str | None = None,
     ) -> Egress:
-        """Serve the sandbox on `root/<id>/sock/egress.sock` under `rules`, adding `credentials` to the
-        requests for their hosts. Raises PolicyError (a bad rule, a credential's variable unset)."""
+        """Serve the sandbox on `sock/egress.sock` in its net_dir under `rules`, adding `credentials` to
+        the requests for their hosts; with `volume_at`, the sandbox sees `root` there. Raises
+        PolicyError (a bad rule, a credential's variable unset)."""
         found = tuple(credentials or ())
         for credential in found:
             credential.resolve()  # every variable set now, or the sandbox is not made
-        egress = cls(sandbox_id, root / sandbox_id / "sock", audit_path(sandbox_id, root), found)
+        directory = open_net_dir(sandbox_id, root)
+        inside = f"{volume_at}/{directory.name}/sock" if volume_at else SANDBOX_NET_DIR
+        egress = cls(sandbox_id, directory / "sock", directory / "egress.jsonl", found, inside)
         egress_proxy().attach(sandbox_id, egress.socket_dir, Policy(rules), egress.audit, found)
         return egress
 
@@ -111,9 +145,9 @@ class Egress:
     def env(self) -> dict[str, str]:
         """What the runtime needs to start its loopback bridge (it sets the proxy variables itself), the
         CA it trusts for the credentials' hosts, and a placeholder in each credential's variable."""
-        env = {"HERMETIC_EGRESS_SOCKET": f"{SANDBOX_NET_DIR}/{SOCKET_NAME}"}
+        env = {"HERMETIC_EGRESS_SOCKET": f"{self.inside}/{SOCKET_NAME}"}
         if self.credentials:
-            env["HERMETIC_EGRESS_CA"] = f"{SANDBOX_NET_DIR}/{CA_NAME}"
+            env["HERMETIC_EGRESS_CA"] = f"{self.inside}/{CA_NAME}"
         for credential in self.credentials:
             env.update(dict.fromkeys(credential.variables, PLACEHOLDER))
         return env
@@ -141,6 +175,8 @@ class Egress:
         """Stop serving the sandbox; its audit log stays (`hermetic sandbox egress ID` after the end)."""
         egress_proxy().detach(self.sandbox_id)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # kept when it holds the audit log or the ingress
+            self.socket_dir.parent.rmdir()
 
 
 __all__ = [
@@ -162,4 +198,5 @@ __all__ = [
     "net_dir",
     "open_ingress",
     "read_audit",
+    "sandbox_of",
 ]

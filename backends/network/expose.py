@@ -48,9 +48,11 @@ class Exposure:
 class Ingress:
     """A sandbox's ingress directory and the host listeners this process holds for it."""
 
-    def __init__(self, sandbox_id: str, net_dir: Path) -> None:
+    def __init__(self, sandbox_id: str, net_dir: Path, inside: str = SANDBOX_INGRESS_DIR) -> None:
         self.sandbox_id = sandbox_id
         self.dir = net_dir / "in"
+        self.inside = inside
+        """Where the sandbox sees `dir`."""
         self.records = net_dir / "exposed"
         self._servers: dict[int, tuple[asyncio.AbstractServer, Exposure]] = {}
 
@@ -62,7 +64,7 @@ class Ingress:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"HERMETIC_INGRESS_SOCKET": f"{SANDBOX_INGRESS_DIR}/{INGRESS_NAME}"}
+        return {"HERMETIC_INGRESS_SOCKET": f"{self.inside}/{INGRESS_NAME}"}
 
     def expose(self, port: int, host: str = "127.0.0.1", host_port: int = 0) -> Exposure:
         """Listen on host:host_port (0: a free port) and carry each connection to `port` inside.

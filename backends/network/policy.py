@@ -6,9 +6,10 @@ Rules (a sandbox's `allow`):
   (list both to allow both).
 - `host:8443`, `*.x:8443`: that port only, instead of 80 and 443.
 - `@python`, `@node`, `@github`, `@debian`: a named preset (presets.py).
-- `203.0.113.0/24`, `203.0.113.7`, `[2001:db8::/32]:8443`: a CIDR admits IP literals in the range and
-  lets a name that matched a host rule resolve into it, even where the range is otherwise refused
-  (loopback, private, ...). A CIDR never admits a name that matched no host rule.
+- `203.0.113.0/24`, `203.0.113.7`, `[2001:db8::/32]:8443`: a CIDR admits IP literals in the range (on
+  80 and 443, or its port) and lets a name that matched a host rule resolve into it, even where the
+  range is otherwise refused (loopback, private, ...): on the port the host rule allowed, or only on
+  the CIDR's own port when it has one. A CIDR never admits a name that matched no host rule.
 
 A decision is made twice: on the name (`check`), then on the addresses it resolved to (`admit`), so
 the proxy connects to an address this module accepted and nothing else.
@@ -89,10 +90,18 @@ class HostRule:
 @dataclass(frozen=True)
 class CidrRule:
     network: IPNetwork
-    ports: frozenset[int]
+    port: int | None
+    """The rule's own port; None: 80 and 443 for an IP literal, any port a host rule allowed for a name."""
 
-    def matches(self, address: IPAddress, port: int) -> bool:
-        return port in self.ports and address.version == self.network.version and address in self.network
+    def covers(self, address: IPAddress) -> bool:
+        return address.version == self.network.version and address in self.network
+
+    def admits_literal(self, address: IPAddress, port: int) -> bool:
+        return port in (DEFAULT_PORTS if self.port is None else {self.port}) and self.covers(address)
+
+    def admits_name_into(self, address: IPAddress, port: int) -> bool:
+        """For a name a host rule let through on `port` (the host rule chose the port)."""
+        return self.port in (None, port) and self.covers(address)
 
 
 def normalise_host(raw: str) -> str:
@@ -169,13 +178,13 @@ class Policy:
         text, port_text = (bracketed.group(1), bracketed.group(2)) if bracketed else (rule, None)
         if not bracketed and text.count(":") == 1:
             text, _, port_text = text.partition(":")
-        ports = DEFAULT_PORTS
+        port: int | None = None
         if port_text is not None:
             if not port_text.isdigit() or not 0 < int(port_text) < 65536:
                 raise PolicyError(f"allow rule {rule!r}: {port_text!r} is not a port")
-            ports = frozenset({int(port_text)})
+            port = int(port_text)
         try:
-            self.cidrs.append(CidrRule(ipaddress.ip_network(text, strict=False), ports))
+            self.cidrs.append(CidrRule(ipaddress.ip_network(text, strict=False), port))
             return
         except ValueError:
             if bracketed or ":" in text:
@@ -188,7 +197,9 @@ class Policy:
                 f"allow rule {rule!r}: use a host (docs.python.org), a wildcard (*.example.com), "
                 "either with :PORT, or a CIDR (203.0.113.0/24)"
             ) from None
-        self.hosts.append(HostRule(f"*.{name}" if wildcard else name, ports))
+        self.hosts.append(
+            HostRule(f"*.{name}" if wildcard else name, DEFAULT_PORTS if port is None else frozenset({port}))
+        )
 
     def check(self, host: str, port: int) -> Target | Denial:
         """The name check: is `host:port` on the list at all (before any lookup)?"""
@@ -201,7 +212,7 @@ class Policy:
         except ValueError:
             literal = None
         if literal is not None:
-            if any(rule.matches(literal, port) for rule in self.cidrs):
+            if any(rule.admits_literal(literal, port) for rule in self.cidrs):
                 return Target(name, port, literal)
             return Denial(
                 "ip-literal",
@@ -215,21 +226,24 @@ class Policy:
 
     def admit(self, target: Target, addresses: list[IPAddress]) -> list[IPAddress] | Denial:
         """The address check: of what `target` resolved to, the addresses it may connect to, in order."""
-        admitted, refused = [], []
+        admitted, refused, other_port = [], [], set()
         for address in addresses:
             why = refused_range(address)
-            if why is None or any(rule.matches(address, target.port) for rule in self.cidrs):
+            if why is None or any(rule.admits_name_into(address, target.port) for rule in self.cidrs):
                 admitted.append(address)
-            else:
-                refused.append(f"{address} ({why})")
+                continue
+            refused.append(f"{address} ({why})")
+            other_port |= {str(rule.port) for rule in self.cidrs if rule.covers(address)}
         if admitted:
             return admitted
         if not refused:
             return Denial("unresolved", f"{target.host} did not resolve")
-        return Denial(
-            "private-address",
-            f"{target.host} resolves to {', '.join(refused)}, refused unless a CIDR rule names that range",
-        )
+        unless = "unless a CIDR rule names that range"
+        if other_port:  # a CIDR covers the range, for another port only
+            unless = (
+                f"{unless} without a port or with port {target.port} (not {', '.join(sorted(other_port))})"
+            )
+        return Denial("private-address", f"{target.host} resolves to {', '.join(refused)}, refused {unless}")
 
 
 def advice(host: str, port: int, denial: Denial) -> str:

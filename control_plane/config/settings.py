@@ -21,7 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from backends import ModalConfig, NetworkConfig, SandboxSpec, SSHConfig
+from backends import DockerConfig, ModalConfig, NetworkConfig, SandboxSpec, SSHConfig
 
 from ..web.settings import WebSettings
 from .chat import GatewaySettings
@@ -321,6 +321,8 @@ class Settings(BaseSettings):
     """HERMETIC_MODEL__NAME=..., HERMETIC_MODEL__API_BASE=..., HERMETIC_MODEL__FALLBACKS=a,b"""
     backend: Literal["local", "docker", "ssh", "modal"] | None = None
     """Sandbox backend; default: docker when dockerd answers, else local."""
+    docker: DockerConfig | None = None
+    """Settings of the docker backend (HERMETIC_DOCKER__NET_VOLUME=hermetic-net under compose, ...)."""
     ssh: SSHConfig | None = None
     """Settings of the ssh backend (HERMETIC_SSH__HOST=..., HERMETIC_SSH__USER=..., ...)."""
     modal: ModalConfig | None = None

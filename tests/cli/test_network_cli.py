@@ -19,7 +19,7 @@ from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
 from network_kit import fetch_script
 
-from backends.network import NET_ROOT
+from backends.network import NET_ROOT, sandbox_of
 
 
 @pytest.fixture
@@ -125,5 +125,5 @@ def test_presets_are_listed() -> None:
 def _sandbox_that_reached(port: int) -> str:
     for log in sorted(NET_ROOT.glob("*/egress.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
         if any(e.get("port") == port for e in map(json.loads, log.read_text().splitlines())):
-            return log.parent.name
+            return sandbox_of(log.parent)
     raise AssertionError(f"no egress log mentions port {port}")

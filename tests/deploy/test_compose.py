@@ -12,6 +12,8 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,15 @@ from typing import Any
 import docker
 import pytest
 import yaml
+from netns import Upstream, upstream  # noqa: F401 (the fixture)
 
-from backends import SandboxSpec
+from backends import SandboxSpec, UnsupportedSpec
 from backends.base import new_sandbox_id
-from backends.docker import DockerBackend, DockerConfig, DockerSandbox
+from backends.docker import NET_VOLUME_DIR, DockerBackend, DockerConfig, DockerSandbox
+from backends.docker_volumes import HELPER_CAPS, helper_config
 from backends.errors import BackendUnavailable
+from backends.network import NET_ROOT, Credential, read_audit
+from backends.snapshots import SnapshotStore
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 NAME = "hm-0123456789ab"  # a sandbox name no test creates
@@ -129,11 +135,18 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     finally:
         process.terminate()
         process.wait(10)
-        direct = docker.from_env()  # what a wrongly allowed call may have left
+        _remove_leftovers()
+
+
+def _remove_leftovers() -> None:
+    """What a wrongly allowed call may have left."""
+    direct = docker.from_env()
+    for container in (NAME, HELPER):
         with contextlib.suppress(docker.errors.NotFound):
-            direct.api.remove_container(NAME, force=True)
+            direct.api.remove_container(container, force=True)
+    for volume in (f"{NAME}-workspace", SNAPSHOT_VOLUME):
         with contextlib.suppress(docker.errors.NotFound):
-            direct.api.remove_volume(f"{NAME}-workspace", force=True)
+            direct.api.remove_volume(volume, force=True)
 
 
 def test_every_call_the_backend_makes_is_let_through(proxy: Proxy) -> None:
@@ -172,6 +185,110 @@ def test_a_sandbox_runs_commands_through_the_proxy(proxy: Proxy) -> None:
     assert backend.reap() == 0
 
 
+def test_snapshot_restore_and_fork_work_through_the_proxy(proxy: Proxy, tmp_path: Path) -> None:
+    """The copy's helper (hm-copy-*, its volumes created and removed), the sandbox paused for the last
+    pass, a restore and a fork: each would raise on a 403."""
+    backend = DockerBackend(DockerConfig(base_url=proxy.url))
+    backend.snapshots = SnapshotStore(tmp_path / "snapshots")
+    with backend.create(SandboxSpec()) as original:
+        original.run("echo before > kept.txt && cd /tmp && export MODE=release")
+        snapshot = original.snapshot(label="through the proxy")
+        original.run("echo after > /workspace/kept.txt")
+        assert original.paused_seconds > 0
+        with backend.create(SandboxSpec(from_snapshot=snapshot.id)) as restored:
+            assert (
+                restored.run('cat /workspace/kept.txt; pwd; echo "$MODE"')["output"]
+                == "before\n/tmp\nrelease\n"
+            )
+        with original.fork() as fork:
+            fork.run("echo fork > /workspace/kept.txt")
+            assert original.run("cat /workspace/kept.txt")["output"] == "after\n"
+            assert fork.run("cat /workspace/kept.txt")["output"] == "fork\n"
+        backend.delete_snapshot(snapshot.id)
+    assert backend.reap() == 0
+    direct = docker.from_env()
+    assert not direct.volumes.list(filters={"name": snapshot.location["volume"]})
+    assert not [c.name for c in direct.containers.list(all=True) if c.name.startswith("hm-copy-")]
+
+
+@pytest.fixture(scope="module")
+def net_volume() -> Iterator[str]:
+    """The sockets volume as compose gives it: the directory this process serves them from (NET_ROOT),
+    which in compose is the volume's mount in the control plane's container. Made directly, not through
+    the proxy (which refuses exactly this: a volume bound to a host directory)."""
+    name = f"hermetic-net-{uuid.uuid4().hex[:8]}"
+    NET_ROOT.mkdir(parents=True, exist_ok=True)
+    options = {"type": "none", "o": "bind", "device": str(NET_ROOT)}
+    docker.from_env().volumes.create(name, driver="local", driver_opts=options)
+    try:
+        yield name
+    finally:
+        docker.from_env().api.remove_volume(name, force=True)
+
+
+@pytest.fixture(scope="module")
+def doors(proxy: Proxy, net_volume: str) -> DockerBackend:
+    """A backend through the proxy whose sandboxes reach their sockets in the shared volume."""
+    return DockerBackend(DockerConfig(base_url=proxy.url, net_volume=net_volume))
+
+
+def test_an_allowlist_works_through_the_proxy_and_the_sockets_volume(
+    doors: DockerBackend,
+    upstream: Upstream,  # noqa: F811
+) -> None:
+    spec = SandboxSpec(network="allowlist", allow=["pypi.hm14.test"])
+    with doors.create(spec) as sandbox:
+        assert (
+            sandbox.run("curl -sS http://pypi.hm14.test/host", timeout=60)["output"]
+            == "host=pypi.hm14.test\n"
+        )
+        refused = sandbox.run("curl -sS http://other.hm14.test/host", timeout=60)["output"]
+        assert "other.hm14.test:80 is not on this sandbox's allowlist" in refused
+        mounts = {m["Destination"]: m for m in sandbox.container.attrs["Mounts"]}
+        assert mounts[NET_VOLUME_DIR]["Name"] == doors.net_volume and "/run/hermetic" not in mounts
+    assert [e["host"] for e in read_audit(sandbox.id)] == ["pypi.hm14.test", "other.hm14.test"]
+
+
+def test_no_sandbox_can_list_the_sockets_volume_nor_reach_another_sandboxs(doors: DockerBackend) -> None:
+    spec = SandboxSpec(network="allowlist", allow=["pypi.hm14.test"])
+    with doors.create(spec) as first, doors.create(SandboxSpec()) as second:
+        assert first.egress is not None
+        mine = first.egress.socket_dir.parent.name
+        assert mine.startswith(f"{first.id}.") and len(mine) == len(first.id) + 13
+        assert first.run(f"ls {NET_VOLUME_DIR}/{mine}/sock")["output"].split() == ["egress.sock"]
+        for sandbox in (first, second):
+            listing = sandbox.run(f"ls {NET_VOLUME_DIR} 2>&1; echo $?")["output"]
+            assert "Permission denied" in listing and listing.endswith("2\n"), listing
+        guessed = second.run(f"ls {NET_VOLUME_DIR}/{first.id} 2>&1")["output"]
+        assert "No such file" in guessed, guessed
+        assert second.run("env | grep -c hermetic-net; true")["output"] == "0\n"  # the runtime's own
+
+
+def test_an_exposed_port_answers_through_the_proxy_and_the_sockets_volume(doors: DockerBackend) -> None:
+    with doors.create(SandboxSpec()) as sandbox:
+        serve = (
+            "cd /tmp && echo served-inside > index.html && exec python3 -m http.server 8000 --bind 127.0.0.1"
+        )
+        sandbox.call("proc.spawn", {"command": serve})
+        sandbox.run("for i in $(seq 200); do grep -qi ':1F40 .* 0A' /proc/net/tcp && break; sleep 0.05; done")
+        assert sandbox.ingress is not None
+        exposure = sandbox.ingress.expose(8000)
+        with urllib.request.urlopen(exposure.url, timeout=10) as response:
+            assert response.read() == b"served-inside\n"
+        directory = sandbox.ingress.dir.parent
+    assert not directory.exists(), "the sandbox's directory goes with it"
+
+
+def test_credentials_are_refused_with_the_sockets_volume(doors: DockerBackend) -> None:
+    spec = SandboxSpec(
+        network="allowlist",
+        allow=["pypi.hm14.test"],
+        credentials=[Credential(host="pypi.hm14.test", header="Authorization", value="Bearer ${HOME}")],
+    )
+    with pytest.raises(UnsupportedSpec, match="egress credentials on docker need dockerd on this machine"):
+        doors.create(spec)
+
+
 def _create_body(**host: Any) -> dict[str, Any]:
     """The create body backends/docker.py sends, with HostConfig changes."""
     from docker import APIClient
@@ -208,6 +325,14 @@ def test_the_backends_create_body_is_let_through(proxy: Proxy) -> None:
     assert proxy.request("DELETE", f"{API}/volumes/{NAME}-workspace") in (204, 404)
 
 
+HOST_BOUND_MOUNT = {
+    "Target": "/workspace",
+    "Source": f"{NAME}-workspace",
+    "Type": "volume",
+    "VolumeOptions": {
+        "DriverConfig": {"Name": "local", "Options": {"type": "none", "o": "bind", "device": "/"}}
+    },
+}
 FORBIDDEN_CREATES = {
     "privileged": _create_body(Privileged=True),
     "capability added": _create_body(CapAdd=["SYS_ADMIN"]),
@@ -225,7 +350,101 @@ FORBIDDEN_CREATES = {
     "logs shipped away": _create_body(
         LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
     ),
+    # the local driver's options make a volume a bind mount: of the host's /, root on the host
+    "volume bound to the host": _create_body(Mounts=[HOST_BOUND_MOUNT]),
 }
+
+
+HELPER = "hm-copy-0123456789ab"  # a helper name no test creates
+SNAPSHOT_VOLUME = "hm-snap-0123456789ab"
+
+
+def _helper_body(*, config: dict[str, Any] | None = None, **host: Any) -> dict[str, Any]:
+    """The snapshot copy's helper as backends/docker_volumes.py creates it, with changes."""
+    from docker import APIClient
+
+    api = APIClient(base_url="unix:///nonexistent", version="1.41")
+    args = helper_config(api, "hermetic-sandbox:slim", f"{NAME}-workspace", SNAPSHOT_VOLUME, {})
+    args["host_config"].update(host)
+    body: dict[str, Any] = api.create_container_config(**args)
+    return {**body, **(config or {})}
+
+
+def test_the_copy_helpers_create_body_is_let_through(proxy: Proxy) -> None:
+    """The control for the refusals below."""
+    try:
+        assert proxy.request("POST", f"{API}/containers/create?name={HELPER}", _helper_body()) == 201
+        assert proxy.request("DELETE", f"{API}/containers/{HELPER}?force=1") == 204
+    finally:
+        _remove_leftovers()
+
+
+FORBIDDEN_HELPERS = {
+    "privileged": _helper_body(Privileged=True),
+    "another capability": _helper_body(CapAdd=[*HELPER_CAPS, "SYS_ADMIN"]),
+    "a capability instead": _helper_body(CapAdd=["CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"]),
+    "caps kept": _helper_body(CapDrop=[]),
+    "a network": _helper_body(NetworkMode="bridge"),
+    "network enabled": _helper_body(config={"NetworkDisabled": False}),
+    "host network": _helper_body(NetworkMode="host"),
+    "host bind": _helper_body(Binds=["/:/host"]),
+    "bind mount": _helper_body(Mounts=[{"Target": "/dst", "Source": "/", "Type": "bind"}]),
+    "home volume": _helper_body(Mounts=[{"Target": "/dst", "Source": "hermetic-home", "Type": "volume"}]),
+    "sockets volume": _helper_body(Mounts=[{"Target": "/dst", "Source": "hermetic-net", "Type": "volume"}]),
+    "volume bound to the host": _helper_body(Mounts=[{**HOST_BOUND_MOUNT, "Target": "/dst"}]),
+    "tmpfs": _helper_body(Tmpfs={"/x": "rw"}),
+    "seccomp off": _helper_body(SecurityOpt=["no-new-privileges", "seccomp=unconfined"]),
+    "new privileges": _helper_body(SecurityOpt=[]),
+    "writable root": _helper_body(ReadonlyRootfs=False),
+    "host pid namespace": _helper_body(PidMode="host"),
+    "device": _helper_body(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}]),
+    "other image": _helper_body(config={"Image": "debian:bookworm"}),
+    "logs shipped away": _helper_body(
+        LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://x:514"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORBIDDEN_HELPERS))
+def test_a_widened_copy_helper_is_refused(proxy: Proxy, case: str) -> None:
+    assert proxy.request("POST", f"{API}/containers/create?name={HELPER}", FORBIDDEN_HELPERS[case]) == 403
+
+
+def test_the_helpers_privileges_go_with_its_name_only(proxy: Proxy) -> None:
+    """Root and the four capabilities for hm-copy-* only: not for a sandbox's name, nor any other."""
+    for name in (NAME, "other", "hm-copy-0123", f"{HELPER}0"):
+        assert proxy.request("POST", f"{API}/containers/create?name={name}", _helper_body()) == 403
+    assert proxy.request("POST", f"{API}/containers/create", _helper_body()) == 403
+    for path in ("exec", "archive?path=/", "update"):
+        assert proxy.request("POST", f"{API}/containers/{HELPER}/{path}", {"Cmd": ["sh"]}) == 403
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "Name": SNAPSHOT_VOLUME,
+            "Driver": "local",
+            "DriverOpts": {"type": "none", "o": "bind", "device": "/"},
+        },
+        {"Name": SNAPSHOT_VOLUME, "DriverOpts": {"device": "/"}},
+        {"Name": SNAPSHOT_VOLUME, "Driver": "nfs"},
+        {"Name": "hermetic-home"},
+        {"Name": "hm-snap-0123"},
+        {"Name": SNAPSHOT_VOLUME, "name": "hermetic-home"},
+    ],
+    ids=["bind of /", "options", "other driver", "foreign name", "bad name", "name twice"],
+)
+def test_a_volume_create_with_options_or_a_foreign_name_is_refused(
+    proxy: Proxy, body: dict[str, Any]
+) -> None:
+    assert proxy.request("POST", f"{API}/volumes/create", body) == 403
+
+
+def test_a_plain_volume_create_is_let_through(proxy: Proxy) -> None:
+    body = {"Name": SNAPSHOT_VOLUME, "Driver": None, "DriverOpts": None, "Labels": {"org.hermetic.test": "1"}}
+    assert proxy.request("POST", f"{API}/volumes/create", body) == 201
+    assert proxy.request("DELETE", f"{API}/volumes/{SNAPSHOT_VOLUME}") == 204
 
 
 @pytest.mark.parametrize("case", sorted(FORBIDDEN_CREATES))
@@ -255,6 +474,19 @@ def test_create_bodies_that_could_hide_a_key_are_refused(proxy: Proxy) -> None:
     body = text.encode()
     chunk = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     assert proxy.request("POST", path, chunk, chunked) == 403
+
+
+def test_a_start_with_a_host_config_is_refused(proxy: Proxy) -> None:
+    """Before API 1.24 a start's body is a HostConfig dockerd still applies (its binds too): a call that
+    takes no body is let through only without one, at any API version."""
+    assert proxy.request("POST", f"{API}/containers/create?name={NAME}", _create_body()) == 201
+    try:
+        for version in ("/v1.23", API):
+            assert proxy.request("POST", f"{version}/containers/{NAME}/start", {"Binds": ["/:/host"]}) == 403
+        mounts = docker.from_env().api.inspect_container(NAME)["Mounts"]
+        assert [m["Destination"] for m in mounts] == ["/workspace"], mounts
+    finally:
+        _remove_leftovers()
 
 
 @pytest.mark.parametrize(

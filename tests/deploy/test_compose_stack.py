@@ -6,7 +6,9 @@ so every packet stays in the project's own networks on this machine."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -51,16 +53,32 @@ def images() -> dict[str, str]:
     return ensure_service_images()
 
 
+def random_subnet() -> str:
+    return f"10.213.{secrets.randbelow(256)}.0/24"
+
+
 class Stack:
-    def __init__(self, tmp: Path, profiles: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        profiles: list[str],
+        env: dict[str, str],
+        script: list[dict[str, Any]] = SCRIPT * 4,
+        settings: dict[str, str] | None = None,
+        subnet: str | None = None,
+    ) -> None:
+        """`settings`: more of the control plane's environment (the compose file passes only its own);
+        `subnet`: the project network's, fixed beforehand (so an allowlist can name it before `up`)."""
         self.project = f"hmstack{uuid.uuid4().hex[:8]}"
-        script = tmp / "script.yaml"
-        script.write_text(yaml.safe_dump(SCRIPT * 4))
+        self.subnet = subnet or random_subnet()
+        (tmp / "script.yaml").write_text(yaml.safe_dump(script))
         extra = tmp / "test.yml"  # the scripted model, inside the project's own network
         extra.write_text(
             yaml.safe_dump(
                 {
+                    "networks": {"default": {"ipam": {"config": [{"subnet": self.subnet}]}}},
                     "services": {
+                        "hermetic": {"environment": settings or {}},
                         "fake-llm": {
                             "image": "hermetic-agent:offline",
                             "command": [
@@ -74,10 +92,10 @@ class Stack:
                                 "--port",
                                 "8788",
                             ],  # fmt: skip
-                            "volumes": [f"{script}:/script.yaml:ro"],
+                            "volumes": [f"{tmp / 'script.yaml'}:/script.yaml:ro"],
                             "read_only": True,
-                        }
-                    }
+                        },
+                    },
                 }
             )
         )
@@ -99,6 +117,7 @@ class Stack:
             "HERMETIC_MODEL__API_BASE": "http://fake-llm:8788/v1",
             "HERMETIC_MODEL__API_KEY": "test-key",
             "POSTGRES_PASSWORD": "stack-secret",
+            "HERMETIC_NET_VOLUME": f"hermetic-net-{self.project}",  # this stack's own
             **env,
         }
         self.url = f"http://127.0.0.1:{self.port}"
@@ -142,19 +161,26 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path, images: dict[str, str]
 
 
 def _turn(url: str, token: str, text: str) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
-        session = client.post("/sessions", json={"title": "stack"}).json()
-        assert client.post(f"/sessions/{session['id']}/messages", json={"content": text}).status_code == 202
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            detail = client.get(f"/sessions/{session['id']}").json()
-            if not detail["running"] and any(
-                m["role"] == "assistant" and m["content"] for m in detail["messages"]
-            ):
-                return detail
-            time.sleep(0.2)
+    """A new session's first turn; its detail once the model answered."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+        return _say(client, client.post("/sessions", json={"title": "stack"}).json()["id"], text)
+
+
+def _say(client: httpx.Client, session: str, text: str) -> dict[str, Any]:
+    """One more turn of the session; its detail once the model answered it."""
+    answered = len(_answers(client.get(f"/sessions/{session}").json()))
+    assert client.post(f"/sessions/{session}/messages", json={"content": text}).status_code == 202
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        detail = client.get(f"/sessions/{session}").json()
+        if not detail["running"] and len(_answers(detail)) > answered:
+            return dict(detail)
+        time.sleep(0.2)
     raise AssertionError("the turn did not finish")
+
+
+def _answers(detail: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in detail["messages"] if m["role"] == "assistant" and m["content"]]
 
 
 POSTGRES_URL = "postgresql+psycopg://hermetic:stack-secret@postgres:5432/hermetic"
@@ -198,7 +224,8 @@ def test_the_stack_runs_a_session_through_the_proxy_and_keeps_it_across_a_restar
     assert stack.labelled("containers") == [] and stack.labelled("networks") == []
     volumes = {name.removeprefix(f"{stack.project}_") for name in stack.labelled("volumes")}
     # only the named data volumes stay (compose 1.x creates every named volume, profiles or not)
-    assert "hermetic-home" in volumes and volumes <= {"hermetic-home", "postgres-data"}, volumes
+    net = stack.env["HERMETIC_NET_VOLUME"]
+    assert "hermetic-home" in volumes and volumes <= {"hermetic-home", "postgres-data", net}, volumes
     mine = {"label": MANAGED_LABEL}
     left = {
         c.name
@@ -206,3 +233,71 @@ def test_the_stack_runs_a_session_through_the_proxy_and_keeps_it_across_a_restar
         if (c.labels.get(OWNER_LABEL) or "").startswith(f"{hostname}:")  # the stack's, not another test's
     }
     assert not left, f"sandboxes left behind: {left}"
+
+
+def _terminal(command: str, **more: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "terminal", "arguments": {"command": command, **more}}]}
+
+
+SERVER = (  # writes `listening` once bound, so the tool's wait_for knows when it serves
+    "cd /tmp && echo served-inside > index.html && exec python3 -c 'import http.server as h; "
+    's = h.ThreadingHTTPServer(("127.0.0.1", 8000), h.SimpleHTTPRequestHandler); '
+    'open("/workspace/listening", "w").close(); s.serve_forever()\''
+)
+DOORS_SCRIPT = [
+    _terminal(
+        "echo kept > note.txt; curl -sS -m 20 http://fake-llm:8788/v1/models; echo; "
+        "curl -sS -m 20 http://docker-proxy:2375/version; echo"
+    ),
+    {"text": "Fetched."},
+    _terminal(SERVER, background=True, wait_for="listening"),
+    {"text": "Serving."},
+    _terminal("ls /workspace; ls /run/hermetic-net"),
+    {"text": "Listed."},
+]
+
+
+def test_allowlists_exposed_ports_and_checkpoints_work_in_the_stack(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """The scripted model's service is on the sandbox's allowlist (its name and the project network's
+    range), the socket proxy's is not; the first tool call that writes is checkpointed (the copy's helper
+    through the proxy), a port inside is exposed in the control plane's container, and a rollback
+    restores the checkpoint."""
+    subnet = random_subnet()
+    settings = {
+        "HERMETIC_SANDBOX__NETWORK": "allowlist",
+        "HERMETIC_SANDBOX__ALLOW": json.dumps(["fake-llm:8788", subnet]),
+    }
+    stack = Stack(tmp_path, [], {}, DOORS_SCRIPT, settings, subnet)
+    try:
+        made = stack.compose("run", "--rm", "-T", "hermetic", "hermetic", "token", "create", "--name", "t")
+        token = made.stdout.strip().splitlines()[-1]
+        stack.compose("up", "-d")
+        stack.wait_healthy()
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=stack.url, headers=headers, timeout=60) as client:
+            session = client.post("/sessions", json={"title": "doors"}).json()["id"]
+            fetched = [m for m in _say(client, session, "fetch")["messages"] if m["role"] == "tool"][-1]
+            assert '"id": "scripted"' in fetched["content"], fetched["content"]
+            assert "docker-proxy:2375 is not on this sandbox's allowlist" in fetched["content"]
+            checkpoints = client.get(f"/sessions/{session}/checkpoints").json()
+            assert [c["n"] for c in checkpoints] == [1], checkpoints
+
+            _say(client, session, "serve")
+            exposed = client.post(f"/sessions/{session}/exposures", json={"port": 8000})
+            assert exposed.status_code == 201, exposed.text
+            fetch = f"import urllib.request; print(urllib.request.urlopen({exposed.json()['url']!r}).read())"
+            inside = stack.compose("exec", "-T", "hermetic", "python3", "-c", fetch).stdout
+            assert inside.strip() == "b'served-inside\\n'", inside
+
+            rolled = client.post(f"/sessions/{session}/rollback", json={"n": 1})
+            assert rolled.status_code == 200, rolled.text
+            listed = [m for m in _say(client, session, "list")["messages"] if m["role"] == "tool"][-1]
+            assert "note.txt" not in listed["content"], listed["content"]  # written after the checkpoint
+            assert "cannot open directory '/run/hermetic-net': Permission denied" in listed["content"]
+        # a fresh volume took the mode and owner of the image's mount point
+        mode = stack.compose("exec", "-T", "hermetic", "stat", "-c", "%a %U", "/data/.hermetic/net").stdout
+        assert mode.split() == ["711", "hermetic"], mode
+    finally:
+        stack.compose("down", "-v", "--remove-orphans", check=False)

@@ -107,6 +107,28 @@ def test_a_cidr_lets_a_matched_name_into_its_range_but_admits_no_other_name() ->
     assert isinstance(policy.check("other.example", 443), Denial)
 
 
+def test_a_cidr_without_a_port_lets_a_matched_name_in_on_the_host_rules_port() -> None:
+    """`fake-llm:8788` plus the compose network's range: the host rule chose the port, the CIDR only
+    lifts the private-range refusal (before, it did so for 80 and 443 only, and 8788 was refused)."""
+    policy = Policy(["fake-llm:8788", "10.213.7.0/24"])
+    target = policy.check("fake-llm", 8788)
+    assert isinstance(target, Target)
+    assert policy.admit(target, [ip("10.213.7.2")]) == [ip("10.213.7.2")]
+    literal = policy.check("10.213.7.2", 8788)  # an IP literal: the CIDR's own ports, 80 and 443
+    assert isinstance(literal, Denial) and literal.rule == "ip-literal"
+
+
+def test_a_cidr_with_a_port_lets_a_name_in_on_that_port_only_and_says_so() -> None:
+    policy = Policy(["fake-llm:8788", "internal.example", "10.213.7.0/24:443"])
+    inside = policy.check("internal.example", 443)
+    assert isinstance(inside, Target) and policy.admit(inside, [ip("10.213.7.2")]) == [ip("10.213.7.2")]
+    target = policy.check("fake-llm", 8788)
+    assert isinstance(target, Target)
+    decision = policy.admit(target, [ip("10.213.7.2")])
+    assert isinstance(decision, Denial) and decision.rule == "private-address"
+    assert "without a port or with port 8788 (not 443)" in decision.reason
+
+
 def test_only_the_admitted_addresses_are_returned_in_order() -> None:
     policy = Policy(["mixed.example"])
     target = policy.check("mixed.example", 443)
