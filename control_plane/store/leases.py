@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlmodel import Field, SQLModel
 
+from .engine import create_tables
+
 NOW = "extract(epoch from clock_timestamp())"
 
 
@@ -61,8 +63,7 @@ class Leases:
 
     def __init__(self, engine: Engine, me: str, ttl: float) -> None:
         self.engine, self.me, self.ttl = engine, me, ttl
-        with engine.begin() as conn:
-            SQLModel.metadata.create_all(conn, tables=_TABLES, checkfirst=True)
+        create_tables(engine, _TABLES)
 
     def register(self, address: str) -> None:
         with self.engine.begin() as conn:
@@ -136,9 +137,16 @@ class Leases:
             )
 
     def leave(self) -> None:
-        """This replica stops: its leases and its row go at once (a kill leaves them to lapse)."""
+        """This replica stops: its leases and its row go at once (a kill leaves them to lapse); those of
+        turns it interrupted lapse now, for another replica to end those turns for their followers."""
         with self.engine.begin() as conn:
-            conn.execute(text("DELETE FROM session_leases WHERE owner = :me"), {"me": self.me})
+            conn.execute(
+                text("UPDATE session_leases SET expires_at = 0 WHERE owner = :me AND running"),
+                {"me": self.me},
+            )
+            conn.execute(
+                text("DELETE FROM session_leases WHERE owner = :me AND NOT running"), {"me": self.me}
+            )
             conn.execute(text("DELETE FROM replicas WHERE id = :me"), {"me": self.me})
 
 

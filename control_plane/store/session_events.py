@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import Column, Field, SQLModel
 
 from ..events import Event, EventAdapter
+from .engine import create_tables
 
 log = logging.getLogger(__name__)
 CHANNEL = "hermetic_events"
@@ -42,8 +43,7 @@ class EventTable:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        with engine.begin() as conn:
-            SQLModel.metadata.create_all(conn, tables=[SQLModel.metadata.tables["session_events"]])
+        create_tables(engine, [SQLModel.metadata.tables["session_events"]])
         self._queue: queue.SimpleQueue[tuple[str, int, bytes] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_batches, name="hermetic-events", daemon=True)
         self._thread.start()
