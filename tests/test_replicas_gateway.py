@@ -1,0 +1,86 @@
+"""The chat gateway inside replicas of `hermetic serve` on one PostgreSQL: one replica holds the bot token
+and answers, the others stand by; when the holder is SIGKILLed another takes the token over within the
+lock's lease and answers what came meanwhile (the Telegram stand-in, python-telegram-bot as the client)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from gateway_harness import OWNER
+from hermetic_cli import scripted_env
+from ngircd import free_port
+from postgres import LocalPostgres
+from replica_set import ReplicaProcess, replica_env, start_replicas, until
+from telegram_standin import TOKEN, TelegramStandin
+
+from control_plane.gateway.records import GatewayStore
+from control_plane.models.fake_llm import FakeLLM
+
+LOCK = "telegram:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
+
+
+@pytest.fixture
+def standin() -> Iterator[TelegramStandin]:
+    server = TelegramStandin()
+    yield server
+    server.close()
+
+
+def _config(root: Path, standin: TelegramStandin) -> None:
+    gateway = {
+        "in_serve": True,
+        "lock_ttl": 3,
+        "telegram": {
+            "token": "${TG_TOKEN}",
+            "base_url": standin.base_url,
+            "base_file_url": standin.base_file_url,
+            "allow_users": [str(OWNER)],
+            "edit_interval": 0.05,
+            "poll_timeout": 1,
+        },
+    }
+    (root / "config.yaml").write_text(yaml.safe_dump({"gateway": gateway}))
+
+
+def test_the_gateway_fails_over_to_another_replica_when_its_holder_is_killed(
+    tmp_path: Path, postgres: LocalPostgres, standin: TelegramStandin
+) -> None:
+    database = postgres.create_database()
+    url = postgres.url(database)
+    _config(tmp_path, standin)
+    with FakeLLM([{"text": "answer one"}, {"text": "answer two"}]) as model:
+        env = replica_env(scripted_env(tmp_path, model.url), url, TG_TOKEN=TOKEN)
+        replicas: list[ReplicaProcess] = []
+        store = GatewayStore(url)
+        try:
+            replicas += start_replicas(env, [free_port(), free_port()])
+            until(lambda: store.lock(LOCK) is not None, "a replica to take the bot token")
+            standin.user_says(OWNER, "question one")
+            standin.wait_for(lambda: _said(standin, "answer one"), timeout=60)
+            until(lambda: not store.unanswered("telegram"), "question one to be marked answered")
+
+            held = store.lock(LOCK)
+            assert held is not None
+            holder = next(r for r in replicas if r.proc is not None and r.proc.pid == held.pid)
+            holder.kill()
+            standin.user_says(OWNER, "question two")  # while nobody holds the token
+            standin.wait_for(lambda: _said(standin, "answer two"), timeout=60)
+            now = store.lock(LOCK)
+            assert now is not None and now.pid != held.pid  # the other replica took it over
+
+            texts = [m.text for m in standin.bot_messages(OWNER)]
+            assert sum("answer one" in t for t in texts) == 1 and sum("answer two" in t for t in texts) == 1
+            assert len(model.requests) == 2  # each question answered once
+        finally:
+            for replica in replicas:
+                replica.stop()
+            store.close()
+            postgres.drop_database(database)
+
+
+def _said(standin: TelegramStandin, text: str) -> bool:
+    return any(text in m.text for m in standin.bot_messages(OWNER))
