@@ -8,9 +8,11 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 CONFIG = """\
@@ -49,6 +51,20 @@ class LocalHAProxy:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def wait_serving(self, timeout: float = 60) -> None:
+        """Until HAProxy answers /health from one of its servers (bounded, polled: another process)."""
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            assert self.proc.poll() is None, f"haproxy exited: {''.join(self.said)}"
+            assert time.monotonic() < deadline, "HAProxy did not serve in time"
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -28,6 +28,7 @@ def replica_env(base: Mapping[str, str], database_url: str, **extra: str) -> dic
         "HERMETIC_LEARNING__ENABLED": "false",
         "HERMETIC_LIMITS__MAX_RUNNING_SESSIONS": "64",  # one machine's replicas: the tests' 30 at once
         "HERMETIC_LIMITS__MAX_SANDBOXES": "64",
+        "HERMETIC_SCHEDULER__POLL_SECONDS": "1",  # a job added on one replica is seen by all within 1 s
         **extra,
     }
 

@@ -4,6 +4,7 @@ events are followed from any replica, and a replica killed mid-turn has its sess
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -196,17 +197,10 @@ def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_inter
 def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
     proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])
     try:
-        until(lambda: _answers(proxy.url), "HAProxy to serve")
+        proxy.wait_serving()
         yield proxy
     finally:
         proxy.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 class Conversation:
@@ -315,3 +309,25 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     assert 90 <= len(cluster.model.requests) <= 90 + interrupted
     assert interrupted > 0  # the kill did land mid-turn
     assert sum(c.reconnects for c in conversations.values()) > 0  # streams were followed across it
+
+
+def test_each_cron_occurrence_runs_once_across_the_replicas(cluster: Cluster) -> None:
+    cluster.model.load([{"text": "tick done", "match": "<cron-tick>"}] * 40)
+    with cluster.client(0) as client:
+        job = client.post(
+            "/cron/jobs", json={"schedule": "every 1s", "prompt": "<cron-tick> say done"}
+        ).json()
+        history = f"/cron/jobs/{job['id']}/history"
+
+        def finished() -> list[dict[str, Any]]:
+            return [run for run in client.get(history).json() if run["status"] != "running"]
+
+        until(lambda: len(finished()) >= 6, "six occurrences run", timeout=120)
+        assert client.post(f"/cron/jobs/{job['id']}/pause").status_code == 200
+        until(lambda: all(run["status"] != "running" for run in client.get(history).json()), "the last run")
+        runs = client.get(history).json()
+    occurrences = [run["scheduled_for"] for run in runs]
+    assert len(occurrences) == len(set(occurrences))  # three schedulers, one run per occurrence
+    assert all(run["status"] == "ok" for run in runs), runs
+    asked = [r for r in cluster.model.requests if "<cron-tick>" in json.dumps(r["messages"])]
+    assert len(asked) == len(runs)  # and one model turn per run
