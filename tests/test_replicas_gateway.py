@@ -4,23 +4,22 @@ lock's lease and answers what came meanwhile (the Telegram stand-in, python-tele
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from gateway_harness import OWNER
 from hermetic_cli import scripted_env
 from ngircd import free_port
 from postgres import LocalPostgres
 from replica_set import ReplicaProcess, replica_env, start_replicas, until
 from telegram_standin import TOKEN, TelegramStandin
+from test_gateway_reliability import create_lock_name, write_config
 
 from control_plane.gateway.records import GatewayStore
 from control_plane.models.fake_llm import FakeLLM
 
-LOCK = "telegram:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
+LOCK = create_lock_name()
 
 
 @pytest.fixture
@@ -30,29 +29,13 @@ def standin() -> Iterator[TelegramStandin]:
     server.close()
 
 
-def _config(root: Path, standin: TelegramStandin) -> None:
-    gateway = {
-        "in_serve": True,
-        "lock_ttl": 3,
-        "telegram": {
-            "token": "${TG_TOKEN}",
-            "base_url": standin.base_url,
-            "base_file_url": standin.base_file_url,
-            "allow_users": [str(OWNER)],
-            "edit_interval": 0.05,
-            "poll_timeout": 1,
-        },
-    }
-    (root / "config.yaml").write_text(yaml.safe_dump({"gateway": gateway}))
-
-
 def test_the_gateway_fails_over_to_another_replica_when_its_holder_is_killed(
     tmp_path: Path, postgres: LocalPostgres, standin: TelegramStandin
 ) -> None:
     database = postgres.create_database()
     url = postgres.url(database)
-    _config(tmp_path, standin)
     with FakeLLM([{"text": "answer one"}, {"text": "answer two"}]) as model:
+        write_config(tmp_path, model.url, standin, in_serve=True, lock_ttl=3)  # its config.yaml
         env = replica_env(scripted_env(tmp_path, model.url), url, TG_TOKEN=TOKEN)
         replicas: list[ReplicaProcess] = []
         store = GatewayStore(url)

@@ -23,7 +23,7 @@ from ..events import Event, Notice, TurnEnd
 from ..sandbox_manager import SandboxLimit
 from . import conversation_keys
 from .bounds import SessionId
-from .replicas import Replica, Replication, replicated
+from .replicas import Replica, Replication, follow_numbered, replicated
 from .signins import COOKIE, CSRF_HEADER, csrf_ok, same_origin
 
 log = logging.getLogger(__name__)
@@ -77,18 +77,14 @@ class LiveSession:
     async def follow(self, after: int) -> AsyncIterator[tuple[int, Event]]:
         """Events after number `after` (one past what this server numbered, e.g. before a restart:
         from now), then each as it comes."""
-        after = min(after, self.seq)
         self.followers += 1
+
+        async def read(after: int) -> list[tuple[int, Event]]:
+            return self._after(after)
+
         try:
-            while True:
-                wake = self._wake
-                fresh = self._after(after)
-                if not fresh:
-                    await wake.wait()
-                    continue
-                for seq, event in fresh:
-                    after = seq
-                    yield seq, event
+            async for numbered in follow_numbered(min(after, self.seq), read, lambda: self._wake.wait):
+                yield numbered
         finally:
             self.followers -= 1
 

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import make_url
@@ -37,6 +37,24 @@ class Replica:
     id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
     loop: asyncio.AbstractEventLoop | None = None
     """The server's event loop (set at startup): where followers wait."""
+
+
+async def follow_numbered(
+    after: int,
+    read: Callable[[int], Awaitable[list[tuple[int, Event]]]],
+    armed: Callable[[], Callable[[], Awaitable[object]]],
+) -> AsyncIterator[tuple[int, Event]]:
+    """Numbered events after `after` as `read` finds them, waiting between reads on what `armed` gives
+    (armed before each read, so an event arriving during it is never slept through)."""
+    while True:
+        wait = armed()
+        fresh = await read(after)
+        if not fresh:
+            await wait()
+            continue
+        for seq, event in fresh:
+            after = seq
+            yield seq, event
 
 
 def replicated(url: str) -> bool:
@@ -72,16 +90,16 @@ class Replication:
         comes: the same on every replica, the owner's included."""
         wake = asyncio.Event()
         self._followers.setdefault(session_id, set()).add(wake)
+
+        def armed() -> Callable[[], Awaitable[object]]:
+            wake.clear()  # before reading: a notification during the read ends the next wait
+            return wake.wait
+
         try:
-            while True:
-                wake.clear()  # before reading: a notification during the read wakes the next wait
-                fresh = await asyncio.to_thread(self.events.after, session_id, after)
-                if not fresh:
-                    await wake.wait()
-                    continue
-                for seq, event in fresh:
-                    after = seq
-                    yield seq, event
+            async for numbered in follow_numbered(
+                after, lambda after: asyncio.to_thread(self.events.after, session_id, after), armed
+            ):
+                yield numbered
         finally:
             waiting = self._followers.get(session_id, set())
             waiting.discard(wake)
