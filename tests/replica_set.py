@@ -82,8 +82,13 @@ class ReplicaProcess:
 def start_replicas(env: Mapping[str, str], ports: list[int]) -> list[ReplicaProcess]:
     """Start one replica per port, all at once, and wait until each serves."""
     replicas = [ReplicaProcess(env, port).start() for port in ports]
-    for replica in replicas:
-        replica.wait_healthy()
+    try:
+        for replica in replicas:
+            replica.wait_healthy()
+    except BaseException:  # one did not start: none is left running
+        for replica in replicas:
+            replica.stop()
+        raise
     return replicas
 
 

@@ -167,6 +167,8 @@ def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_inter
             client.post(f"/sessions/{session}/messages", json={"content": "k1: write it"}).status_code == 202
         )
     until(lambda: len(cluster.model.requests) == 2, "the turn's second model call")
+    saved = ["user", "assistant", "tool"]  # the steps saved by then (writes are queued, not instant)
+    until(lambda: roles(cluster.history(1, session)) == saved, "the finished step to be saved")
     cluster.replicas[0].kill()
     follower.join(60)  # the follower sees the turn end, sent by the replica that took the session over
     try:
@@ -266,6 +268,7 @@ class Conversation:
             self.reconnects += 1  # the stream's replica died: on through another
 
 
+@pytest.mark.timeout(900)  # 30 sessions and a replica's restart on 2 shared, busy cores
 def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     cluster: Cluster, balancer: LocalHAProxy
 ) -> None:
@@ -280,7 +283,7 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
         try:
             with httpx.Client(base_url=balancer.url, headers=cluster.headers, timeout=60) as client:
                 conversations[tag] = conversation = Conversation(client, tag)
-                for n in (1, 2, 3):
+                for n in (1, 2):
                     conversation.say(f"{tag} message {n}")
         except BaseException as exc:  # noqa: BLE001 (reported by the test's thread, below)
             failures.append(exc)
@@ -301,12 +304,12 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     for tag, conversation in conversations.items():
         history = cluster.history(0, conversation.session)["messages"][1:]
         answers = [m["content"] for m in history if m["role"] == "assistant"]
-        assert len(answers) == 3 == len(set(answers)), (tag, history)  # each message answered once
+        assert len(answers) == 2 == len(set(answers)), (tag, history)  # each message answered once
         said = [m["content"] for m in history if m["role"] == "user"]
-        assert sorted(set(said)) == [f"{tag} message {n}" for n in (1, 2, 3)], (tag, history)
+        assert sorted(set(said)) == [f"{tag} message {n}" for n in (1, 2)], (tag, history)
         for earlier, later in zip(history, history[1:], strict=False):
             assert not (earlier["role"] == later["role"] == "assistant"), (tag, history)
-    assert 90 <= len(cluster.model.requests) <= 90 + interrupted
+    assert 60 <= len(cluster.model.requests) <= 60 + interrupted
     assert interrupted > 0  # the kill did land mid-turn
     assert sum(c.reconnects for c in conversations.values()) > 0  # streams were followed across it
 

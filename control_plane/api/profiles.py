@@ -209,15 +209,17 @@ class Profile:
     def start_turn(self, live: LiveSession, text: str) -> None:
         """Start a turn of `live` in the background, within the profile's limits (429 past them)."""
         self.admit_run(live)
+        if self.replication is not None:  # before the caller is told it started: a replica dying after
+            # that must leave a lease that says so, for the one taking it over to end the turn
+            self.replication.leases.set_running(live.conversation.id, True)
         live.task = asyncio.create_task(self._run(live, text))
 
     async def _run(self, live: LiveSession, text: str) -> TurnEnd:
-        """The turn; with replicas, marked running in its lease while it lasts, so that a replica
-        taking the lease over after this one died knows the turn was cut short."""
+        """The turn; with replicas, marked running in its lease while it lasts (from start_turn), so that
+        a replica taking the lease over after this one died knows the turn was cut short."""
         replication, session_id = self.replication, live.conversation.id
         if replication is None:
             return await live.conversation.run(text, live.publish)
-        await asyncio.to_thread(replication.leases.set_running, session_id, True)
         try:
             return await live.conversation.run(text, live.publish)
         finally:
