@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-LEASE_SECONDS = 3.0
+LEASE_SECONDS = 5.0
 """The replicas' lease in the tests: a killed replica's sessions are taken over within it (plus a third)."""
 
 
