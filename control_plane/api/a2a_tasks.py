@@ -136,7 +136,7 @@ def _session(profile: Profile, context_id: str) -> LiveSession:
         return profile.session(session)
     conversation = profile.agent.new_conversation(source="a2a")
     profile.agent.bindings.bind("a2a", context_id, conversation.id, keep=KEPT_CONTEXTS)
-    return profile.keep(LiveSession(conversation))
+    return profile.open_session(conversation)
 
 
 def _begin(profile: Profile, context_id: str) -> tuple[LiveSession, Listing]:

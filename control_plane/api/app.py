@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, HTTPException, Path, Query, Request, Response, status
+import httpx
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -36,11 +37,13 @@ from .cron import router as cron_router
 from .cron import start_schedulers, stop_schedulers
 from .evals import router as evals_router
 from .files import router as files_router
+from .forward import ForwardToOwner, keep_leases
 from .memory import router as memory_router
 from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
-from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth, sandbox_limited
+from .profiles import Auth, Hub, Live, LiveSession, OptionalAuth, Profile, sandbox_limited
+from .replicas import Replica
 from .sandboxes import router as sandboxes_router
 from .signins import SignInStore
 from .skill_sources import router as skill_sources_router
@@ -90,13 +93,20 @@ class SessionDetail(BaseModel):
 
 
 def create_app(
-    root: FilePath | None = None, settings_for: Callable[[str], Settings] | None = None
+    root: FilePath | None = None,
+    settings_for: Callable[[str], Settings] | None = None,
+    replica_address: str | None = None,
 ) -> FastAPI:
-    """The API for every profile under `root` (default: HERMETIC_ROOT or ~/.hermetic)."""
+    """The API for every profile under `root` (default: HERMETIC_ROOT or ~/.hermetic). `replica_address`
+    (from `hermetic serve`): where other replicas reach this one; a profile on PostgreSQL then shares its
+    sessions with them (api/replicas.py)."""
     base = load_settings()
     root = root or base.root
     tokens = TokenStore(root)
-    hub = Hub(settings_for or (lambda name: load_settings(name, root=root)))
+    address = base.api.replica_address or replica_address
+    replica = Replica(address, base.api.lease_seconds) if address else None
+    hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica)
+    forwarding = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,11 +114,22 @@ def create_app(
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
         await start_schedulers(app, hub, base, root)
+        leases = None
+        if replica is not None:
+            replica.loop = asyncio.get_running_loop()
+            await asyncio.to_thread(hub.profile, base.profile)  # joins the replicas, takes over what lapsed
+            leases = asyncio.create_task(keep_leases(hub, replica))
         yield
+        if leases is not None:
+            leases.cancel()
+            await asyncio.gather(leases, return_exceptions=True)
+        await forwarding.aclose()
         await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
     app = FastAPI(title="Hermetic", version=__version__, lifespan=lifespan)
+    if replica is not None:
+        app.add_middleware(ForwardToOwner, hub=hub, replica=replica, client=forwarding)
     app.state.hub = hub
     app.state.tokens = tokens
     app.state.signins = SignInStore(root)
@@ -153,7 +174,7 @@ def create_app(
     @app.post("/sessions", status_code=status.HTTP_201_CREATED, responses=errors(400, 401))
     def create_session(profile: Auth, body: NewSession | None = None) -> SessionRecord:
         conversation = profile.agent.new_conversation(title=body.title if body else None, source="api")
-        profile.keep(LiveSession(conversation))
+        profile.open_session(conversation)
         record = profile.agent.store.get_session(conversation.id, profile.settings.profile)
         assert record is not None
         return record
@@ -186,14 +207,15 @@ def create_app(
 
     @app.get("/sessions/{session_id}", responses=errors(401, 404))
     def get_session(profile: Auth, session_id: Annotated[SessionId, Path()]) -> SessionDetail:
-        record = profile.agent.store.get_session(session_id, profile.settings.profile)
-        if record is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+        """The session and its history, from the database (answered by any replica)."""
+        record = _own(profile, session_id)
         live = profile.live.get(session_id)
+        running = bool(live and live.conversation.running)
+        if profile.replication is not None and live is None:
+            holder = profile.replication.leases.holder(session_id)
+            running = bool(holder and holder.running)
         return SessionDetail(
-            session=record,
-            messages=profile.agent.store.messages(session_id),
-            running=bool(live and live.conversation.running),
+            session=record, messages=profile.agent.store.messages(session_id), running=running
         )
 
     @app.post(
@@ -246,26 +268,53 @@ def create_app(
             live.conversation.interrupt()
             await asyncio.gather(live.task, return_exceptions=True)
         await asyncio.to_thread(live.conversation.close)
-        profile.live.pop(live.conversation.id, None)
+        await asyncio.to_thread(profile.release, live.conversation.id)
         return {"closed": True}
 
     @app.get("/sessions/{session_id}/events", response_class=EventSourceResponse, responses=errors(401, 404))
     async def events(
-        live: Live,
+        profile: Auth,
+        session_id: Annotated[SessionId, Path()],
+        live: Annotated[LiveSession | None, Depends(_followed)],
         after: Annotated[Offset | None, Query(description="Only events after this number")] = None,
         until_turn_end: Annotated[bool, Query(description="Stop after the next turn_end")] = False,
         last_event_id: Annotated[str | None, Header(max_length=32)] = None,
     ) -> AsyncIterator[ServerSentEvent]:
-        """The session's events as they happen: each SSE `event` is the event's type, `id` its number."""
-        if after is None:  # a reconnecting browser says where it was; a new follower starts from now
-            after = int(last_event_id) if last_event_id and last_event_id.isdigit() else live.seq
-        async for seq, event in live.follow(after):
+        """The session's events as they happen: each SSE `event` is the event's type, `id` its number.
+        With replicas, followed from the database on whichever replica the request lands."""
+        if after is None and last_event_id and last_event_id.isdigit():  # a reconnecting browser
+            after = int(last_event_id)
+        if live is not None:
+            following = live.follow(live.seq if after is None else after)
+        else:
+            assert profile.replication is not None
+            if after is None:  # a new follower starts from now
+                after = await asyncio.to_thread(profile.replication.events.last_seq, session_id)
+            following = profile.replication.follow(session_id, after)
+        async for seq, event in following:
             yield ServerSentEvent(data=event.model_dump(), event=event.type, id=str(seq))
             if until_turn_end and event.type == "turn_end":
                 return
 
     app.openapi = _public_marked(app.openapi)  # type: ignore[method-assign]
     return app
+
+
+def _followed(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession | None:
+    """The session whose events are followed: live here, or (None) with replicas, followed from the
+    database. A dependency, so a 404 is sent before an SSE response has started."""
+    if profile.replication is None:
+        return profile.session(session_id)
+    _own(profile, session_id)
+    return None
+
+
+def _own(profile: Profile, session_id: str) -> SessionRecord:
+    """The profile's session record; 404 when it has none of that id."""
+    record = profile.agent.store.get_session(session_id, profile.settings.profile)
+    if record is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}")
+    return record
 
 
 PUBLIC = "x-hermetic-public"

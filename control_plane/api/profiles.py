@@ -19,10 +19,11 @@ from backends import SandboxError
 from ..agent.agent import Agent
 from ..agent.loop import Conversation
 from ..config.settings import Settings
-from ..events import Event
+from ..events import Event, Notice, TurnEnd
 from ..sandbox_manager import SandboxLimit
 from . import conversation_keys
 from .bounds import SessionId
+from .replicas import Replica, Replication, follow_numbered, replicated
 from .signins import COOKIE, CSRF_HEADER, csrf_ok, same_origin
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,18 @@ RETRY_SANDBOX = 30
 class LiveSession:
     """A conversation open in this server, with its numbered events for any number of followers."""
 
-    def __init__(self, conversation: Conversation) -> None:
+    def __init__(
+        self,
+        conversation: Conversation,
+        seq: int = 0,
+        shared: Callable[[str, int, Event], None] | None = None,
+    ) -> None:
         self.conversation = conversation
         self.events: deque[tuple[int, Event]] = deque(maxlen=KEPT_EVENTS)
-        self.seq = 0
+        self.seq = seq
+        """The last event's number: with replicas, where the previous owner's numbering stopped."""
+        self._shared = shared
+        """With replicas: where each event also goes, for followers on every replica."""
         self._wake = asyncio.Event()
         self.task: asyncio.Task[Any] | None = None
         self.followers = 0
@@ -49,6 +58,8 @@ class LiveSession:
         """Called on the event loop: number the event and wake every follower."""
         self.seq += 1
         self.events.append((self.seq, event))
+        if self._shared is not None:
+            self._shared(self.conversation.id, self.seq, event)
         self._wake.set()
         self._wake = asyncio.Event()
 
@@ -66,18 +77,14 @@ class LiveSession:
     async def follow(self, after: int) -> AsyncIterator[tuple[int, Event]]:
         """Events after number `after` (one past what this server numbered, e.g. before a restart:
         from now), then each as it comes."""
-        after = min(after, self.seq)
         self.followers += 1
+
+        async def read(after: int) -> list[tuple[int, Event]]:
+            return self._after(after)
+
         try:
-            while True:
-                wake = self._wake
-                fresh = self._after(after)
-                if not fresh:
-                    await wake.wait()
-                    continue
-                for seq, event in fresh:
-                    after = seq
-                    yield seq, event
+            async for numbered in follow_numbered(min(after, self.seq), read, lambda: self._wake.wait):
+                yield numbered
         finally:
             self.followers -= 1
 
@@ -86,6 +93,18 @@ class LiveSession:
         wake costs its new events, not a scan of all KEPT_EVENTS (once per streamed chunk)."""
         newer = itertools.takewhile(lambda kept: kept[0] > after, reversed(self.events))
         return list(newer)[::-1]
+
+
+def _ended(last: dict[str, Any]) -> list[Event]:
+    """How a turn cut short by its replica's death ends for its followers: done when its final answer
+    was saved (only the end was not sent: the user must not ask again), else interrupted."""
+    if last.get("role") == "assistant" and not last.get("tool_calls"):
+        return [TurnEnd(reason="done", content=last.get("content") or "")]
+    why = (
+        "the replica running this session's turn stopped before it ended: the turn is interrupted "
+        "(your message and its finished steps are kept); send a message to go on"
+    )
+    return [Notice(message=why), TurnEnd(reason="interrupted")]
 
 
 def _too_many(message: str, retry_after: int) -> HTTPException:
@@ -103,22 +122,55 @@ def sandbox_limited(exc: SandboxLimit) -> HTTPException:
 class Profile:
     """One profile's agent and its sessions open in this server."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, replica: Replica | None = None) -> None:
         self.settings = settings
         self.agent = Agent(settings)
         conversation_keys.take_over(settings.home, self.agent.bindings)
         self.live: dict[str, LiveSession] = {}
         """Sessions held in memory, least recently used first."""
+        url = str(settings.database_url)
+        self.replication = Replication(url, replica) if replica and replicated(url) else None
+        """With PostgreSQL under `hermetic serve`: the leases and events shared with other replicas."""
 
     def session(self, session_id: str) -> LiveSession:
-        """The live session, resumed from the database if needed. 404 when not this profile's."""
+        """The live session, resumed from the database if needed. 404 when not this profile's; 409 when
+        another replica holds it (a request is forwarded to the owner before it gets here: a race)."""
         live = self.live.get(session_id)
         if live is None:
-            try:
-                live = LiveSession(self.agent.resume(session_id))
-            except KeyError:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}") from None
+            live = self._resume(session_id)
         return self.keep(live)
+
+    def open_session(self, conversation: Conversation) -> LiveSession:
+        """Hold a new conversation (with replicas: under this replica's lease)."""
+        if self.replication is not None:
+            self.replication.leases.claim(conversation.id)
+        return self.keep(self._live(conversation, 0))
+
+    def _resume(self, session_id: str) -> LiveSession:
+        replication = self.replication
+        holder = replication.leases.claim(session_id) if replication is not None else None
+        if replication is not None and holder is not None and holder.owner != replication.me:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, f"session {session_id} is held by replica {holder.owner}; try again"
+            )
+        try:
+            conversation = self.agent.resume(session_id)
+        except KeyError:
+            if replication is not None:
+                replication.leases.release(session_id)
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no session {session_id}") from None
+        if replication is None:
+            return LiveSession(conversation)
+        live = self._live(conversation, replication.events.last_seq(session_id))
+        if holder is not None and holder.running:  # its replica died mid-turn: that turn is over
+            replication.leases.set_running(session_id, False)
+            for event in _ended(conversation.history[-1]):
+                replication.call_soon(live.publish, event)
+        return live
+
+    def _live(self, conversation: Conversation, seq: int) -> LiveSession:
+        shared = self.replication.publish if self.replication is not None else None
+        return LiveSession(conversation, seq, shared)
 
     def keep(self, live: LiveSession) -> LiveSession:
         """Hold `live` as the most recently used session. Over limits.max_live_sessions, the least recently
@@ -157,20 +209,43 @@ class Profile:
     def start_turn(self, live: LiveSession, text: str) -> None:
         """Start a turn of `live` in the background, within the profile's limits (429 past them)."""
         self.admit_run(live)
-        live.task = asyncio.create_task(live.conversation.run(text, live.publish))
+        if self.replication is not None:  # before the caller is told it started: a replica dying after
+            # that must leave a lease that says so, for the one taking it over to end the turn
+            self.replication.leases.set_running(live.conversation.id, True)
+        live.task = asyncio.create_task(self._run(live, text))
+
+    async def _run(self, live: LiveSession, text: str) -> TurnEnd:
+        """The turn; with replicas, marked running in its lease while it lasts (from start_turn), so that
+        a replica taking the lease over after this one died knows the turn was cut short."""
+        replication, session_id = self.replication, live.conversation.id
+        if replication is None:
+            return await live.conversation.run(text, live.publish)
+        try:
+            return await live.conversation.run(text, live.publish)
+        finally:
+            await asyncio.to_thread(replication.leases.set_running, session_id, False)
+
+    def release(self, session_id: str) -> None:
+        """Let go of a session this server held (closed, or its lease lost)."""
+        self.live.pop(session_id, None)
+        if self.replication is not None:
+            self.replication.leases.release(session_id)
 
     def close(self) -> None:
         for live in self.live.values():
             if live.task is not None:
                 live.conversation.interrupt()
         self.agent.close()
+        if self.replication is not None:
+            self.replication.close()
 
 
 class Hub:
     """Profiles by name, each opened on first use with its own home, database and sandboxes."""
 
-    def __init__(self, settings_for: Callable[[str], Settings]) -> None:
+    def __init__(self, settings_for: Callable[[str], Settings], replica: Replica | None = None) -> None:
         self.settings_for = settings_for
+        self.replica = replica
         self.profiles: dict[str, Profile] = {}
         self._opening = threading.Lock()
 
@@ -183,7 +258,7 @@ class Hub:
             return found
         with self._opening:
             if name not in self.profiles:
-                self.profiles[name] = Profile(self.settings_for(name))
+                self.profiles[name] = Profile(self.settings_for(name), self.replica)
             return self.profiles[name]
 
     def prefill(self, name: str) -> None:
@@ -206,7 +281,7 @@ _UNAUTHORIZED = "a valid bearer token is required (create one: hermetic token cr
 _NO_CSRF = f"a console sign-in needs a same-origin request with its {CSRF_HEADER} header to change anything"
 
 
-def _caller(request: Request, creds: HTTPAuthorizationCredentials | None, cookie: str | None) -> str | None:
+def caller(request: Request, creds: HTTPAuthorizationCredentials | None, cookie: str | None) -> str | None:
     """The profile of the request's bearer token or, without one, of its console sign-in cookie (one
     way in for every route). A cookie on a state-changing request without its CSRF token is a 401."""
     tokens = request.app.state.tokens
@@ -222,7 +297,7 @@ def _caller(request: Request, creds: HTTPAuthorizationCredentials | None, cookie
 
 
 def current_profile(request: Request, creds: Bearer, cookie: Cookie) -> Profile:
-    profile = _caller(request, creds, cookie)
+    profile = caller(request, creds, cookie)
     if profile is None:
         challenge = {"WWW-Authenticate": "Bearer"}
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, _UNAUTHORIZED, headers=challenge)
@@ -236,7 +311,7 @@ Auth = Annotated[Profile, Depends(current_profile)]
 def optional_profile(request: Request, creds: Bearer, cookie: Cookie) -> Profile | None:
     """The caller's profile when the request carries a valid token or sign-in, else None (never a 401)."""
     try:
-        name = _caller(request, creds, cookie)
+        name = caller(request, creds, cookie)
     except HTTPException:
         return None
     return request.app.state.hub.profile(name) if name else None

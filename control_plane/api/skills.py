@@ -17,7 +17,7 @@ from ..skills.library import SkillError, SkillLibrary, UnknownSkill
 from ..skills.listing import SkillInfo
 from ..skills.model import Verdict
 from .bounds import AUTHENTICATED, CurationLine, RelativePath, SkillName, Version, errors
-from .profiles import Auth, LiveSession
+from .profiles import Auth
 
 router = APIRouter(prefix="/skills", tags=["skills"], responses=AUTHENTICATED)
 Name = Annotated[SkillName, Path()]
@@ -168,7 +168,7 @@ async def curation_merge(profile: Auth, body: ProposedPair) -> MergeReview:
         return merge_review(profile.agent, proposed[0])
 
     conversation, text = await asyncio.to_thread(_run, profile, review)
-    live = profile.keep(LiveSession(conversation))
+    live = profile.open_session(conversation)
     profile.start_turn(live, text)
     return MergeReview(session_id=conversation.id)
 

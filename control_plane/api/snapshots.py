@@ -15,7 +15,7 @@ from ..checkpoints import NoSuchCheckpoint
 from ..sandbox_manager import SandboxLimit, choose_backend
 from ..store import SessionRecord
 from .bounds import AUTHENTICATED, errors
-from .profiles import Auth, LiveSession
+from .profiles import Auth
 
 router = APIRouter(tags=["snapshots"], responses=AUTHENTICATED)
 Responses = dict[int | str, dict[str, Any]]
@@ -135,7 +135,7 @@ def fork_session(profile: Auth, session_id: str) -> SessionRecord:
     over limits.max_sandboxes)."""
     _own_session(profile, session_id)
     conversation = _errors(lambda: profile.agent.fork_session(session_id))
-    profile.live[conversation.id] = LiveSession(conversation)
+    profile.open_session(conversation)
     record = profile.agent.store.get_session(conversation.id, profile.settings.profile)
     assert record is not None
     return record

@@ -387,7 +387,8 @@ def _serve(settings: Settings, host: str, port: int, open_console: bool) -> None
             raise typer.Exit(2)
         err.print(f"created an API token for profile {settings.profile} (shown once):")
         print(tokens.create(settings.profile, "first"), flush=True)
-    config = uvicorn.Config(create_app(settings.root), host=host, port=port)
+    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"  # where other replicas reach this one
+    config = uvicorn.Config(create_app(settings.root, replica_address=address), host=host, port=port)
     server_class = _opening(config) if open_console else uvicorn.Server
     if settings.gateway.in_serve and settings.gateway.platforms:  # the chat gateway beside the API
         from .gateway import serve_beside

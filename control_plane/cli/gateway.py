@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from ..api.replicas import replicated
 from ..config.chat import PLATFORMS
 from ..config.settings import Settings, load_settings
 from ..gateway import Gateway, GatewayLocked, create_gateway
@@ -67,8 +68,12 @@ def run() -> None:
         raise typer.Exit(3) from None
 
 
-async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) -> None:
-    """Run the gateway until SIGINT/SIGTERM (or, when given, until `until` is set), then stop it cleanly."""
+async def serve_gateway(
+    settings: Settings, until: asyncio.Event | None = None, standby: bool = False
+) -> None:
+    """Run the gateway until SIGINT/SIGTERM (or, when given, until `until` is set), then stop it cleanly.
+    `standby` (replicas of `hermetic serve`): while another gateway holds a bot token, wait and take over
+    once its lock lapses, instead of GatewayLocked."""
     stop = until or asyncio.Event()
     if until is None:  # before anything starts: a Ctrl-C while starting stops cleanly too
         loop = asyncio.get_running_loop()
@@ -76,7 +81,17 @@ async def serve_gateway(settings: Settings, until: asyncio.Event | None = None) 
             loop.add_signal_handler(signum, stop.set)
     gateway: Gateway = await asyncio.to_thread(create_gateway, settings)
     try:
-        await gateway.start()
+        while True:
+            try:
+                await gateway.start()
+                break
+            except GatewayLocked as exc:
+                if not standby:
+                    raise
+                err.print(f"gateway: standing by ({exc})")
+            with contextlib.suppress(TimeoutError):  # the lock's renewal period: a lapse is seen within it
+                await asyncio.wait_for(stop.wait(), settings.gateway.lock_ttl / 3)
+                return
         err.print(f"gateway: serving {', '.join(gateway.adapters)} for profile {settings.profile}")
         await stop.wait()
         err.print("gateway: stopping")
@@ -107,7 +122,8 @@ def serve_beside(settings: Settings, config: uvicorn.Config, base: type[uvicorn.
 
     async def both() -> None:
         stop = asyncio.Event()
-        gateway = asyncio.create_task(serve_gateway(settings, until=stop))
+        standby = replicated(str(settings.database_url))  # replicas: each one's gateway ready to take over
+        gateway = asyncio.create_task(serve_gateway(settings, until=stop, standby=standby))
         api = asyncio.create_task(server.serve())
         done, _ = await asyncio.wait({gateway, api}, return_when=asyncio.FIRST_COMPLETED)
         stop.set()

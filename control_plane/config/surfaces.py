@@ -21,6 +21,12 @@ class APISettings(BaseModel):
     port: int = 8765
     console_signin_hours: float = Field(12.0, gt=0, le=24 * 90)
     """How long a console sign-in (the cookie an API token is exchanged for) lasts; logout ends it sooner."""
+    replica_address: str | None = Field(None, pattern=r"^https?://[^/\s]+$")
+    """With PostgreSQL: the URL other replicas reach this `hermetic serve` at, for requests they forward
+    to it (default: http://HOST:PORT it listens on; set it when listening on 0.0.0.0)."""
+    lease_seconds: float = Field(6.0, ge=1, le=300)
+    """With PostgreSQL: how long a replica's hold on a session lasts unrenewed (renewed every third of
+    it); a killed replica's sessions are taken over this long after its last renewal."""
 
 
 class OpenAISettings(BaseModel):

@@ -6,7 +6,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    create_engine,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import SQLModel, col
@@ -123,6 +134,14 @@ def _sqlite_engine(url: URL) -> Engine:
 SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermetic schema'))"
 """PostgreSQL: processes opening a new database at once would race CREATE ... IF NOT EXISTS (a duplicate
 key in pg_type); each takes this lock first, in its schema transaction (SQLite's BEGIN IMMEDIATE does it)."""
+
+
+def create_tables(engine: Engine, tables: list[Table]) -> None:
+    """Create `tables` where missing, under the schema lock on PostgreSQL (replicas start at once)."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(SCHEMA_LOCK))
+        SQLModel.metadata.create_all(conn, tables=tables, checkfirst=True)
 
 
 def _create_schema(engine: Engine) -> None:

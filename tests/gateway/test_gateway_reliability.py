@@ -30,7 +30,7 @@ def standin() -> Iterator[TelegramStandin]:
     server.close()
 
 
-def _write_config(root: Path, llm_url: str, standin: TelegramStandin, **gateway: Any) -> dict[str, str]:
+def write_config(root: Path, llm_url: str, standin: TelegramStandin, **gateway: Any) -> dict[str, str]:
     """A profile whose config.yaml names the token as ${TG_TOKEN}; the environment to run it with."""
     config = {
         "model": {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0},
@@ -76,7 +76,7 @@ def test_a_kill_9_between_receipt_and_reply_is_answered_exactly_once_after_resta
             {"text": "answer two"},
         ]
     )
-    env = _write_config(tmp_path, fake_llm.url, standin)
+    env = write_config(tmp_path, fake_llm.url, standin)
     first = _gateway(env)
     try:
         standin.wait_for(lambda: _polls(standin) >= 1)
@@ -216,7 +216,7 @@ def test_hermetic_serve_runs_the_gateway_when_configured(
 ) -> None:
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load([{"text": "answered from inside serve"}])
-    env = _write_config(tmp_path, fake_llm.url, standin, in_serve=True) | {"HERMETIC_API__PORT": "0"}
+    env = write_config(tmp_path, fake_llm.url, standin, in_serve=True) | {"HERMETIC_API__PORT": "0"}
     served = subprocess.Popen(
         [sys.executable, "-m", "control_plane", "serve"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

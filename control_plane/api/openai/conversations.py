@@ -61,7 +61,7 @@ def open_session(profile: Profile, session_id: str | None, title: str) -> tuple[
     if session_id is not None:
         return profile.session(session_id), False
     conversation = profile.agent.new_conversation(title=title[:80] or None, source="openai")
-    return profile.keep(LiveSession(conversation)), True
+    return profile.open_session(conversation), True
 
 
 def chat_session(

@@ -1,0 +1,107 @@
+"""Replicas of `hermetic serve` on one PostgreSQL database and one profile home, each a real process on a
+loopback port of its own, for the replica tests and `python -m bench.replicas`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+
+LEASE_SECONDS = 5.0
+"""The replicas' lease in the tests: a killed replica's sessions are taken over within it (plus a third)."""
+
+
+def replica_env(base: Mapping[str, str], database_url: str, **extra: str) -> dict[str, str]:
+    """`base` (a scripted_env) on PostgreSQL, with a short lease, room for 30 sessions running at once and
+    no background learning (whose reviews would ask the scripted model turns the test did not write)."""
+    return {
+        **base,
+        "HERMETIC_DATABASE_URL": database_url,
+        "HERMETIC_API__LEASE_SECONDS": str(LEASE_SECONDS),
+        "HERMETIC_LEARNING__ENABLED": "false",
+        "HERMETIC_LIMITS__MAX_RUNNING_SESSIONS": "64",  # one machine's replicas: the tests' 30 at once
+        "HERMETIC_LIMITS__MAX_SANDBOXES": "64",
+        "HERMETIC_SCHEDULER__POLL_SECONDS": "1",  # a job added on one replica is seen by all within 1 s
+        **extra,
+    }
+
+
+class ReplicaProcess:
+    """One `hermetic serve` on `port`; restartable on the same port (a new replica, as after a crash)."""
+
+    def __init__(self, env: Mapping[str, str], port: int) -> None:
+        self.env, self.port = dict(env), port
+        self.url = f"http://127.0.0.1:{port}"
+        self.said: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> ReplicaProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "control_plane", "serve", "--port", str(self.port)],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        proc = self.proc  # its stderr, read as it comes so the pipe never fills
+        threading.Thread(target=lambda: self.said.extend(proc.stderr or ()), daemon=True).start()
+        return self
+
+    def wait_healthy(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._healthy():
+            assert self.proc is not None and self.proc.poll() is None, f"serve exited: {''.join(self.said)}"
+            assert time.monotonic() < deadline, f"serve on {self.port} did not listen in time"
+            time.sleep(0.1)
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up of any kind runs (its leases are left to lapse)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_replicas(env: Mapping[str, str], ports: list[int]) -> list[ReplicaProcess]:
+    """Start one replica per port, all at once, and wait until each serves."""
+    replicas = [ReplicaProcess(env, port).start() for port in ports]
+    try:
+        for replica in replicas:
+            replica.wait_healthy()
+    except BaseException:  # one did not start: none is left running
+        for replica in replicas:
+            replica.stop()
+        raise
+    return replicas
+
+
+def until(done: Callable[[], object], what: str, timeout: float = 60) -> None:
+    """Wait for a condition another process makes true (bounded, never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def token_for(root: Path) -> str:
+    """An API token for the default profile under `root` (before the replicas start)."""
+    from control_plane.api.tokens import TokenStore
+
+    return TokenStore(root).create("default", "replicas")

@@ -1,0 +1,336 @@
+"""Three `hermetic serve` replicas on one PostgreSQL database: a session runs on one replica at a time
+(its lease), any replica serves any request for it (forwarded to the owner, or read from the database),
+events are followed from any replica, and a replica killed mid-turn has its sessions taken over."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from haproxy import LocalHAProxy, start_haproxy
+from hermetic_cli import scripted_env
+from ngircd import free_port
+from postgres import LocalPostgres
+from replica_set import ReplicaProcess, replica_env, start_replicas, token_for, until
+from test_api import events_of
+
+from control_plane.models.fake_llm import FakeLLM
+
+
+class Cluster:
+    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM) -> None:
+        self.replicas, self.model = replicas, model
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def client(self, index: int) -> httpx.Client:
+        return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
+
+    def new_session(self, index: int) -> str:
+        with self.client(index) as client:
+            return str(client.post("/sessions", json={}).json()["id"])
+
+    def history(self, index: int, session_id: str) -> dict[str, Any]:
+        with self.client(index) as client:
+            return dict(client.get(f"/sessions/{session_id}").json())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, postgres: LocalPostgres) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("replicas")
+    database = postgres.create_database()
+    model = FakeLLM().start()
+    token = token_for(root)
+    env = replica_env(scripted_env(root, model.url), postgres.url(database))
+    replicas = start_replicas(env, [free_port() for _ in range(3)])
+    try:
+        yield Cluster(replicas, token, model)
+    finally:
+        for replica in replicas:
+            replica.stop()
+        model.stop()
+        postgres.drop_database(database)
+
+
+def follow(
+    cluster: Cluster, index: int, session_id: str, after: int, into: list[dict[str, Any]]
+) -> threading.Thread:
+    """Follow the session's events on replica `index` until its next turn_end, in a thread."""
+    opened = threading.Event()
+
+    def read() -> None:
+        with cluster.client(index) as client:
+            url = f"/sessions/{session_id}/events?after={after}&until_turn_end=true"
+            with client.stream("GET", url) as response:
+                opened.set()
+                into.extend(events_of(response))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    opened.wait(60)
+    return thread
+
+
+def roles(history: dict[str, Any]) -> list[str]:
+    return [message["role"] for message in history["messages"] if message["role"] != "system"]
+
+
+def test_two_messages_posted_to_two_replicas_at_once_run_one_after_the_other(cluster: Cluster) -> None:
+    session = cluster.new_session(0)
+    cluster.model.load(
+        [
+            {"text": "first answer", "delay": 0.5, "match": "at once"},
+            {"text": "second answer", "match": "at once"},
+        ]
+    )
+    answers: list[dict[str, Any]] = []
+
+    def post(index: int, text: str) -> None:
+        with cluster.client(index) as client:
+            response = client.post(f"/sessions/{session}/messages", json={"content": text})
+            answers.append({"code": response.status_code, **response.json()})
+
+    events: list[dict[str, Any]] = []
+    follower = follow(cluster, 2, session, 0, events)
+    posts = [threading.Thread(target=post, args=(i, f"at once {i}")) for i in (1, 2)]
+    for thread in posts:
+        thread.start()
+    for thread in posts:
+        thread.join(60)
+    follower.join(60)
+
+    assert [answer["code"] for answer in answers] == [202, 202]
+    assert {answer["status"] for answer in answers} <= {"started", "steered"}
+    until(
+        lambda: roles(cluster.history(1, session)) == ["user", "assistant", "user", "assistant"], "both turns"
+    )
+    contents = [m["content"] for m in cluster.history(2, session)["messages"]]
+    assert contents.count("first answer") == 1 and contents.count("second answer") == 1
+    assert len(cluster.model.requests) == 2  # each message answered once, by one replica
+
+
+def test_events_history_and_questions_reach_the_owner_from_any_replica(cluster: Cluster) -> None:
+    session = cluster.new_session(0)  # held by replica 0
+    cluster.model.load(
+        [
+            {
+                "tool_calls": [{"name": "clarify", "arguments": {"question": "Which colour?"}}],
+                "match": "paint",
+            },
+            {"text": "painted it teal", "match": "paint"},
+        ]
+    )
+    events: list[dict[str, Any]] = []
+    follower = follow(cluster, 2, session, 0, events)
+    with cluster.client(1) as client:
+        assert (
+            client.post(f"/sessions/{session}/messages", json={"content": "paint the shed"}).status_code
+            == 202
+        )
+        until(lambda: any(e["event"] == "question" for e in events), "the question, on replica 2")
+        question = next(e["data"] for e in events if e["event"] == "question")
+        assert client.get(f"/sessions/{session}/questions").json()[0]["id"] == question["id"]
+        answered = client.post(f"/sessions/{session}/questions/{question['id']}", json={"answer": "teal"})
+        assert answered.status_code == 200, answered.text
+    follower.join(60)
+
+    assert events[-1]["event"] == "turn_end" and events[-1]["data"]["content"] == "painted it teal"
+    assert [e["id"] for e in events] == sorted(e["id"] for e in events)
+    tool_result = cluster.model.requests[-1]["messages"][-1]
+    assert tool_result["role"] == "tool" and "teal" in tool_result["content"]
+    detail = cluster.history(2, session)
+    assert roles(detail) == ["user", "assistant", "tool", "assistant"] and detail["running"] is False
+
+
+def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_interrupted(
+    cluster: Cluster,
+) -> None:
+    session = cluster.new_session(0)  # held by replica 0, which is killed below
+    cluster.model.load(
+        [
+            {
+                "tool_calls": [{"name": "terminal", "arguments": {"command": "echo one > kept.txt"}}],
+                "match": "k1",
+            },
+            {"text": "never sent", "delay": 300, "match": "k1"},  # the replica dies while waiting for it
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo alive"}}], "match": "k1"},
+            {"text": "going on", "match": "k1"},
+        ]
+    )
+    events: list[dict[str, Any]] = []
+    follower = follow(cluster, 1, session, 0, events)  # a follower on a replica that lives
+    with cluster.client(0) as client:
+        assert (
+            client.post(f"/sessions/{session}/messages", json={"content": "k1: write it"}).status_code == 202
+        )
+    until(lambda: len(cluster.model.requests) == 2, "the turn's second model call")
+    saved = ["user", "assistant", "tool"]  # the steps saved by then (writes are queued, not instant)
+    until(lambda: roles(cluster.history(1, session)) == saved, "the finished step to be saved")
+    cluster.replicas[0].kill()
+    follower.join(60)  # the follower sees the turn end, sent by the replica that took the session over
+    try:
+        assert [e["data"]["reason"] for e in events if e["event"] == "turn_end"] == ["interrupted"]
+        assert any(e["event"] == "notice" and "interrupted" in e["data"]["message"] for e in events)
+        kept = cluster.history(2, session)
+        assert roles(kept) == ["user", "assistant", "tool"] and kept["running"] is False
+
+        after = events[-1]["id"]
+        more: list[dict[str, Any]] = []
+        follower = follow(cluster, 2, session, after, more)
+        with cluster.client(2) as client:
+            posted = client.post(f"/sessions/{session}/messages", json={"content": "go on"})
+            assert posted.status_code == 202, posted.text
+        follower.join(60)
+        ends = [e["data"] for e in more if e["event"] == "turn_end"]
+        assert ends == [{**ends[0], "reason": "done", "content": "going on"}]
+        tool_end = next(e["data"] for e in more if e["event"] == "tool_end")
+        assert "alive" in tool_end["result"]  # a fresh sandbox on the new owner
+        history = cluster.history(1, session)
+        assert roles(history) == ["user", "assistant", "tool", "user", "assistant", "tool", "assistant"]
+        assert [m["content"] for m in history["messages"]].count("going on") == 1
+    finally:
+        cluster.replicas[0].start().wait_healthy()  # restarted on its port: a new replica
+
+
+@pytest.fixture(scope="module")
+def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
+    proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])
+    try:
+        proxy.wait_serving()
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+class Conversation:
+    """One client's session through the balancer: each message posted once (again only after its turn
+    was interrupted by the replica's death), its events followed to the turn's end across reconnects."""
+
+    def __init__(self, client: httpx.Client, tag: str) -> None:
+        self.client, self.tag = client, tag
+        self.session = self._created()
+        self.last = 0  # the last event number seen: a reconnect (or the next turn) follows from here
+        self.ends: list[str] = []
+        self.reconnects = 0
+
+    def _created(self) -> str:
+        while True:
+            try:
+                response = self.client.post("/sessions", json={"title": self.tag})
+            except httpx.TransportError:
+                continue  # nothing was created, or one more empty session: not this conversation's
+            if response.status_code == 201:
+                return str(response.json()["id"])
+
+    def say(self, text: str) -> None:
+        while True:
+            self._post(text)
+            reason = self._turn_end()
+            self.ends.append(reason)
+            if reason == "done":
+                return
+
+    def _post(self, text: str) -> None:
+        before = self._user_messages().count(text)
+        while True:
+            try:
+                response = self.client.post(f"/sessions/{self.session}/messages", json={"content": text})
+                if response.status_code == 202:
+                    return
+            except httpx.TransportError:
+                pass  # the replica died with the request: did it take it before?
+            if self._user_messages().count(text) > before:
+                return
+
+    def _user_messages(self) -> list[str]:
+        while True:
+            try:
+                response = self.client.get(f"/sessions/{self.session}")
+            except httpx.TransportError:
+                continue
+            if response.status_code == 200:
+                return [m["content"] for m in response.json()["messages"] if m["role"] == "user"]
+
+    def _turn_end(self) -> str:
+        url = f"/sessions/{self.session}/events?until_turn_end=true"
+        while True:
+            try:
+                with self.client.stream("GET", f"{url}&after={self.last}") as response:
+                    for event in events_of(response):
+                        self.last = event["id"]
+                        if event["event"] == "turn_end":
+                            return str(event["data"]["reason"])
+            except httpx.TransportError:
+                pass
+            self.reconnects += 1  # the stream's replica died: on through another
+
+
+@pytest.mark.timeout(900)  # 30 sessions and a replica's restart on 2 shared, busy cores
+def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
+    cluster: Cluster, balancer: LocalHAProxy
+) -> None:
+    tags = [f"<c{n:02d}>" for n in range(30)]
+    cluster.model.load(
+        [{"text": f"{tag} reply {i}", "delay": 0.3, "match": tag} for tag in tags for i in range(6)]
+    )
+    conversations: dict[str, Conversation] = {}
+    failures: list[BaseException] = []
+
+    def converse(tag: str) -> None:
+        try:
+            with httpx.Client(base_url=balancer.url, headers=cluster.headers, timeout=60) as client:
+                conversations[tag] = conversation = Conversation(client, tag)
+                for n in (1, 2):
+                    conversation.say(f"{tag} message {n}")
+        except BaseException as exc:  # noqa: BLE001 (reported by the test's thread, below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=converse, args=(tag,), daemon=True) for tag in tags]
+    for thread in threads:
+        thread.start()
+    until(lambda: len(cluster.model.requests) >= 30, "the conversations to be under way", timeout=120)
+    victim = cluster.replicas[1]
+    victim.kill()  # mid-run: turns are waiting for their model call on every replica
+    victim.start().wait_healthy()
+    for thread in threads:
+        thread.join(300)
+    assert not failures, failures
+    assert not any(thread.is_alive() for thread in threads)
+
+    interrupted = sum(c.ends.count("interrupted") for c in conversations.values())
+    for tag, conversation in conversations.items():
+        history = cluster.history(0, conversation.session)["messages"][1:]
+        answers = [m["content"] for m in history if m["role"] == "assistant"]
+        assert len(answers) == 2 == len(set(answers)), (tag, history)  # each message answered once
+        said = [m["content"] for m in history if m["role"] == "user"]
+        assert sorted(set(said)) == [f"{tag} message {n}" for n in (1, 2)], (tag, history)
+        for earlier, later in zip(history, history[1:], strict=False):
+            assert not (earlier["role"] == later["role"] == "assistant"), (tag, history)
+    assert 60 <= len(cluster.model.requests) <= 60 + interrupted
+    assert interrupted > 0  # the kill did land mid-turn
+    assert sum(c.reconnects for c in conversations.values()) > 0  # streams were followed across it
+
+
+def test_each_cron_occurrence_runs_once_across_the_replicas(cluster: Cluster) -> None:
+    cluster.model.load([{"text": "tick done", "match": "<cron-tick>"}] * 40)
+    with cluster.client(0) as client:
+        job = client.post(
+            "/cron/jobs", json={"schedule": "every 1s", "prompt": "<cron-tick> say done"}
+        ).json()
+        history = f"/cron/jobs/{job['id']}/history"
+
+        def finished() -> list[dict[str, Any]]:
+            return [run for run in client.get(history).json() if run["status"] != "running"]
+
+        until(lambda: len(finished()) >= 6, "six occurrences run", timeout=120)
+        assert client.post(f"/cron/jobs/{job['id']}/pause").status_code == 200
+        until(lambda: all(run["status"] != "running" for run in client.get(history).json()), "the last run")
+        runs = client.get(history).json()
+    occurrences = [run["scheduled_for"] for run in runs]
+    assert len(occurrences) == len(set(occurrences))  # three schedulers, one run per occurrence
+    assert all(run["status"] == "ok" for run in runs), runs
+    asked = [r for r in cluster.model.requests if "<cron-tick>" in json.dumps(r["messages"])]
+    assert len(asked) == len(runs)  # and one model turn per run
