@@ -1,4 +1,4 @@
-"""`python -m bench.replicas`: `hermetic serve` replicas on one PostgreSQL (tests/replica_set.py), the
+"""`python -m bench.replicas`: `hermetic serve` replicas on one PostgreSQL (tests/support/replica_set.py), the
 scripted model, HAProxy in front. Prints figures, asserts nothing:
 
 - turns per second with 1, 2 and 3 replicas: SESSIONS clients at once through HAProxy (random routing),

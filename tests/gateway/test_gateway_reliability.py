@@ -4,7 +4,6 @@ on SQLite and PostgreSQL), and a platform that drops away is reconnected with ba
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from gateway_harness import OWNER, Running, gateway_settings, wait_answered
+from gateway_process import create_lock_name, write_config
 from postgres import LocalPostgres
-from telegram_standin import TOKEN, TelegramStandin
+from telegram_standin import TelegramStandin
 
 from control_plane.gateway import GatewayLocked, create_gateway
 from control_plane.gateway.records import GatewayStore
@@ -28,30 +27,6 @@ def standin() -> Iterator[TelegramStandin]:
     server = TelegramStandin()
     yield server
     server.close()
-
-
-def write_config(root: Path, llm_url: str, standin: TelegramStandin, **gateway: Any) -> dict[str, str]:
-    """A profile whose config.yaml names the token as ${TG_TOKEN}; the environment to run it with."""
-    config = {
-        "model": {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0},
-        "backend": "local",
-        "learning": {"enabled": False},
-        "gateway": {
-            "lock_ttl": 30,
-            **gateway,
-            "telegram": {
-                "token": "${TG_TOKEN}",
-                "base_url": standin.base_url,
-                "base_file_url": standin.base_file_url,
-                "allow_users": [str(OWNER)],
-                "edit_interval": 0.05,
-                "poll_timeout": 2,
-            },
-        },
-    }
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "config.yaml").write_text(yaml.safe_dump(config))
-    return {**os.environ, "HERMETIC_ROOT": str(root), "TG_TOKEN": TOKEN}
 
 
 def _gateway(env: dict[str, str]) -> subprocess.Popen[str]:
@@ -124,12 +99,6 @@ def test_a_kill_9_between_receipt_and_reply_is_answered_exactly_once_after_resta
         assert store.lock(create_lock_name()) is None, "a clean stop releases the token's lock"
     finally:
         store.close()
-
-
-def create_lock_name() -> str:
-    import hashlib
-
-    return "telegram:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
 
 
 def test_a_second_gateway_for_the_same_token_refuses_to_start(

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gateway_harness import OWNER
+from telegram_standin import TOKEN, TelegramStandin
 
 from control_plane.gateway.records import GatewayStore
 
@@ -111,3 +113,33 @@ def wait_all_answered(root: Path, platform: str, timeout: float = 120) -> None:
             time.sleep(0.05)
     finally:
         store.close()
+
+
+def write_config(root: Path, llm_url: str, standin: TelegramStandin, **gateway: Any) -> dict[str, str]:
+    """A profile whose config.yaml names the token as ${TG_TOKEN}; the environment to run it with."""
+    config = {
+        "model": {"name": "openai/scripted", "api_base": llm_url, "api_key": "test", "retries": 0},
+        "backend": "local",
+        "learning": {"enabled": False},
+        "gateway": {
+            "lock_ttl": 30,
+            **gateway,
+            "telegram": {
+                "token": "${TG_TOKEN}",
+                "base_url": standin.base_url,
+                "base_file_url": standin.base_file_url,
+                "allow_users": [str(OWNER)],
+                "edit_interval": 0.05,
+                "poll_timeout": 2,
+            },
+        },
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    return {**os.environ, "HERMETIC_ROOT": str(root), "TG_TOKEN": TOKEN}
+
+
+def create_lock_name() -> str:
+    import hashlib
+
+    return "telegram:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:16]

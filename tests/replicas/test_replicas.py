@@ -11,12 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
+from api_client import events_of
 from haproxy import LocalHAProxy, start_haproxy
 from hermetic_cli import scripted_env
 from ngircd import free_port
 from postgres import LocalPostgres
 from replica_set import ReplicaProcess, replica_env, start_replicas, token_for, until
-from test_api import events_of
 
 from control_plane.models.fake_llm import FakeLLM
 

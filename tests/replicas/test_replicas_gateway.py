@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from gateway_harness import OWNER
+from gateway_process import create_lock_name, write_config
 from hermetic_cli import scripted_env
 from ngircd import free_port
 from postgres import LocalPostgres
 from replica_set import ReplicaProcess, replica_env, start_replicas, until
 from telegram_standin import TOKEN, TelegramStandin
-from test_gateway_reliability import create_lock_name, write_config
 
 from control_plane.gateway.records import GatewayStore
 from control_plane.models.fake_llm import FakeLLM
