@@ -15,8 +15,9 @@ import json
 import os
 import tempfile
 import threading
-from typing import Any, Callable, Literal, TypedDict
+from typing import Any, Callable
 
+from .contract_tools import CallEvent, CallReply, DoneEvent
 from .output import OutputBuffer
 from .procutil import kill_session
 from .protocol import INVALID_PARAMS, NOT_FOUND, RpcError
@@ -24,39 +25,6 @@ from .script_host import Host, Spares
 
 MAX_LINE = 64 * 1024 * 1024
 """The longest tool call a script may write (its arguments); a longer one ends the script."""
-
-
-class CallEvent(TypedDict):
-    """script.start / script.reply answer: the script calls a tool and waits for its result."""
-
-    event: Literal["call"]
-    run: str
-    name: str
-    arguments: dict[str, Any]
-
-
-class DoneEvent(TypedDict):
-    """script.start / script.reply answer: the script has ended (its process and what it started)."""
-
-    event: Literal["done"]
-    run: str
-    output: str
-    truncated: bool
-    exit_code: int | None
-    timed_out: bool
-    cancelled: bool
-    problem: str
-    """Why the runtime stopped it, when the script broke the stub's protocol; else empty."""
-
-
-class CallReply(TypedDict, total=False):
-    """script.reply's `result`: what the script's call returns (or raises: refused, spent)."""
-
-    ok: bool
-    content: str
-    exit_code: int | None
-    spent: bool
-    refused: bool
 
 
 class ScriptRun:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sandboxes.scripts import CallEvent, CallReply, DoneEvent
+from sandboxes.contract_tools import CallEvent, CallReply, DoneEvent
 
 from .registry import ToolContext, ToolOutcome, ToolResult, tool
 
