@@ -15,13 +15,15 @@ import json
 import os
 import tempfile
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from .contract_tools import CallEvent, CallReply, DoneEvent
 from .output import OutputBuffer
 from .procutil import kill_session
 from .protocol import INVALID_PARAMS, NOT_FOUND, RpcError
 from .script_host import Host, Spares
+
+if TYPE_CHECKING:  # the shapes are for mypy; importing them would cost the runtime's start-up
+    from .contract_tools import CallEvent, CallReply, DoneEvent, ScriptCancelResult
 
 MAX_LINE = 64 * 1024 * 1024
 """The longest tool call a script may write (its arguments); a longer one ends the script."""
@@ -168,7 +170,7 @@ class ScriptTable:
         script.reply(result)
         return self._next(script)
 
-    def cancel(self, req: Any, run: str | None = None) -> dict[str, Any]:
+    def cancel(self, req: Any, run: str | None = None) -> ScriptCancelResult:
         """Kill the script `run`, or every running one (the user interrupted the agent)."""
         with self._lock:
             runs = [s for r, s in self._runs.items() if run is None or r == run]
