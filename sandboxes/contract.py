@@ -438,7 +438,8 @@ class FsUploadResult(TypedDict):
     path: NotRequired[str]
     bytes: NotRequired[int]
     files: NotRequired[int]
-    skipped: NotRequired[list[str]]
+    skipped: NotRequired[int]
+    """Members not unpacked (links out of the tree, devices)."""
 
 
 FsFingerprintParams = NoParams

@@ -291,7 +291,7 @@ class KernelRunParams(TypedDict):
 
 class KernelRunResult(TypedDict):
     status: str
-    """ok, error or timeout"""
+    """ok, error, timeout or died"""
     outputs: list[dict[str, Any]]
     execution_count: Optional[int]
     started: bool
