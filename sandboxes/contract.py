@@ -46,13 +46,18 @@ class SysHelloParams(TypedDict):
     """The client reads long strings as raw bytes after their line."""
 
 
-class SysHelloResult(TypedDict):
+class RuntimeIdentity(TypedDict):
+    """Which runtime answers: its version, the hash of its code, its Python and process."""
+
     version: str
-    protocol: int
     code_hash: str
-    raw: bool
     python: str
     pid: int
+
+
+class SysHelloResult(RuntimeIdentity):
+    protocol: int
+    raw: bool
 
 
 SysPingParams = NoParams
@@ -65,11 +70,7 @@ class SysPingResult(TypedDict):
 SysInfoParams = NoParams
 
 
-class SysInfoResult(TypedDict):
-    version: str
-    code_hash: str
-    python: str
-    pid: int
+class SysInfoResult(RuntimeIdentity):
     uid: int
     hostname: str
     uptime: float
@@ -133,19 +134,24 @@ class ShellRunParams(ShellRunOptions):
     """Send the output as `shell.output` notifications while it runs."""
 
 
-class ShellRunResult(TypedDict):
-    """A command's outcome; exit_code, cwd and duration_ms once it has ended (not `running`)."""
+class ShellEnded(TypedDict):
+    """What a command's outcome says once it has ended (not `running`)."""
+
+    session_ended: NotRequired[bool]
+    exit_code: NotRequired[int]
+    cwd: NotRequired[str]
+    duration_ms: NotRequired[float]
+    background_output: NotRequired[str]
+
+
+class ShellRunResult(ShellEnded):
+    """A command's outcome."""
 
     output: str
     truncated: bool
     timed_out: bool
     running: bool
     session_reset: bool
-    session_ended: NotRequired[bool]
-    exit_code: NotRequired[int]
-    cwd: NotRequired[str]
-    duration_ms: NotRequired[float]
-    background_output: NotRequired[str]
 
 
 class ShellSendParams(TypedDict):
@@ -165,7 +171,7 @@ class ShellInterruptParams(TypedDict):
     session: NotRequired[str]
 
 
-class ShellInterruptResult(TypedDict):
+class ShellInterruptResult(ShellEnded):
     """`signalled`; with the command's outcome (as shell.run's) unless another request waits on it."""
 
     signalled: bool
@@ -174,11 +180,6 @@ class ShellInterruptResult(TypedDict):
     timed_out: NotRequired[bool]
     running: NotRequired[bool]
     session_reset: NotRequired[bool]
-    session_ended: NotRequired[bool]
-    exit_code: NotRequired[int]
-    cwd: NotRequired[str]
-    duration_ms: NotRequired[float]
-    background_output: NotRequired[str]
 
 
 class ShellCloseParams(TypedDict):
