@@ -16,7 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar, Unpack, cast
 
-from sandboxes.contract import FsUploadResult, Method, ShellRunOptions, ShellRunResult, ShellStateResult
+from sandboxes.contract import (
+    FsUploadResult,
+    Method,
+    ShellRunOptions,
+    ShellRunParams,
+    ShellRunResult,
+    ShellStateResult,
+)
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
@@ -320,17 +327,16 @@ class Sandbox(ABC):
         **options: Unpack[ShellRunOptions],
     ) -> ShellRunResult:
         """Run a command in a persistent shell session; returns output, exit_code, cwd, ..."""
-        notify = (lambda method, p: on_output(p["text"])) if on_output else None
-        return self.runtime.shell_run(
-            command=command,
-            session=session,
-            timeout=timeout,
-            limit=self.spec.output_limit,
-            stream=on_output is not None,
+        params: ShellRunParams = {
+            "command": command,
+            "session": session,
+            "timeout": timeout,
+            "limit": self.spec.output_limit,
+            "stream": on_output is not None,
             **options,
-            call_timeout=timeout + TIMEOUT_MARGIN,
-            on_notify=notify,
-        )
+        }
+        notify = (lambda method, p: on_output(p["text"])) if on_output else None
+        return self.runtime.shell_run(**params, call_timeout=timeout + TIMEOUT_MARGIN, on_notify=notify)
 
     def upload(self, source: str | Path, dest: str) -> FsUploadResult:
         """Copy a host file or directory into the sandbox under `dest`, as a tar in chunks."""

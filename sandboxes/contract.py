@@ -117,19 +117,19 @@ class ShellOpenResult(TypedDict):
 
 
 class ShellRunOptions(TypedDict):
-    """shell.run's params beyond the command, its session, timeout and output (`Sandbox.run`'s options)."""
+    """shell.run's params beyond the command, its session, timeout and streaming (`Sandbox.run`'s options)."""
 
     stdin: NotRequired[Optional[str]]
     interactive: NotRequired[bool]
     expect: NotRequired[Optional[str]]
     idle: NotRequired[float]
+    limit: NotRequired[int]
 
 
 class ShellRunParams(ShellRunOptions):
     command: str
     session: NotRequired[str]
     timeout: NotRequired[float]
-    limit: NotRequired[int]
     stream: NotRequired[bool]
     """Send the output as `shell.output` notifications while it runs."""
 
