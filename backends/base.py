@@ -14,11 +14,21 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, Unpack, cast
+
+from sandboxes.contract import (
+    FsUploadResult,
+    Method,
+    ShellRunOptions,
+    ShellRunParams,
+    ShellRunResult,
+    ShellStateResult,
+)
 
 from .channel import Channel, NotifyFn
 from .errors import SandboxError, SandboxGone, UnsupportedSpec
 from .network import Egress, Ingress
+from .runtime_client import Runtime
 from .snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore, new_snapshot_id
 from .spec import SandboxSpec
 from .stats import LimitCounts, SandboxStats, StatsReader, changes, limit_counts, read_cgroup
@@ -109,7 +119,7 @@ class Sandbox(ABC):
     def _restore(self, snapshot: Snapshot) -> None:
         try:
             self._seed_workspace(snapshot.location)
-            self.call("shell.restore", {"state": snapshot.shells}, timeout=60)
+            self.runtime.shell_restore(state=cast(ShellStateResult, snapshot.shells), call_timeout=60)
         except UnsupportedSpec:
             raise
         except SandboxError as exc:
@@ -145,7 +155,7 @@ class Sandbox(ABC):
             if self._closed or expired or channel is None or channel.closed or not self._alive():
                 return False
         try:
-            channel.call("sys.ping", timeout=timeout)
+            Runtime(channel.call).sys_ping(call_timeout=timeout)
         except SandboxError:
             return False
         return True
@@ -161,7 +171,7 @@ class Sandbox(ABC):
 
     def _snapshot(self, label: str | None, owner: str | None, meta: dict[str, str]) -> Snapshot:
         backend = self._backend_for_snapshots()
-        shells = self.call("shell.state", timeout=60)
+        shells = self.runtime.shell_state(call_timeout=60)
         snapshot_id = new_snapshot_id()
         created = time.time()
         location, size = self._copy_or_refuse(lambda: self._save_workspace(snapshot_id))
@@ -190,7 +200,7 @@ class Sandbox(ABC):
         variables; no processes). Both then change independently; the caller closes the new one."""
         backend = self._backend_for_snapshots()
         with self._copying:
-            shells = self.call("shell.state", timeout=60)
+            shells = self.runtime.shell_state(call_timeout=60)
             child = self._copy_or_refuse(self._fork_workspace)
         if child is None:  # snapshot + create, the snapshot removed again
             snapshot = self.snapshot(label=f"fork of {self.id}")
@@ -199,7 +209,7 @@ class Sandbox(ABC):
             finally:
                 backend.delete_snapshot(snapshot.id)
         try:
-            child.call("shell.restore", {"state": shells}, timeout=60)
+            child.runtime.shell_restore(state=shells, call_timeout=60)
         except BaseException:
             child.close()
             raise
@@ -246,14 +256,20 @@ class Sandbox(ABC):
 
     def call(
         self,
-        method: str,
+        method: Method,
         params: dict[str, Any] | None = None,
         *,
         timeout: float | None = 120.0,
         on_notify: NotifyFn | None = None,
     ) -> Any:
-        """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout."""
+        """One runtime request. Raises RuntimeCallError, SandboxGone, CallTimeout. Callers use
+        `runtime`, which gives each method its params and result."""
         return self.channel.call(method, params, timeout=timeout, on_notify=on_notify)
+
+    @functools.cached_property
+    def runtime(self) -> Runtime:
+        """The runtime's calls, typed (backends/runtime_client.py), over `call`."""
+        return Runtime(self.call)
 
     def cgroup_dirs(self) -> dict[str, Path]:
         """The sandbox's own cgroup directories on this host, by controller ("" for v2's unified one);
@@ -264,7 +280,7 @@ class Sandbox(ABC):
         """What the sandbox costs now: its cgroup's CPU, memory and pids where the host can read them,
         else its processes as the runtime sums them; the workspace's disk use; the egress bytes.
         Raises SandboxError."""
-        runtime = self.call("sys.stats", timeout=60)
+        runtime = self.runtime.sys_stats(call_timeout=60)
         return self._stats.reading(runtime, read_cgroup(self.cgroup_dirs()))
 
     def limits_hit(self) -> list[str]:
@@ -308,10 +324,10 @@ class Sandbox(ABC):
         session: str = "default",
         timeout: float = 120.0,
         on_output: Callable[[str], None] | None = None,
-        **options: Any,
-    ) -> dict[str, Any]:
+        **options: Unpack[ShellRunOptions],
+    ) -> ShellRunResult:
         """Run a command in a persistent shell session; returns output, exit_code, cwd, ..."""
-        params = {
+        params: ShellRunParams = {
             "command": command,
             "session": session,
             "timeout": timeout,
@@ -320,37 +336,30 @@ class Sandbox(ABC):
             **options,
         }
         notify = (lambda method, p: on_output(p["text"])) if on_output else None
-        return self.call("shell.run", params, timeout=timeout + TIMEOUT_MARGIN, on_notify=notify)
+        return self.runtime.shell_run(**params, call_timeout=timeout + TIMEOUT_MARGIN, on_notify=notify)
 
-    def upload(self, source: str | Path, dest: str) -> dict[str, Any]:
+    def upload(self, source: str | Path, dest: str) -> FsUploadResult:
         """Copy a host file or directory into the sandbox under `dest`, as a tar in chunks."""
         raw = io.BytesIO()
         with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
             archive.add(str(source), arcname=Path(source).name)
         data = raw.getvalue()
         transfer = uuid.uuid4().hex
-        result: dict[str, Any] = {}
+        result: FsUploadResult = {}
         for offset in range(0, max(len(data), 1), UPLOAD_CHUNK):
             chunk = data[offset : offset + UPLOAD_CHUNK]
             final = offset + UPLOAD_CHUNK >= len(data)
-            result = self.call(
-                "fs.upload",
-                {
-                    "transfer": transfer,
-                    "dest": dest,
-                    "final": final,
-                    "data": base64.b64encode(chunk).decode(),
-                },
+            result = self.runtime.fs_upload(
+                transfer=transfer, dest=dest, final=final, data=base64.b64encode(chunk).decode()
             )
         return result
 
     def download(self, path: str, dest_dir: str | Path) -> Path:
         """Copy a sandbox file or directory into a host directory; returns the local path."""
         chunks: list[bytes] = []
-        self.call(
-            "fs.download",
-            {"path": path},
-            timeout=600,
+        self.runtime.fs_download(
+            path=path,
+            call_timeout=600,
             on_notify=lambda method, p: chunks.append(base64.b64decode(p["data"])),
         )
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r") as archive:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sandboxes import PROTOCOL_VERSION, code_hash
+from sandboxes.contract import Method
 from sandboxes.protocol import RAW_MAX, attach_raw, encode, raw_fields
 
 from .errors import CallTimeout, HandshakeError, RuntimeCallError, SandboxGone
@@ -233,7 +234,8 @@ class Channel:
         return self._closed is not None
 
     def handshake(self, timeout: float = 30.0) -> dict[str, Any]:
-        """First request on a channel: protocol check. Returns the runtime's version and code hash."""
+        """First request on a channel: protocol check. Returns the runtime's version and code hash.
+        (The channel's own request: the typed client, backends/runtime_client.py, sits above it.)"""
         try:
             self.info = self.call(
                 "sys.hello",
@@ -254,7 +256,7 @@ class Channel:
 
     def call(
         self,
-        method: str,
+        method: Method,
         params: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,

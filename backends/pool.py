@@ -208,7 +208,7 @@ class WarmPool:
             return None
         sandbox = self.backend.create(slot.spec)
         try:
-            sandbox.call("shell.open", {"session": "default"}, timeout=30)
+            sandbox.runtime.shell_open(session="default", call_timeout=30)
         except BaseException:
             sandbox.close()
             raise

@@ -5,6 +5,7 @@ use (the runtime), and the bytes its egress proxy carried (the audit log)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -152,7 +153,7 @@ class StatsReader:
         self.sandbox_id = sandbox_id
         self._last: SandboxStats | None = None
 
-    def reading(self, runtime: dict[str, Any], cgroup: dict[str, Any] | None) -> SandboxStats:
+    def reading(self, runtime: Mapping[str, Any], cgroup: dict[str, Any] | None) -> SandboxStats:
         """Combine the runtime's `sys.stats` with the cgroup's figures where there are some."""
         figures = {
             key: runtime.get(key)

@@ -9,13 +9,15 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyte
 
+from sandboxes.contract_tools import TermOpenParams, TermRead, TermSendParams, TermStatus
 from sandboxes.protocol import NO_SUCH_PROCESS
 
 from .errors import RuntimeCallError
+from .runtime_client import Runtime
 
 DEFAULT_SETTLE = 0.05
 """Seconds of quiet output after which a screen counts as settled (the runtime's default too)."""
@@ -54,9 +56,8 @@ def is_terminal_id(name: str) -> bool:
 class Caller(Protocol):
     """What a terminal needs of its sandbox (backends.base.Sandbox)."""
 
-    def call(
-        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = ...
-    ) -> Any: ...
+    @property
+    def runtime(self) -> Runtime: ...
 
 
 def key_sequence(name: str, application_cursor: bool = False) -> str | None:
@@ -122,7 +123,7 @@ class Terminal:
         self._screen = _Screen(cols, rows)
         self._stream = pyte.ByteStream(self._screen)
         self._offset = 0
-        self._last: dict[str, Any] | None = None
+        self._last: TermRead | None = None
         """The runtime's last answer (the program's state as last seen)."""
         self._lock = threading.Lock()
 
@@ -154,13 +155,13 @@ class Terminal:
     def resize(self, rows: int, cols: int, settle: float = DEFAULT_SETTLE) -> Screen:
         """A new window size (the program gets SIGWINCH and usually redraws); the screen after."""
         with self._lock:
-            self.sandbox.call("term.resize", {"id": self.id, "rows": rows, "cols": cols})
+            self.sandbox.runtime.term_resize(id=self.id, rows=rows, cols=cols)
             self._screen.resize(rows, cols)
             return self._read("", settle, 1.0, None, until_exit=False)
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> TermStatus:
         """Kill the program and everything it started; its status."""
-        return dict(self.sandbox.call("term.close", {"id": self.id}))
+        return self.sandbox.runtime.term_close(id=self.id)
 
     def _read(self, data: str, settle: float, timeout: float, expect: str | None, until_exit: bool) -> Screen:
         """Type `data`, read until the output settles; with `expect` (a regex, multi-line, matched against
@@ -173,7 +174,7 @@ class Terminal:
             if pattern.search(screen.text):  # nothing typed and already there: no new output to wait for
                 return screen
         while True:
-            params = {
+            params: TermSendParams = {
                 "id": self.id,
                 "data": data,
                 "offset": self._offset,
@@ -182,7 +183,7 @@ class Terminal:
             }
             if until_exit:
                 params["until_exit"] = True
-            result = self._take(self.sandbox.call("term.send", params, timeout=timeout + CALL_MARGIN))
+            result = self._take(self.sandbox.runtime.term_send(**params, call_timeout=timeout + CALL_MARGIN))
             data = "".join(self._screen.replies)  # answers to the program's queries (cursor position)
             self._screen.replies.clear()
             screen = self._snapshot(result)
@@ -193,13 +194,13 @@ class Terminal:
             if pattern is None or pattern.search(screen.text) or not screen.running or timeout <= 0:
                 return screen
 
-    def _take(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _take(self, result: TermRead) -> TermRead:
         self._stream.feed(base64.b64decode(result["data"]))
         self._offset = int(result["offset"])
         self._last = result
         return result
 
-    def _snapshot(self, result: dict[str, Any]) -> Screen:
+    def _snapshot(self, result: TermRead) -> Screen:
         lines = [line.rstrip() for line in self._screen.display]
         while lines and not lines[-1]:
             lines.pop()
@@ -233,7 +234,7 @@ class Terminals:
         expect: str | None = None,
     ) -> tuple[Terminal, Screen]:
         """Start `command` (bash -c) on a new PTY; the terminal and its first settled screen."""
-        params: dict[str, Any] = {
+        params: TermOpenParams = {
             "command": command,
             "rows": rows,
             "cols": cols,
@@ -241,7 +242,7 @@ class Terminals:
             "timeout": timeout,
         }
         started = time.monotonic()
-        result = self.sandbox.call("term.open", params, timeout=timeout + CALL_MARGIN)
+        result = self.sandbox.runtime.term_open(**params, call_timeout=timeout + CALL_MARGIN)
         term = Terminal(self.sandbox, result["id"], rows, cols)
         with self._lock:
             self._open[term.id] = term
@@ -265,10 +266,10 @@ class Terminals:
         with self._lock:
             return self._open.setdefault(tid, term)
 
-    def list(self) -> list[dict[str, Any]]:
-        return list(self.sandbox.call("term.list")["terminals"])
+    def list(self) -> list[TermStatus]:
+        return self.sandbox.runtime.term_list()["terminals"]
 
-    def close(self, tid: str) -> dict[str, Any]:
+    def close(self, tid: str) -> TermStatus:
         with self._lock:
             term = self._open.pop(tid, None)
         return (term or Terminal(self.sandbox, tid, 1, 1)).close()

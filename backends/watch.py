@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+from sandboxes.contract import FsWatchParams
+
 from .errors import SandboxError
 from .network import Ingress
+from .runtime_client import Runtime
 
 EventKind = Literal["create", "modify", "delete", "move", "overflow"]
 KINDS = frozenset(get_args(EventKind))
@@ -22,14 +25,10 @@ QUEUE_SIZE = 10_000
 
 
 class Caller(Protocol):
-    def call(
-        self,
-        method: str,
-        params: dict[str, Any] | None = None,
-        *,
-        timeout: float | None = ...,
-        on_notify: Any = ...,
-    ) -> Any: ...
+    """What a watch needs of its sandbox (backends.base.Sandbox)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,13 @@ class Watch:
         self._armed = False
         self.ended: str | None = None
         self.error: Exception | None = None
-        params = {"id": self.id, "path": path, "recursive": recursive, "debounce": debounce, "limit": limit}
+        params: FsWatchParams = {
+            "id": self.id,
+            "path": path,
+            "recursive": recursive,
+            "debounce": debounce,
+            "limit": limit,
+        }
         self._thread = threading.Thread(
             target=self._run, args=(params,), name="watch-" + self.id, daemon=True
         )
@@ -85,9 +90,9 @@ class Watch:
         if self.error is not None:
             raise self.error
 
-    def _run(self, params: dict[str, Any]) -> None:
+    def _run(self, params: FsWatchParams) -> None:
         try:
-            result = self.sandbox.call("fs.watch", params, timeout=None, on_notify=self._on_events)
+            result = self.sandbox.runtime.fs_watch(**params, call_timeout=None, on_notify=self._on_events)
             ended = str(result.get("ended", "stopped"))
         except Exception as exc:  # the runtime refused (no such path) or the sandbox went away
             self.error, ended = exc, str(exc)
@@ -142,7 +147,7 @@ class Watch:
         """Stop watching; events already queued stay readable."""
         if self.ended is None:
             with contextlib.suppress(SandboxError):  # the sandbox is gone: so is the watch
-                self.sandbox.call("fs.unwatch", {"id": self.id}, timeout=30)
+                self.sandbox.runtime.fs_unwatch(id=self.id, call_timeout=30)
         self._thread.join(timeout=30)
 
     def __enter__(self) -> Watch:

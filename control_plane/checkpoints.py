@@ -49,7 +49,7 @@ class Checkpoints:
             return None
         turn_state["checkpointed"] = True
         sandbox = self.sandboxes.get(session_id)
-        fingerprint = str(sandbox.call("fs.fingerprint", timeout=60)["fingerprint"])
+        fingerprint = sandbox.runtime.fs_fingerprint(call_timeout=60)["fingerprint"]
         taken = self.list(session_id)
         if taken and taken[-1].meta.get("fingerprint") == fingerprint:
             return taken[-1]

@@ -331,8 +331,8 @@ class SandboxManager:
         sandbox = self.peek(session_id)
         if sandbox is not None:
             try:
-                sandbox.call("shell.interrupt", {"session": "default"}, timeout=10)
-                sandbox.call("script.cancel", timeout=10)
+                sandbox.runtime.shell_interrupt(session="default", call_timeout=10)
+                sandbox.runtime.script_cancel(call_timeout=10)
             except SandboxError as exc:
                 log.warning("session %s: interrupt failed: %s", session_id, exc)
 

@@ -12,9 +12,12 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .protocol import KERNEL_UNAVAILABLE, RpcError
+
+if TYPE_CHECKING:  # the shapes are for mypy: importing them would cost the runtime's start-up
+    from .contract_tools import KernelRestartResult, KernelShutdownResult
 
 IDLE_WAIT = 5.0
 """Seconds to wait for a kernel to settle after an interrupt."""
@@ -77,13 +80,13 @@ class Kernel:
                     outputs.append(output)
             return {"status": status, "outputs": outputs, "execution_count": count, "started": started}
 
-    def restart(self, req: Any) -> dict[str, Any]:
+    def restart(self, req: Any) -> KernelRestartResult:
         with self._lock:
             self._stop()
             self._ensure()
         return {"restarted": True}
 
-    def shutdown(self, req: Any = None) -> dict[str, Any]:
+    def shutdown(self, req: Any = None) -> KernelShutdownResult:
         with self._lock:
             was = self._km is not None
             self._stop()

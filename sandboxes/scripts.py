@@ -15,48 +15,18 @@ import json
 import os
 import tempfile
 import threading
-from typing import Any, Callable, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Callable
 
 from .output import OutputBuffer
 from .procutil import kill_session
 from .protocol import INVALID_PARAMS, NOT_FOUND, RpcError
 from .script_host import Host, Spares
 
+if TYPE_CHECKING:  # the shapes are for mypy; importing them would cost the runtime's start-up
+    from .contract_tools import CallEvent, CallReply, DoneEvent, ScriptCancelResult
+
 MAX_LINE = 64 * 1024 * 1024
 """The longest tool call a script may write (its arguments); a longer one ends the script."""
-
-
-class CallEvent(TypedDict):
-    """script.start / script.reply answer: the script calls a tool and waits for its result."""
-
-    event: Literal["call"]
-    run: str
-    name: str
-    arguments: dict[str, Any]
-
-
-class DoneEvent(TypedDict):
-    """script.start / script.reply answer: the script has ended (its process and what it started)."""
-
-    event: Literal["done"]
-    run: str
-    output: str
-    truncated: bool
-    exit_code: int | None
-    timed_out: bool
-    cancelled: bool
-    problem: str
-    """Why the runtime stopped it, when the script broke the stub's protocol; else empty."""
-
-
-class CallReply(TypedDict, total=False):
-    """script.reply's `result`: what the script's call returns (or raises: refused, spent)."""
-
-    ok: bool
-    content: str
-    exit_code: int | None
-    spent: bool
-    refused: bool
 
 
 class ScriptRun:
@@ -200,7 +170,7 @@ class ScriptTable:
         script.reply(result)
         return self._next(script)
 
-    def cancel(self, req: Any, run: str | None = None) -> dict[str, Any]:
+    def cancel(self, req: Any, run: str | None = None) -> ScriptCancelResult:
         """Kill the script `run`, or every running one (the user interrupted the agent)."""
         with self._lock:
             runs = [s for r, s in self._runs.items() if run is None or r == run]

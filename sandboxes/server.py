@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import PROTOCOL_VERSION, __version__, code_hash, netbridge, usage
 from .browser import BrowserManager
@@ -39,6 +39,9 @@ from .scripts import ScriptTable
 from .shells import ShellManager
 from .terminals import TerminalTable
 from .watch import WatchTable
+
+if TYPE_CHECKING:  # the shapes are for mypy: importing them would cost the runtime's start-up
+    from .contract import ProcWriteResult, ShellOpenResult, SysHelloResult, SysInfoResult, SysShutdownResult
 
 log = logging.getLogger("hermetic.runtime")
 
@@ -249,7 +252,7 @@ class Server:
 
     def sys_hello(
         self, req: Request, protocol: int, client: str | None = None, raw: bool = False
-    ) -> dict[str, Any]:
+    ) -> SysHelloResult:
         if protocol != PROTOCOL_VERSION:
             raise RpcError(
                 PROTOCOL_MISMATCH,
@@ -268,7 +271,7 @@ class Server:
             "pid": os.getpid(),
         }
 
-    def sys_info(self, req: Request) -> dict[str, Any]:
+    def sys_info(self, req: Request) -> SysInfoResult:
         return {
             "version": __version__,
             "code_hash": code_hash(),
@@ -291,7 +294,7 @@ class Server:
         elif command == "stats":
             client.sendall(json.dumps(usage.stats(self.workspace, self.started)).encode("ascii") + b"\n")
 
-    def sys_shutdown(self, req: Request) -> dict[str, Any]:
+    def sys_shutdown(self, req: Request) -> SysShutdownResult:
         threading.Timer(0.05, self._stop).start()
         return {"stopping": True}
 
@@ -313,7 +316,7 @@ class Server:
         session: str = "default",
         cwd: str | None = None,
         env: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ShellOpenResult:
         shell = self.shells.open(session, cwd, env)
         return {"session": session, "pid": shell.proc.pid, "cwd": shell.cwd}
 
@@ -380,7 +383,7 @@ class Server:
     ) -> dict[str, Any]:
         return self.procs.spawn(command, cwd, env, int(log_limit), bool(separate_stderr))
 
-    def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> dict[str, Any]:
+    def proc_write(self, req: Request, id: str, data: str = "", eof: bool = False) -> ProcWriteResult:
         self.procs.get(id).write(data, eof)
         return {"written": len(data)}
 

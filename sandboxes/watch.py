@@ -19,9 +19,12 @@ import select
 import struct
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .protocol import INVALID_PARAMS, NOT_FOUND, RESOURCE_EXHAUSTED, RpcError
+
+if TYPE_CHECKING:  # the shapes are for mypy: importing them would cost the runtime's start-up
+    from .contract import FsUnwatchResult, FsWatchResult
 
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x8, 0x40, 0x80
 IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
@@ -253,7 +256,7 @@ class WatchTable:
         recursive: bool = True,
         debounce: float = DEFAULT_DEBOUNCE,
         limit: int = DEFAULT_LIMIT,
-    ) -> dict[str, Any]:
+    ) -> FsWatchResult:
         resolved = self._resolve(path)
         if not os.path.exists(resolved):
             raise RpcError(NOT_FOUND, "no such file or directory: %s" % path)
@@ -314,7 +317,7 @@ class WatchTable:
             with self._lock:
                 self._watches.pop(key, None)
 
-    def unwatch(self, req: Any, id: str) -> dict[str, Any]:
+    def unwatch(self, req: Any, id: str) -> FsUnwatchResult:
         with self._lock:
             watcher = self._watches.get(id)
         if watcher is not None:

@@ -41,7 +41,7 @@ def listing(sandbox: Sandbox | None) -> Listing:
     if sandbox is None:
         return {}
     try:
-        listed = sandbox.call("fs.list", {"path": ".", "depth": 64, "limit": MAX_LISTED}, timeout=60)
+        listed = sandbox.runtime.fs_list(path=".", depth=64, limit=MAX_LISTED, call_timeout=60)
     except SandboxError:  # it went away: nothing to compare, nothing to send
         return {}
     return {e["name"]: (e["mtime"], e["size"]) for e in listed["entries"] if e["type"] == "file"}

@@ -55,7 +55,7 @@ def _in_sandbox(profile: Auth, live: Live, action: Any) -> Any:
 @router.get("")
 def list_files(profile: Auth, live: Live, path: Where = ".") -> Listing:
     """The directory's entries (one level, hidden ones included)."""
-    listed = _in_sandbox(profile, live, lambda sb: sb.call("fs.list", {"path": path, "hidden": True}))
+    listed = _in_sandbox(profile, live, lambda sb: sb.runtime.fs_list(path=path, hidden=True))
     return Listing.model_validate(listed)
 
 
@@ -68,7 +68,7 @@ def download(profile: Auth, live: Live, path: Where) -> Response:
     """One file's bytes, as an attachment (a directory is a 400: download its files)."""
 
     def fetch(sandbox: Sandbox) -> tuple[str, bytes]:
-        info = sandbox.call("fs.stat", {"path": path})
+        info = sandbox.runtime.fs_stat(path=path)
         if not info.get("exists"):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"{path} does not exist")
         if info.get("type") != "file" or info.get("size", 0) > MAX_BYTES:

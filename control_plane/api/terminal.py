@@ -61,11 +61,11 @@ async def _refuse(websocket: WebSocket, message: str) -> None:
 def _attach(sandbox: Sandbox, wanted: str | None, rows: int, cols: int) -> dict[str, Any]:
     """The terminal to show: `wanted` while it runs (its kept output from the start), else a new shell."""
     if wanted is not None:
-        for known in sandbox.call("term.list")["terminals"]:
+        for known in sandbox.runtime.term_list()["terminals"]:
             if known["id"] == wanted and known["running"]:
-                sandbox.call("term.resize", {"id": wanted, "rows": rows, "cols": cols})
+                sandbox.runtime.term_resize(id=wanted, rows=rows, cols=cols)
                 return {**known, "attached": True}
-    opened = sandbox.call("term.open", {"command": SHELL, "rows": rows, "cols": cols, "timeout": 0})
+    opened = sandbox.runtime.term_open(command=SHELL, rows=rows, cols=cols, timeout=0)
     return {**opened, "command": SHELL, "attached": False}
 
 
@@ -90,13 +90,18 @@ class _Reader:
         offset = 0
         try:
             while True:
-                params = {"id": self.tid, "offset": offset, "settle": 0, "timeout": LONG_READ}
-                result = self.sandbox.call("term.send", params, timeout=LONG_READ + CALL_MARGIN)
+                result = self.sandbox.runtime.term_send(
+                    id=self.tid,
+                    offset=offset,
+                    settle=0,
+                    timeout=LONG_READ,
+                    call_timeout=LONG_READ + CALL_MARGIN,
+                )
                 self.credits.acquire()
                 if self.stopped.is_set():
                     return
                 offset = int(result["offset"])
-                self.deliver(result)
+                self.deliver(dict(result))
                 if not result["running"]:
                     return
         except SandboxError as exc:
@@ -134,11 +139,13 @@ async def _forward_input(websocket: WebSocket, sandbox: Sandbox, tid: str) -> No
             continue
         try:
             if isinstance(message, Typed):
-                params = {"id": tid, "data": message.data, "offset": PAST_THE_END, "timeout": 0}
-                await asyncio.to_thread(sandbox.call, "term.send", params)
+                await asyncio.to_thread(
+                    sandbox.runtime.term_send, id=tid, data=message.data, offset=PAST_THE_END, timeout=0
+                )
             else:
-                params = {"id": tid, "rows": message.rows, "cols": message.cols}
-                await asyncio.to_thread(sandbox.call, "term.resize", params)
+                await asyncio.to_thread(
+                    sandbox.runtime.term_resize, id=tid, rows=message.rows, cols=message.cols
+                )
         except SandboxError as exc:  # the program ended meanwhile: the reader says so
             log.debug("terminal %s: %s", tid, exc)
 

@@ -159,7 +159,7 @@ def shell_command(
             try:
                 code, cwd = run_streaming(sandbox, line, timeout)
             except KeyboardInterrupt:
-                sandbox.call("shell.interrupt", {"session": "default"})
+                sandbox.runtime.shell_interrupt(session="default")
                 console.print("[yellow]interrupted[/]")
         _save(sandbox, snapshot)
     raise typer.Exit(code)
@@ -195,9 +195,9 @@ def demo(backend: BackendOption = None) -> None:
         _show(sandbox, "sleep 30; echo never printed", 1)
         _show(sandbox, "greet again", 30)
         console.print("[bold]5. Files without the shell: atomic write, paged read, patch[/]")
-        sandbox.call("fs.write", {"path": "notes/hello.txt", "content": "line one\nline two\n"})
-        sandbox.call("fs.patch", {"path": "notes/hello.txt", "old": "two", "new": "2"})
-        console.print(sandbox.call("fs.read", {"path": "notes/hello.txt"})["content"], markup=False)
+        sandbox.runtime.fs_write(path="notes/hello.txt", content="line one\nline two\n")
+        sandbox.runtime.fs_patch(path="notes/hello.txt", old="two", new="2")
+        console.print(sandbox.runtime.fs_read(path="notes/hello.txt")["content"], markup=False)
         ping = []
         for _ in range(200):
             t = time.perf_counter()

@@ -35,7 +35,7 @@ def safe_name(name: str) -> str:
 def store_upload(sandbox: Sandbox, name: str, data: bytes) -> str:
     """Write an uploaded file into the workspace's uploads/; its path there."""
     path = f"uploads/{safe_name(name)}"
-    sandbox.call("fs.write", {"path": path, "data": base64.b64encode(data).decode()})
+    sandbox.runtime.fs_write(path=path, data=base64.b64encode(data).decode())
     return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -20,9 +21,9 @@ from .registry import ToolContext, ToolResult, tool
 REF = "An element ref from the latest snapshot, e.g. e12."
 
 
-def _page(ctx: ToolContext, action: dict[str, Any] | None = None) -> ToolResult:
+def _page(ctx: ToolContext, action: Mapping[str, Any] | None = None) -> ToolResult:
     """The page's snapshot after an action (whose own fields come first)."""
-    snap = ctx.sandbox.call("browser.snapshot")
+    snap = ctx.sandbox.runtime.browser_snapshot()
     head = f"url: {snap['url']}\ntitle: {snap['title']}\n"
     if action and action.get("status") is not None:
         head += f"status: {action['status']}\n"
@@ -36,7 +37,7 @@ class NavigateArgs(BaseModel):
 @tool("browser_navigate", toolset="browser")
 def browser_navigate(ctx: ToolContext, args: NavigateArgs) -> ToolResult:
     """Open a URL in the sandbox's browser and return the page's accessibility snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.navigate", {"url": args.url}, timeout=60))
+    return _page(ctx, ctx.sandbox.runtime.browser_navigate(url=args.url, call_timeout=60))
 
 
 class NoArgs(BaseModel):
@@ -56,7 +57,7 @@ class ClickArgs(BaseModel):
 @tool("browser_click", toolset="browser")
 def browser_click(ctx: ToolContext, args: ClickArgs) -> ToolResult:
     """Click an element; returns the page's new snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.click", {"ref": args.ref}))
+    return _page(ctx, ctx.sandbox.runtime.browser_click(ref=args.ref))
 
 
 class TypeArgs(BaseModel):
@@ -68,7 +69,7 @@ class TypeArgs(BaseModel):
 @tool("browser_type", toolset="browser")
 def browser_type(ctx: ToolContext, args: TypeArgs) -> ToolResult:
     """Fill a text field; returns the page's new snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.type", args.model_dump()))
+    return _page(ctx, ctx.sandbox.runtime.browser_type(ref=args.ref, text=args.text, submit=args.submit))
 
 
 class PressArgs(BaseModel):
@@ -79,7 +80,7 @@ class PressArgs(BaseModel):
 @tool("browser_press", toolset="browser")
 def browser_press(ctx: ToolContext, args: PressArgs) -> ToolResult:
     """Press a key; returns the page's new snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.press", args.model_dump()))
+    return _page(ctx, ctx.sandbox.runtime.browser_press(key=args.key, ref=args.ref))
 
 
 class ScrollArgs(BaseModel):
@@ -90,19 +91,19 @@ class ScrollArgs(BaseModel):
 @tool("browser_scroll", toolset="browser")
 def browser_scroll(ctx: ToolContext, args: ScrollArgs) -> ToolResult:
     """Scroll the page by most of a screen (or bring an element into view); returns the new snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.scroll", args.model_dump()))
+    return _page(ctx, ctx.sandbox.runtime.browser_scroll(direction=args.direction, ref=args.ref))
 
 
 @tool("browser_back", toolset="browser")
 def browser_back(ctx: ToolContext, args: NoArgs) -> ToolResult:
     """Go back in history; returns the page's snapshot."""
-    return _page(ctx, ctx.sandbox.call("browser.back"))
+    return _page(ctx, ctx.sandbox.runtime.browser_back())
 
 
 @tool("browser_console", toolset="browser", parallel_safe=True)
 def browser_console(ctx: ToolContext, args: NoArgs) -> ToolResult:
     """Console messages and page errors since the last call."""
-    logged = ctx.sandbox.call("browser.console")
+    logged = ctx.sandbox.runtime.browser_console()
     lines = [f"[{m.get('type', 'log')}] {m.get('text', '')}" for m in logged["messages"]]
     if logged["dropped"]:
         lines.append(f"[{logged['dropped']} older messages dropped]")
@@ -117,9 +118,9 @@ class ScreenshotArgs(BaseModel):
 def browser_screenshot(ctx: ToolContext, args: ScreenshotArgs) -> ToolResult:
     """Screenshot the page: saved under screenshots/ in the workspace and shown to you as an image when
     you can see images (without vision, use browser_snapshot; to ask about it, browser_vision)."""
-    shot = ctx.sandbox.call("browser.screenshot", {"full_page": args.full_page}, timeout=60)
+    shot = ctx.sandbox.runtime.browser_screenshot(full_page=args.full_page, call_timeout=60)
     path = f"screenshots/screenshot-{int(time.time() * 1000)}.png"
-    ctx.sandbox.call("fs.write", {"path": path, "data": shot["png"]})
+    ctx.sandbox.runtime.fs_write(path=path, data=shot["png"])
     clipped = " (cut to the cap)" if shot.get("clipped") else ""
     text = f"[screenshot saved to {path}: {shot['width']}x{shot['height']} PNG{clipped}]"
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sandboxes.scripts import CallEvent, CallReply, DoneEvent
+from sandboxes.contract_tools import CallReply, DoneEvent
 
 from .registry import ToolContext, ToolOutcome, ToolResult, tool
 
@@ -50,8 +50,9 @@ def execute_code(ctx: ToolContext, args: ExecuteCodeArgs) -> ToolResult:
     tools = {name: list(t.args.model_fields) for name, t in ctx.tools.items()}
     wait = timeout + 30  # the runtime ends the script at `timeout`; no event comes later than that
     limit = ctx.limits.tool_output * 3 // 4  # the rest is for the log of calls
-    params = {"script": args.code, "tools": tools, "timeout": timeout, "limit": limit}
-    event: CallEvent | DoneEvent = sandbox.call("script.start", params, timeout=wait)
+    event = sandbox.runtime.script_start(
+        script=args.code, tools=tools, timeout=timeout, limit=limit, call_timeout=wait
+    )
     calls: list[InnerCall] = []
     while event["event"] == "call":
         name, arguments = event["name"], event["arguments"]
@@ -68,7 +69,7 @@ def execute_code(ctx: ToolContext, args: ExecuteCodeArgs) -> ToolResult:
                 "exit_code": outcome.exit_code,
                 "spent": outcome.spent,
             }
-        event = sandbox.call("script.reply", {"run": event["run"], "result": reply}, timeout=wait)
+        event = sandbox.runtime.script_reply(run=event["run"], result=reply, call_timeout=wait)
     return _result(event, calls, timeout)
 
 

@@ -20,7 +20,7 @@ class ReadArgs(BaseModel):
 @tool("read_file", toolset="files", parallel_safe=True)
 def read_file(ctx: ToolContext, args: ReadArgs) -> ToolResult:
     """Read a text file with line numbers, a page at a time (use offset for the next page)."""
-    page = ctx.sandbox.call("fs.read", {"path": args.path, "offset": args.offset, "limit": args.limit})
+    page = ctx.sandbox.runtime.fs_read(path=args.path, offset=args.offset, limit=args.limit)
     more = f"; more from offset {page['end'] + 1}" if page["more"] else ""
     note = f"\n[lines {page['start']}-{page['end']} of {page['total_lines']}{more}]"
     return ToolResult(page["content"] + note)
@@ -34,7 +34,7 @@ class WriteArgs(BaseModel):
 @tool("write_file", toolset="files")
 def write_file(ctx: ToolContext, args: WriteArgs) -> ToolResult:
     """Create or overwrite a text file (parent directories are created; an existing file keeps its mode)."""
-    done = ctx.sandbox.call("fs.write", {"path": args.path, "content": args.content})
+    done = ctx.sandbox.runtime.fs_write(path=args.path, content=args.content)
     return ToolResult(f"wrote {done['bytes']} bytes to {done['path']}")
 
 
@@ -50,7 +50,9 @@ def patch(ctx: ToolContext, args: PatchArgs) -> ToolResult:
     """Replace exact text in a file (find and replace); returns the diff. Fails, changing nothing, when the
     text is absent or occurs more than once."""
     try:
-        done = ctx.sandbox.call("fs.patch", args.model_dump())
+        done = ctx.sandbox.runtime.fs_patch(
+            path=args.path, old=args.old, new=args.new, replace_all=args.replace_all
+        )
     except RuntimeCallError as exc:
         closest = (exc.data or {}).get("closest") if isinstance(exc.data, dict) else None
         hint = "\nclosest lines in the file:\n" + "\n".join(closest) if closest else ""
@@ -70,7 +72,14 @@ class SearchArgs(BaseModel):
 @tool("search_files", toolset="files", parallel_safe=True)
 def search_files(ctx: ToolContext, args: SearchArgs) -> ToolResult:
     """Search file contents under a path (ripgrep): returns path:line: text for each match."""
-    found = ctx.sandbox.call("fs.search", args.model_dump())
+    found = ctx.sandbox.runtime.fs_search(
+        pattern=args.pattern,
+        path=args.path,
+        glob=args.glob,
+        literal=args.literal,
+        ignore_case=args.ignore_case,
+        limit=args.limit,
+    )
     lines = [f"{m['path']}:{m['line']}: {m['text']}" for m in found["matches"]]
     if found["truncated"]:
         lines.append(f"[stopped at {args.limit} matches; narrow the pattern or path]")
@@ -86,7 +95,7 @@ class ListArgs(BaseModel):
 @tool("list_files", toolset="files", parallel_safe=True)
 def list_files(ctx: ToolContext, args: ListArgs) -> ToolResult:
     """List a directory tree (directories end with /, files show their size)."""
-    listing = ctx.sandbox.call("fs.list", args.model_dump())
+    listing = ctx.sandbox.runtime.fs_list(path=args.path, depth=args.depth, hidden=args.hidden)
     lines = [
         f"{e['name']}/"
         if e["type"] == "dir"

@@ -105,7 +105,7 @@ def accepts_images(model: str | None, setting: bool | None) -> bool:
 
 def read_file(sandbox: Sandbox, path: str) -> bytes:
     """An image file of the sandbox, at most MAX_BYTES. Raises ImageError."""
-    info = sandbox.call("fs.stat", {"path": path})
+    info = sandbox.runtime.fs_stat(path=path)
     if not info.get("exists"):
         raise ImageError("no such file in the sandbox")
     if info.get("type") not in (None, "file") or int(info.get("size", 0)) > MAX_BYTES:

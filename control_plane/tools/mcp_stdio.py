@@ -39,9 +39,7 @@ async def sandbox_stdio(
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start `command` in `sandbox` and yield the (read, write) streams the SDK's Client speaks over."""
     started = await anyio.to_thread.run_sync(
-        lambda: sandbox.call(
-            "proc.spawn", {"command": shlex.join(command), "env": env, "separate_stderr": True}
-        )
+        lambda: sandbox.runtime.proc_spawn(command=shlex.join(command), env=env, separate_stderr=True)
     )
     proc_id = started["id"]
     loop = asyncio.get_running_loop()
@@ -66,7 +64,7 @@ async def sandbox_stdio(
 
     def attach() -> None:
         try:
-            status = sandbox.call("proc.attach", {"id": proc_id}, timeout=None, on_notify=on_output)
+            status = sandbox.runtime.proc_attach(id=proc_id, call_timeout=None, on_notify=on_output)
             stderr = status.get("stderr", "").strip()[-1000:]
             reason: Exception = ServerExited(
                 f"{label} exited with code {status.get('exit_code')}" + (f": {stderr}" if stderr else "")
@@ -84,9 +82,8 @@ async def sandbox_stdio(
             async for message in outgoing:
                 line = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                 try:
-                    params = {"id": proc_id, "data": line}
                     await anyio.to_thread.run_sync(
-                        functools.partial(sandbox.call, "proc.write", params, timeout=30)
+                        functools.partial(sandbox.runtime.proc_write, id=proc_id, data=line, call_timeout=30)
                     )
                 except SandboxError as exc:  # it stopped reading: the session sees the end
                     deliver(ServerExited(f"{label} no longer reads its stdin: {exc}"))
@@ -115,6 +112,6 @@ def _parse(line: bytes, label: str) -> SessionMessage | Exception:
 
 def _kill(sandbox: Sandbox, proc_id: str, label: str) -> None:
     try:
-        sandbox.call("proc.kill", {"id": proc_id, "signal": "KILL", "wait": 2.0}, timeout=10)
+        sandbox.runtime.proc_kill(id=proc_id, signal="KILL", wait=2.0, call_timeout=10)
     except SandboxError as exc:
         log.info("%s: could not kill it (already gone?): %s", label, exc)

@@ -48,14 +48,12 @@ def python(ctx: ToolContext, args: PythonArgs) -> ToolResult:
     the kernel keeps its state."""
     sandbox = ctx.sandbox
     if args.restart:
-        sandbox.call("kernel.restart", timeout=KERNEL_START)
+        sandbox.runtime.kernel_restart(call_timeout=KERNEL_START)
         if not args.code.strip():
             return ToolResult("[the kernel was restarted: a fresh Python, no variables]")
     timeout = min(args.timeout or ctx.limits.tool_timeout, ctx.limits.max_tool_timeout)
-    done = sandbox.call(
-        "kernel.run",
-        {"code": args.code, "timeout": timeout, "figures": FIGURES},
-        timeout=timeout + KERNEL_START + 10,
+    done = sandbox.runtime.kernel_run(
+        code=args.code, timeout=timeout, figures=FIGURES, call_timeout=timeout + KERNEL_START + 10
     )
     parts = ["[a new kernel was started]\n"] if done["started"] and not args.restart else []
     parts += [_render(output) for output in done["outputs"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -115,7 +116,7 @@ def process(ctx: ToolContext, args: ProcessArgs) -> ToolResult:
     """Inspect and control background processes started with terminal(background=true)."""
     sandbox = ctx.sandbox
     if args.action == "list":
-        procs = [*sandbox.call("proc.list")["processes"], *sandbox.terminals.list()]
+        procs = [*sandbox.runtime.proc_list()["processes"], *sandbox.terminals.list()]
         lines = [f"{p['id']}  {_state(p)}  {p['command']}" for p in procs]
         return ToolResult("\n".join(lines) or "no background processes")
     if args.action == "wait" and args.wait_for is not None:
@@ -132,19 +133,19 @@ def process(ctx: ToolContext, args: ProcessArgs) -> ToolResult:
             "a background process takes `write`",
             ok=False,
         )
-    params: dict[str, Any] = {"id": args.id}
+    runtime, proc_id = sandbox.runtime, args.id
     if args.action == "log":
-        log = sandbox.call("proc.log", {**params, "offset": args.offset})
+        log = runtime.proc_log(id=proc_id, offset=args.offset)
         return ToolResult(f"{log['text']}\n[{_state(log)}; next offset {log['offset']}]")
     if args.action == "write":
-        sandbox.call("proc.write", {**params, "data": args.data})
+        runtime.proc_write(id=proc_id, data=args.data)
         return ToolResult(f"wrote {len(args.data)} characters")
     if args.action == "kill":
-        status = sandbox.call("proc.kill", params)
+        status = runtime.proc_kill(id=proc_id)
     elif args.action == "wait":
-        status = sandbox.call("proc.wait", {**params, "timeout": args.timeout}, timeout=args.timeout + 10)
+        status = runtime.proc_wait(id=proc_id, timeout=args.timeout, call_timeout=args.timeout + 10)
     else:
-        status = sandbox.call("proc.poll", params)
+        status = runtime.proc_poll(id=proc_id)
     return ToolResult(
         f"process {args.id} ({status['command']}): {_state(status)}; {status['log_bytes']} bytes of output"
     )
@@ -154,9 +155,9 @@ def _start(ctx: ToolContext, args: TerminalArgs, first_output: float) -> ToolRes
     """Start an interactive terminal (its first screen) or a background process (its id)."""
     if args.interactive:
         return open_terminal(ctx, args.command, min(first_output, ctx.limits.max_tool_timeout))
-    started = ctx.sandbox.call("proc.spawn", {"command": args.command})
+    started = ctx.sandbox.runtime.proc_spawn(command=args.command)
     return ToolResult(f"started background process {started['id']} (pid {started['pid']})")
 
 
-def _state(status: dict[str, Any]) -> str:
+def _state(status: Mapping[str, Any]) -> str:
     return "running" if status["running"] else f"exited with code {status['exit_code']}"

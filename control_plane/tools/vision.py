@@ -82,7 +82,7 @@ def _look(
 
 
 def _screenshot(ctx: ToolContext) -> bytes:
-    shot = ctx.sandbox.call("browser.screenshot", {"full_page": False}, timeout=60)
+    shot = ctx.sandbox.runtime.browser_screenshot(full_page=False, call_timeout=60)
     return base64.b64decode(shot["png"])
 
 
