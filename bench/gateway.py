@@ -121,6 +121,12 @@ def at_once(chats: Sequence[T], talk: Callable[[T], list[float]]) -> tuple[list[
     return [latency for one in found for latency in one], time.perf_counter() - began
 
 
+def throughput(latencies: list[float], took: float) -> Figure:
+    """N chats x M messages at once: each answer's latency, and the messages answered per second."""
+    rate = len(latencies) / took
+    return Figure(latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate})
+
+
 def collect(chats: int, messages: int, singles: int) -> Results:
     users = [7000 + n for n in range(chats)]
     with tempfile.TemporaryDirectory(prefix="hm15-bench-") as tmp, FakeLLM() as llm:
@@ -151,13 +157,10 @@ def collect(chats: int, messages: int, singles: int) -> Results:
                 latencies, took = at_once(users, chat)
         finally:
             standin.close()
-    rate = len(latencies) / took
     return {
         "gateway: update -> first model request": to_model,
         "gateway: last token -> final edit": to_edit,
-        f"gateway: {chats} chats x {messages} messages, update -> answer": Figure(
-            latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate}
-        ),
+        f"gateway: {chats} chats x {messages} messages, update -> answer": throughput(latencies, took),
     }
 
 

@@ -27,9 +27,9 @@ from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
 
-from .gateway import REPLY, at_once, serving
+from .gateway import REPLY, at_once, serving, throughput
 from .gateway_irc import _answered
-from .stats import Figure, Results
+from .stats import Results
 
 
 def _settings(root: Path, llm: FakeLLM, server: MailServer, bot: str, users: list[str]) -> Any:
@@ -124,11 +124,10 @@ def collect(chats: int, messages: int, singles: int) -> Results:
             floor = _bare_idle(server, writers[0].user, singles)
         finally:
             server.close()
-    rate = len(latencies) / took
     return {
         "email: mail handed to Postfix -> Dovecot's EXISTS in IDLE (bare aioimaplib)": floor,
         "gateway email: mail handed to Postfix -> first model request": to_model,
-        f"gateway email: {chats} people x {messages} mails, mail -> reply handed to Postfix": Figure(
-            latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate}
+        f"gateway email: {chats} people x {messages} mails, mail -> reply handed to Postfix": throughput(
+            latencies, took
         ),
     }

@@ -17,8 +17,8 @@ from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
 
-from .gateway import REPLY, Answers, at_once, serving
-from .stats import Figure, Results
+from .gateway import REPLY, Answers, at_once, serving, throughput
+from .stats import Results
 
 
 def _settings(root: Path, llm: FakeLLM, server: Ngircd, users: list[str]) -> Any:
@@ -70,10 +70,7 @@ def collect(chats: int, messages: int, singles: int) -> Results:
             for user in users:
                 user.close()
             server.close()
-    rate = len(latencies) / took
     return {
         "gateway irc: PRIVMSG -> first model request": to_model,
-        f"gateway irc: {chats} chats x {messages} messages, PRIVMSG -> answered": Figure(
-            latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate}
-        ),
+        f"gateway irc: {chats} chats x {messages} messages, PRIVMSG -> answered": throughput(latencies, took),
     }

@@ -16,9 +16,9 @@ from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 from control_plane.models.fake_llm import FakeLLM
 
-from .gateway import REPLY, at_once, serving
+from .gateway import REPLY, at_once, serving, throughput
 from .gateway_irc import _answered
-from .stats import Figure, Results
+from .stats import Results
 
 BOT = "benchbot"
 
@@ -66,10 +66,9 @@ def collect(chats: int, messages: int, singles: int) -> Results:
             for user in users:
                 user.close()
             server.close()
-    rate = len(latencies) / took
     return {
         "gateway xmpp: message -> first model request": to_model,
-        f"gateway xmpp: {chats} chats x {messages} messages, message -> answered": Figure(
-            latencies, note=f"{rate:.1f} messages/s", extra={"messages_per_s": rate}
+        f"gateway xmpp: {chats} chats x {messages} messages, message -> answered": throughput(
+            latencies, took
         ),
     }
