@@ -102,6 +102,6 @@ def until(done: Callable[[], object], what: str, timeout: float = 60) -> None:
 
 def token_for(root: Path) -> str:
     """An API token for the default profile under `root` (before the replicas start)."""
-    from control_plane.api.tokens import TokenStore
+    from control_plane.store.tokens import TokenStore
 
     return TokenStore(root).create("default", "replicas")
