@@ -3,6 +3,7 @@ and the FTS5 index that ranks skills for the system prompt. Plain sqlite3: FTS5 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import threading
@@ -76,7 +77,11 @@ class SkillStore:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
-        with self._lock:
+        # processes opening it at once (replicas starting together on one profile home) take turns:
+        # SQLite answers a concurrent switch to WAL, or the schema's first creation, "database is locked"
+        # at once, without waiting on its busy timeout
+        with self._lock, open(path.with_name(path.name + ".init-lock"), "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
             # WAL with synchronous=NORMAL, like the sessions store: a commit is not an fsync, so
             # installing a hundred skills is not hundreds of disk flushes (a power cut may lose the last
             # commits, never corrupt the database)
