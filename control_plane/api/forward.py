@@ -2,9 +2,11 @@
 leases this replica holds are renewed (and a dead replica's running sessions taken over) in the background.
 
 Forwarded: every /sessions/ID/... route but the two any replica answers from the database (GET
-/sessions/ID, its history, and /sessions/ID/events, its event stream). The owner is asked with the
-caller's own credentials (it authenticates them) and a header naming it, so a request reaching a process
-that is not that replica any more (restarted on the same address) is refused with 421, never served twice.
+/sessions/ID, its history, and /sessions/ID/events, its event stream), and a /v1 turn that continues a
+session (by its session header, its chat's conversation key or its previous response id). The owner is
+asked with the caller's own credentials (it authenticates them) and a header naming it, so a request
+reaching a process that is not that replica any more (restarted on the same address) is refused with 421,
+never served twice.
 An owner that dies holding a request that changes something (a POST) leaves the caller a 502 saying it may
 have been taken: sent again to the next owner, a message would be posted (and answered) twice.
 """
@@ -26,6 +28,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..store.leases import Holder
+from .openai.conversations import TURNS, continued_session
+from .openai.wire import SESSION_HEADER
 from .profiles import Hub, Profile, caller
 from .replicas import Replica
 from .signins import COOKIE
@@ -70,8 +74,11 @@ class ForwardToOwner:
         self.app, self.hub, self.replica, self.client = app, hub, replica, client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = _SESSION.match(scope["path"]) if scope["type"] == "http" else None
-        if found is None or _read_anywhere(scope["method"], found[2]):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        found = _SESSION.match(scope["path"])
+        turn = scope["method"] == "POST" and scope["path"] in TURNS
+        if (found is None and not turn) or (found is not None and _read_anywhere(scope["method"], found[2])):
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         meant = headers.get(OWNER)
@@ -83,14 +90,23 @@ class ForwardToOwner:
         if profile is None or profile.replication is None:
             return await self.app(scope, receive, send)  # the route answers (401, or no replicas)
         body = await _body(receive)
+        session_id = (
+            found[1]
+            if found is not None
+            else await asyncio.to_thread(
+                continued_session, profile, scope["path"], headers.get(SESSION_HEADER), body
+            )
+        )
+        if session_id is None:  # a new /v1 conversation: this replica starts it
+            return await self.app(scope, _replay(body, receive), send)
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(profile.replication.leases.claim, found[1])
+            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
                 return await self.app(scope, _replay(body, receive), send)
             if await forward(self.client, holder, scope, headers, body, send) is not Forwarded.NOT_TAKEN:
                 return
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
-        await _answer(send, 503, f"session {found[1]}'s replica does not answer; try again", retry=5)
+        await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
 
     def _profile(self, scope: Scope) -> Profile | None:
         request = Request(scope)

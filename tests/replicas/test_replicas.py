@@ -145,6 +145,43 @@ def test_events_history_and_questions_reach_the_owner_from_any_replica(cluster: 
     assert roles(detail) == ["user", "assistant", "tool", "assistant"] and detail["running"] is False
 
 
+def test_a_v1_conversation_is_served_by_whichever_replica_its_request_lands_on(cluster: Cluster) -> None:
+    cluster.model.load(
+        [{"text": f"chat answer {n}", "match": "<v1-chat>"} for n in range(3)]
+        + [{"text": f"responses answer {n}", "match": "<v1-responses>"} for n in range(2)]
+    )
+    chat = [{"role": "user", "content": "<v1-chat> hello"}]
+
+    def complete(index: int, messages: list[dict[str, str]], **headers: str) -> httpx.Response:
+        with cluster.client(index) as client:
+            body = {"model": "hermetic", "messages": messages}
+            return client.post("/v1/chat/completions", json=body, headers=headers)
+
+    opened = complete(0, chat)  # a new conversation: replica 0 holds its session
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["x-hermetic-session"]
+    chat += [{"role": "assistant", "content": "chat answer 0"}, {"role": "user", "content": "and again"}]
+    by_key = complete(1, chat)  # the whole history, as a chat front end sends it: by its conversation key
+    assert by_key.status_code == 200, by_key.text
+    assert by_key.headers["x-hermetic-session"] == session
+    assert by_key.json()["choices"][0]["message"]["content"] == "chat answer 1"
+    by_header = complete(2, [{"role": "user", "content": "once more"}], **{"X-Hermetic-Session": session})
+    assert (
+        by_header.status_code == 200
+        and by_header.json()["choices"][0]["message"]["content"] == "chat answer 2"
+    )
+    assert roles(cluster.history(1, session)) == ["user", "assistant"] * 3  # one session, on one replica
+
+    with cluster.client(0) as client:
+        first = client.post("/v1/responses", json={"model": "hermetic", "input": "<v1-responses> hi"}).json()
+    with cluster.client(1) as client:
+        body = {"model": "hermetic", "input": "go on", "previous_response_id": first["id"]}
+        followed = client.post("/v1/responses", json=body)
+    assert followed.status_code == 200, followed.text
+    assert followed.json()["output"][0]["content"][0]["text"] == "responses answer 1"
+    assert len(cluster.model.requests) == 5
+
+
 def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_interrupted(
     cluster: Cluster,
 ) -> None:
