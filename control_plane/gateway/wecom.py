@@ -80,7 +80,6 @@ class WeComAdapter(Adapter):
             await self._runner.cleanup()
             self._runner = None
         await self.api.close()
-        self.api = WeComApi(self.settings)  # a closed httpx client cannot be reopened
 
     async def receive(self, deliver: Deliver) -> None:
         async def callback(request: web.Request) -> web.Response:

@@ -28,13 +28,16 @@ EARLY = 300.0
 class WeComApi:
     def __init__(self, settings: WeComSettings) -> None:
         self.settings = settings
-        self._client = httpx.AsyncClient(base_url=settings.api_base.rstrip("/") + "/cgi-bin/", timeout=30)
+        self._client: httpx.AsyncClient | None = None
+        """Opened at the first call (again after `close`, as a gateway reconnects)."""
         self._token: str | None = None
         self._expires = 0.0
         self._lock = asyncio.Lock()
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def token(self, stale: str | None = None) -> str:
         """The current access_token; a new one when it is near its expiry or is `stale`."""
@@ -84,6 +87,9 @@ class WeComApi:
         return answer
 
     async def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
+        if self._client is None:
+            base = self.settings.api_base.rstrip("/") + "/cgi-bin/"
+            self._client = httpx.AsyncClient(base_url=base, timeout=30)
         try:
             response = await self._client.request(method, path, **request)
         except httpx.HTTPError as exc:

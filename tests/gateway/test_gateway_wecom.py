@@ -4,6 +4,7 @@ agent."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,10 @@ from typing import Any
 
 import pytest
 from gateway_harness import SEND_A_FILE, Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 from wecom_standin import AES_KEY, CORP_ID, WeComStandin, message_xml
+
+from control_plane.gateway.wecom_crypto import CallbackCipher, Refused
 
 USER = "ZhangSan"
 
@@ -163,3 +167,55 @@ def test_a_bad_secret_stops_the_platform_with_the_reason(
             assert time.monotonic() < deadline, f"never stopped: {status}"
             time.sleep(0.02)
         assert "errcode 40001" in status.errors[-1] and len(wecom.called("gettoken")) == 1
+
+
+SAMPLE = ("QDG6eK", "jWmYm7qr5nMoAUwZRjGtBxmz3KA1tkAj3ykkR6q2B2C", "wx5823bf96d3bd56c7")
+"""Token, EncodingAESKey and CorpID of the test vectors in WeCom's published WXBizMsgCrypt samples."""
+SAMPLE_MESSAGE = (
+    "RypEvHKD8QQKFhvQ6QleEB4J58tiPdvo+rtK1I9qca6aM/wvqnLSV5zEPeusUiX5L5X/0lWfrf0QADHHhGd3QczcdCUpj911L3vg3W/s"
+    "YYvuJTs3TUUkSUXxaccAS0qhxchrRYt66wiSpGLYL42aM6A8dTT+6k4aSknmPj48kzJs8qLjvd4Xgpue06DOdnLxAUHzM6+kDZ+HMZf"
+    "JYuR+LtwGc2hgf5gsijff0ekUNXZiqATP7PF5mZxZ3Izoun1s4zG4LUMnvw2r+KqCKIw+3IQH03v+BCA9nMELNqbSf6tiWSrXJB3LAV"
+    "GUcallcrw8V2t9EL4EhzJWrQUax5wLVMNS0+rUPA3k22Ncx4XXZS9o0MBH27Bo6BpNelZpS+/uh9KsNlY6bHCmJU9p8g7m3fVKn28H"
+    "3KDYA5Pl/T8Z1ptDAVe0lXdQ2YoyyH2uyPIGHBZZIs2pDBS8R07+qN+E7Q=="
+)
+
+
+def test_the_cipher_opens_wecoms_published_sample_vectors_and_refuses_them_altered() -> None:
+    cipher = CallbackCipher(*SAMPLE)
+    echo = "P9nAzCzyDtyTWESHep1vC5X9xho/qYX3Zpb4yKa9SKld1DsH3Iyt3tP3zNdtp+4RPcs8TgAE7OaBO+FZXvnaqQ=="
+    signed = ("5c45ff5e21c57e6ad56bac8758b79b1d9ac89fd3", "1409659589", "263014780")
+    assert cipher.open(*signed, echo) == b"1616140317555161061"
+    message = cipher.open(
+        "477715d11cdb4164915debcba66cb864d751f3e6", "1409659813", "1372623149", SAMPLE_MESSAGE
+    )
+    assert (
+        b"<Content><![CDATA[hello]]></Content>" in message
+        and b"<MsgId>4561255354251345929</MsgId>" in message
+    )
+    with pytest.raises(Refused, match="bad msg_signature"):
+        cipher.open(signed[0], "1409659590", signed[2], echo)
+    with pytest.raises(Refused, match="receiveid"):
+        CallbackCipher(SAMPLE[0], SAMPLE[1], "wwSOMEONEELSE").open(*signed, echo)
+    with pytest.raises(ValueError, match="43 characters"):
+        CallbackCipher(SAMPLE[0], SAMPLE[1][:-1], SAMPLE[2])
+
+
+def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
+    tmp_path: Path, fake_llm: Any, wecom: WeComStandin
+) -> None:
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    # WeCom cannot edit, so a reply goes out whole when done: the kill lands while a tool still runs
+    # (30 s, as WhatsApp's test found: the message sent while down must not race the rerun)
+    slow = {"tool_calls": [{"name": "terminal", "arguments": {"command": "sleep 30"}}]}
+    fake_llm.load([slow, *SCRIPT[1:]])
+    env = gateway_profile(tmp_path, fake_llm.url, "wecom", wecom.gateway_config([USER]))
+    kill_9_while_replying(
+        env,
+        lambda: wecom.user_says(USER, "question one"),  # retried until the gateway listens and stores
+        lambda: wecom.wait_for(lambda: len(fake_llm.requests) >= 1),
+    )
+    # sent while no gateway listens: the callback is retried until the restarted gateway answers 200
+    later = threading.Thread(target=wecom.user_says, args=(USER, "sent while the gateway was down"))
+    later.start()
+    answered_once_after_restart(env, "wecom", lambda: wecom.texts(USER), wecom.wait_for, fake_llm)
+    later.join(30)
