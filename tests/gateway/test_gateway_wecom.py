@@ -74,14 +74,16 @@ def test_a_message_is_stored_before_the_200_answered_once_and_a_command_needs_no
         assert len(wecom.texts(USER)) == 2
 
 
-def test_a_long_reply_is_split_at_2048_bytes_without_breaking_its_code_block(
+def test_a_long_markdown_reply_is_split_at_2048_bytes_without_breaking_its_code_block(
     tmp_path: Path, fake_llm: Any, wecom: WeComStandin
 ) -> None:
     code = "\n".join(f"print('第{n}行')  # 中文注释" for n in range(120))
     fake_llm.load([{"text": f"Here it is:\n\n```python\n{code}\n```\n\nDone."}])
-    with Running(_settings(tmp_path, fake_llm.url, wecom)) as gateway:
+    config = wecom.gateway_config([USER]) | {"message_format": "markdown"}
+    with Running(gateway_settings(tmp_path, fake_llm.url, None, gateway={"wecom": config})) as gateway:
         wecom.user_says(USER, "a long program please")
         wait_answered(gateway, 1)
+        assert {m["msgtype"] for m in wecom.messages_to(USER)} == {"markdown"}
         parts = wecom.texts(USER)
         assert len(parts) >= 3 and all(len(p.encode()) <= 2048 for p in parts)
         assert all(p.count("```") % 2 == 0 for p in parts), "each part closes the fence it opens"
