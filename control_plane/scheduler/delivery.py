@@ -28,7 +28,7 @@ SIGNATURE_HEADER = "X-Hermetic-Signature"
 """`sha256=` + hex HMAC-SHA256 of `TIMESTAMP.BODY` under the profile's webhook secret."""
 TIMESTAMP_HEADER = "X-Hermetic-Timestamp"
 WEBHOOK_TIMEOUT = 15.0
-CHAT_KINDS = frozenset({"telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"})
+CHAT_KINDS = frozenset({"telegram", "discord", "slack", "whatsapp", "wecom", "signal", "matrix", "email"})
 """Gateway platforms: their targets are accepted before the gateway has registered a handler."""
 
 
