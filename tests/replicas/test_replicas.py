@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from api_client import events_of
 from haproxy import LocalHAProxy, start_haproxy
@@ -22,9 +23,19 @@ from control_plane.models.fake_llm import FakeLLM
 
 
 class Cluster:
-    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM) -> None:
-        self.replicas, self.model = replicas, model
+    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM, database: str) -> None:
+        self.replicas, self.model, self.database = replicas, model, database
         self.headers = {"Authorization": f"Bearer {token}"}
+
+    def turns_running_on(self, replica: ReplicaProcess) -> int:
+        """Sessions whose turn is running on `replica`, by its leases (a replica's id holds its pid)."""
+        assert replica.proc is not None
+        with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM session_leases WHERE running AND owner LIKE %s",
+                (f"%:{replica.proc.pid}:%",),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def client(self, index: int) -> httpx.Client:
         return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
@@ -47,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, postgres: LocalPostgres) -
     env = replica_env(scripted_env(root, model.url), postgres.url(database))
     replicas = start_replicas(env, [free_port() for _ in range(3)])
     try:
-        yield Cluster(replicas, token, model)
+        yield Cluster(replicas, token, model, postgres.url(database))
     finally:
         for replica in replicas:
             replica.stop()
@@ -311,7 +322,7 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
 ) -> None:
     tags = [f"<c{n:02d}>" for n in range(30)]
     cluster.model.load(
-        [{"text": f"{tag} reply {i}", "delay": 0.3, "match": tag} for tag in tags for i in range(6)]
+        [{"text": f"{tag} reply {i}", "delay": 1.0, "match": tag} for tag in tags for i in range(6)]
     )
     conversations: dict[str, Conversation] = {}
     failures: list[BaseException] = []
@@ -328,9 +339,10 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     threads = [threading.Thread(target=converse, args=(tag,), daemon=True) for tag in tags]
     for thread in threads:
         thread.start()
-    until(lambda: len(cluster.model.requests) >= 30, "the conversations to be under way", timeout=120)
     victim = cluster.replicas[1]
-    victim.kill()  # mid-run: turns are waiting for their model call on every replica
+    # mid-run: killed while turns wait for their model call there (each waits a second for its answer)
+    until(lambda: cluster.turns_running_on(victim) > 0, "a turn running on the victim", timeout=120)
+    victim.kill()
     victim.start().wait_healthy()
     for thread in threads:
         thread.join(300)
