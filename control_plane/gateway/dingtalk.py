@@ -29,8 +29,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dingtalk_stream import AckMessage, CallbackHandler, CallbackMessage, ChatbotMessage, Credential
-from dingtalk_stream import DingTalkStreamClient
+from dingtalk_stream import (
+    AckMessage,
+    CallbackHandler,
+    CallbackMessage,
+    ChatbotMessage,
+    Credential,
+    DingTalkStreamClient,
+)
 from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 
 from ..config.chat import DingTalkSettings
@@ -55,7 +61,8 @@ class DingTalkAdapter(Adapter):
         self.api = DingTalkApi(settings)
         secret = settings.client_secret.get_secret_value()
         self.client = _Client(Credential(settings.client_id, secret), log)
-        DingTalkStreamClient.OPEN_CONNECTION_API = f"{settings.api_base.rstrip('/')}/v1.0/gateway/connections/open"
+        opening = f"{settings.api_base.rstrip('/')}/v1.0/gateway/connections/open"
+        DingTalkStreamClient.OPEN_CONNECTION_API = opening  # the SDK reads the class's, not the instance's
         self._cards: dict[str, tuple[str, set[str]]] = {}
         """outTrackId -> the chat of a card sent, and its buttons' data (a press of other data is refused)."""
         self._order = asyncio.Lock()
@@ -135,7 +142,8 @@ class DingTalkAdapter(Adapter):
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
         media = await self.api.upload(path)
         kind = path.suffix.lstrip(".").lower() or "file"
-        sent = await self.api.send(chat, "sampleFile", {"mediaId": media, "fileName": path.name, "fileType": kind})
+        file = {"mediaId": media, "fileName": path.name, "fileType": kind}
+        sent = await self.api.send(chat, "sampleFile", file)
         if caption:
             await self.send(chat, caption)
         return sent
@@ -176,7 +184,8 @@ def _inbound(msg: ChatbotMessage) -> Inbound | None:
     files: list[Attachment] = []
     text = msg.text.content if msg.text is not None else ""
     if msg.message_type == "file" and content.get("downloadCode"):
-        files.append(Attachment(name=str(content.get("fileName") or "file"), ref=str(content["downloadCode"])))
+        name = str(content.get("fileName") or "file")
+        files.append(Attachment(name=name, ref=str(content["downloadCode"])))
     elif msg.message_type == "picture" and msg.image_content is not None and msg.image_content.download_code:
         files.append(Attachment(name="picture.png", ref=msg.image_content.download_code))
     elif msg.message_type == "richText" and msg.rich_text_content is not None:

@@ -43,7 +43,8 @@ class DingTalkApi:
         """The app's access token (POST /v1.0/oauth2/accessToken), cached until near its expiry."""
         if self._token and time.monotonic() < self._expires:
             return self._token
-        body = {"appKey": self.settings.client_id, "appSecret": self.settings.client_secret.get_secret_value()}
+        secret = self.settings.client_secret.get_secret_value()
+        body = {"appKey": self.settings.client_id, "appSecret": secret}
         found = await self._call("POST", "/v1.0/oauth2/accessToken", json=body, auth=False)
         self._token = str(found["accessToken"])
         self._expires = time.monotonic() + float(found.get("expireIn", 7200)) - TOKEN_MARGIN
@@ -71,7 +72,8 @@ class DingTalkApi:
             "cardTemplateId": self.settings.card_template_id, "outTrackId": track_id,
             "cardData": {"cardParamMap": params}, "callbackType": "STREAM",
             "openSpaceId": f"dtv1.card//{space}.{chat}",
-            "imGroupOpenSpaceModel": {"supportForward": False}, "imRobotOpenSpaceModel": {"supportForward": False},
+            "imGroupOpenSpaceModel": {"supportForward": False},
+            "imRobotOpenSpaceModel": {"supportForward": False},
         }  # fmt: skip
         if is_group(chat):
             body["imGroupOpenDeliverModel"] = {"robotCode": self.robot_code}
@@ -88,9 +90,8 @@ class DingTalkApi:
 
     async def download(self, code: str) -> bytes:
         """A file a user sent: its downloadCode exchanged for a short-lived URL, then that URL read."""
-        found = await self._call(
-            "POST", "/v1.0/robot/messageFiles/download", json={"downloadCode": code, "robotCode": self.robot_code}
-        )
+        asked = {"downloadCode": code, "robotCode": self.robot_code}
+        found = await self._call("POST", "/v1.0/robot/messageFiles/download", json=asked)
         try:
             response = await self._http.get(str(found["downloadUrl"]))
         except httpx.HTTPError as exc:

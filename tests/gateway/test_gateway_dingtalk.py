@@ -44,8 +44,10 @@ def test_a_message_is_answered_once_in_markdown_and_a_redelivered_msg_id_is_not_
     with Running(_settings(tmp_path, fake_llm.url, dt)) as gateway:
         dt.wait_for(lambda: dt.connections)
         opened = dt.called("/v1.0/gateway/connections/open")[0]
-        assert opened["subscriptions"] == [{"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"},
-                                           {"type": "CALLBACK", "topic": "/v1.0/card/instances/callback"}]
+        assert opened["subscriptions"] == [
+            {"type": "CALLBACK", "topic": "/v1.0/im/bot/messages/get"},
+            {"type": "CALLBACK", "topic": "/v1.0/card/instances/callback"},
+        ]
         asked = dt.user_says(USER, "hello from dingtalk")
         wait_answered(gateway, 1)
         (sent,) = dt.messages_to(USER)
@@ -165,7 +167,8 @@ def test_a_file_the_user_sends_lands_in_the_sandbox_uploads(
     code = dt.upload("data.csv", b"a,b\n1,2\n")
     with Running(_settings(tmp_path, fake_llm.url, dt)) as gateway:
         dt.wait_for(lambda: dt.connections)
-        dt.user_says(USER, message={"msgtype": "file", "content": {"downloadCode": code, "fileName": "data.csv"}})
+        file = {"downloadCode": code, "fileName": "data.csv"}
+        dt.user_says(USER, message={"msgtype": "file", "content": file})
         wait_answered(gateway, 1)
         (asked,) = dt.called("/v1.0/robot/messageFiles/download")
         assert asked == {"downloadCode": code, "robotCode": "dingtest0appkey"}
