@@ -5,9 +5,9 @@ the OpenAPI (dingtalk_api.py).
 
 A robot message (topic /v1.0/im/bot/messages/get) is ACKed only after it was stored: a handler that
 raises sends no ACK and DingTalk pushes the frame again, and the stored msgId recognises a redelivery.
-The SDK handles each frame in a task of its own; a lock taken in arrival order keeps a chat's messages
-stored in the order they came. In a group DingTalk pushes only messages that @mention the robot
-(isInAtList), and only those are taken.
+The SDK handles each frame in a task of its own; a lock per chat, taken in arrival order, keeps a
+chat's messages stored in the order they came. In a group DingTalk pushes only messages that @mention
+the robot (isInAtList), and only those are taken.
 
 A question's buttons are an interactive card (the configured template, callbackType STREAM): a press
 arrives as a CALLBACK frame on /v1.0/card/instances/callback over the same authenticated connection,
@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ class DingTalkAdapter(Adapter):
         DingTalkStreamClient.OPEN_CONNECTION_API = opening  # the SDK reads the class's, not the instance's
         self._cards: dict[str, tuple[str, set[str]]] = {}
         """outTrackId -> the chat of a card sent, and its buttons' data (a press of other data is refused)."""
-        self._order = asyncio.Lock()
+        self._chats: dict[str, tuple[asyncio.Lock, int]] = {}
+        """chat -> the lock its frames are stored under, and how many hold or wait for it."""
 
     @staticmethod
     def length(text: str) -> int:
@@ -82,18 +84,31 @@ class DingTalkAdapter(Adapter):
         await self.api.close()
 
     async def receive(self, deliver: Deliver) -> None:
-        async def on_message(data: dict[str, Any]) -> None:
-            message = _inbound(ChatbotMessage.from_dict(data))
-            if message is not None:
-                await deliver(message)
+        async def in_order(message: Inbound | None) -> None:
+            """Stored in arrival order within its chat: the SDK starts a task per frame, and a task
+            runs up to its first wait in the order started, so it queues for the lock in that order."""
+            if message is None:
+                return
+            lock, users = self._chats.get(message.chat, (asyncio.Lock(), 0))
+            self._chats[message.chat] = (lock, users + 1)
+            try:
+                async with lock:
+                    await deliver(message)
+            finally:
+                lock, users = self._chats[message.chat]
+                if users == 1:
+                    del self._chats[message.chat]
+                else:
+                    self._chats[message.chat] = (lock, users - 1)
 
-        async def on_card(data: dict[str, Any]) -> None:
-            message = self._pressed(data)
-            if message is not None:
-                await deliver(message)
+        def on_message(data: dict[str, Any]) -> Awaitable[None]:
+            return in_order(_inbound(ChatbotMessage.from_dict(data)))
 
-        self.client.register_callback_handler(ChatbotMessage.TOPIC, _Handler(on_message, self._order))
-        self.client.register_callback_handler(Card_Callback_Router_Topic, _Handler(on_card, self._order))
+        def on_card(data: dict[str, Any]) -> Awaitable[None]:
+            return in_order(self._pressed(data))
+
+        self.client.register_callback_handler(ChatbotMessage.TOPIC, _Handler(on_message))
+        self.client.register_callback_handler(Card_Callback_Router_Topic, _Handler(on_card))
         runner = asyncio.create_task(self.client.start())  # reconnects by itself
         try:
             await asyncio.wait([runner])
@@ -161,16 +176,14 @@ class _Client(DingTalkStreamClient):
 class _Handler(CallbackHandler):
     """One topic's frames to `take`; it raising sends no ACK (the SDK logs it), so DingTalk redelivers."""
 
-    def __init__(self, take: Any, order: asyncio.Lock) -> None:
+    def __init__(self, take: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         super().__init__()
         self._take = take
-        self._order = order
 
     async def process(self, message: CallbackMessage) -> tuple[int, str]:
         if not isinstance(message.data, dict):
             return AckMessage.STATUS_BAD_REQUEST, "not a JSON object"
-        async with self._order:  # taken in arrival order (the SDK starts a task per frame)
-            await self._take(message.data)
+        await self._take(message.data)
         return AckMessage.STATUS_OK, "OK"
 
 

@@ -75,6 +75,25 @@ def test_a_frame_is_acked_only_after_its_message_was_stored(
         wait_answered(gateway, 1)
 
 
+def test_a_chats_messages_pushed_at_once_are_stored_in_the_order_they_came(
+    tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
+) -> None:
+    from sqlalchemy import select
+
+    from control_plane.gateway.records import InboundRecord
+
+    fake_llm.load([{"text": f"answer {i}"} for i in range(8)])
+    with Running(_settings(tmp_path, fake_llm.url, dt)) as gateway:
+        dt.wait_for(lambda: dt.connections)
+        pushed = [dt.user_says(USER, f"message {i}") for i in range(8)]  # none waits for the last's ACK
+        for message in pushed:
+            dt.wait_acked(message)
+        query = select(InboundRecord.message_id).order_by(InboundRecord.id)  # type: ignore[arg-type]
+        with gateway.store._engine.connect() as conn:
+            stored = list(conn.scalars(query))
+        assert stored == [m["msgId"] for m in pushed]
+
+
 def test_a_stranger_gets_a_pairing_code_and_a_group_is_answered_only_when_the_robot_is_mentioned(
     tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
 ) -> None:
