@@ -102,7 +102,11 @@ class DingTalkAdapter(Adapter):
                     self._chats[message.chat] = (lock, users - 1)
 
         def on_message(data: dict[str, Any]) -> Awaitable[None]:
-            return in_order(_inbound(ChatbotMessage.from_dict(data)))
+            try:
+                message = _inbound(ChatbotMessage.from_dict(data))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise _Malformed(f"not a robot message: {exc!r}") from exc
+            return in_order(message)
 
         def on_card(data: dict[str, Any]) -> Awaitable[None]:
             return in_order(self._pressed(data))
@@ -173,6 +177,10 @@ class _Client(DingTalkStreamClient):
         return ""
 
 
+class _Malformed(ValueError):
+    """A frame that is no message of its topic: ACKed as a bad request (pushing it again cannot help)."""
+
+
 class _Handler(CallbackHandler):
     """One topic's frames to `take`; it raising sends no ACK (the SDK logs it), so DingTalk redelivers."""
 
@@ -181,14 +189,20 @@ class _Handler(CallbackHandler):
         self._take = take
 
     async def process(self, message: CallbackMessage) -> tuple[int, str]:
-        if not isinstance(message.data, dict):
-            return AckMessage.STATUS_BAD_REQUEST, "not a JSON object"
-        await self._take(message.data)
+        try:
+            if not isinstance(message.data, dict):
+                raise _Malformed("not a JSON object")
+            await self._take(message.data)
+        except _Malformed as exc:
+            log.warning("dingtalk: refused a %s frame: %s", message.headers.topic, exc)
+            return AckMessage.STATUS_BAD_REQUEST, str(exc)
         return AckMessage.STATUS_OK, "OK"
 
 
 def _inbound(msg: ChatbotMessage) -> Inbound | None:
     """A user's robot message; None for a group message that does not @mention the robot."""
+    if not msg.message_id:
+        raise _Malformed("no msgId")
     group = msg.conversation_type == "2"
     if group and not msg.is_in_at_list:
         return None

@@ -114,8 +114,11 @@ class DingTalkApi:
             raise AdapterError(f"DingTalk refused the upload: {found.get('errmsg') or response.status_code}")
         return str(found["media_id"])
 
-    async def _call(self, method: str, path: str, *, json: Any, auth: bool = True) -> dict[str, Any]:
-        """One OpenAPI call with its errors in the gateway's terms (a 401 drops the cached token)."""
+    async def _call(
+        self, method: str, path: str, *, json: Any, auth: bool = True, again: bool = True
+    ) -> dict[str, Any]:
+        """One OpenAPI call with its errors in the gateway's terms; a 401 (the token revoked or expired
+        early) is tried once more with a new token."""
         headers = {"x-acs-dingtalk-access-token": await self.token()} if auth else {}
         try:
             response = await self._http.request(method, path, json=json, headers=headers)
@@ -124,8 +127,9 @@ class DingTalkApi:
         found = _json(response)
         if response.status_code == 200:
             return found
-        if response.status_code == 401:
+        if response.status_code == 401 and auth and again:
             self._token = ""
+            return await self._call(method, path, json=json, again=False)
         if response.status_code == 429 or "Throttling" in str(found.get("code", "")):
             raise RateLimited(1.0)
         if response.status_code >= 500:

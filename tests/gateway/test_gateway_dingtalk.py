@@ -5,6 +5,7 @@ like test_gateway_crash.py's."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,19 +61,35 @@ def test_a_message_is_answered_once_in_markdown_and_a_redelivered_msg_id_is_not_
         assert _texts(dt, USER)[1:] == ["second"] and len(fake_llm.requests) == 2
 
 
-def test_a_frame_is_acked_only_after_its_message_was_stored(
+def test_a_frame_is_acked_only_once_stored_and_a_malformed_one_is_refused_without_stopping_anything(
     tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
 ) -> None:
-    fake_llm.load([{"text": "ok"}])
+    fake_llm.load([{"text": "ok"}, {"text": "after a new token"}])
     with Running(_settings(tmp_path, fake_llm.url, dt)) as gateway:
         dt.wait_for(lambda: dt.connections)
-        frame = dt.push("/v1.0/im/bot/messages/get", {"msgId": "m-stored", "conversationType": "1",
-                                                      "senderStaffId": USER, "msgtype": "text",
-                                                      "text": {"content": "stored first"}})  # fmt: skip
-        ack = dt.wait_ack(frame)
-        assert ack["code"] == 200 and ack["headers"]["messageId"] == frame
-        assert gateway.store.last_inbound("dingtalk") is not None, "stored before the ACK"
+        broken = dt.push("/v1.0/im/bot/messages/get", {"msgId": "m-bad", "msgtype": "text"})  # no "text"
+        assert dt.wait_ack(broken)["code"] == 400, "ACKed as a bad request: pushing it again cannot help"
+        store, receive = gateway.store, gateway.store.receive
+        failed = threading.Event()
+
+        def fails_once(*args: Any) -> Any:
+            if not failed.is_set():
+                failed.set()
+                raise OSError("disk full")
+            return receive(*args)
+
+        store.receive = fails_once  # type: ignore[method-assign]
+        message = dt.user_says(USER, "stored first")
+        assert failed.wait(60)
+        dt.redeliver()  # DingTalk pushes a frame that got no ACK again
+        ack = dt.wait_acked(message)
+        assert ack["code"] == 200 and len(dt.acks[ack["headers"]["messageId"]]) == 1, "none for the failure"
         wait_answered(gateway, 1)
+        assert gateway.store.last_inbound("dingtalk") is not None
+        dt.expire_tokens()  # the cached token stops working: the send gets a new one and goes out
+        dt.user_says(USER, "later")
+        wait_answered(gateway, 2)
+        assert _texts(dt, USER) == ["ok", "after a new token"]
 
 
 def test_a_chats_messages_pushed_at_once_are_stored_in_the_order_they_came(

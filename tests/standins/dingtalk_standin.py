@@ -8,7 +8,8 @@ ua, localIp}` answers `{endpoint, ticket}`; the WebSocket at that endpoint is op
 (each ticket once). Frames are JSON `{specVersion, type: SYSTEM|EVENT|CALLBACK, headers: {appId,
 connectionId, contentType, messageId, time, topic}, data: "<JSON as a string>"}`; the client answers each
 with an ACK `{code, headers: {contentType, messageId}, message, data}`. A CALLBACK not ACKed is pushed
-again when the client connects anew (as DingTalk retries an unacknowledged push). SYSTEM `ping` is
+again when the client connects anew, or when the test says (`redeliver`), as DingTalk retries an
+unacknowledged push. SYSTEM `ping` is
 answered with its `data` echoed; SYSTEM `disconnect` tells the client to reconnect (the server closes
 the socket shortly after).
 
@@ -50,8 +51,8 @@ class DingTalkStandin(StandinServer):
         """every robot message accepted, with "to" (a user id or a conversation id) and "msgParam" parsed"""
         self.cards: dict[str, dict[str, Any]] = {}
         """outTrackId -> the card (its cardParamMap as last put)"""
-        self.acks: dict[str, dict[str, Any]] = {}
-        """frame messageId -> the client's ACK"""
+        self.acks: dict[str, list[dict[str, Any]]] = {}
+        """frame messageId -> the client's ACKs of it"""
         self.connections = 0
         self.files: dict[str, tuple[str, bytes]] = {}
         self.tokens: set[str] = set()
@@ -129,6 +130,18 @@ class DingTalkStandin(StandinServer):
         self._run(self._send(frame))
         return message_id
 
+    def redeliver(self) -> None:
+        """Push every frame not ACKed yet again, as DingTalk retries an unacknowledged push."""
+        with self._changed:
+            pending = list(self._pending.values())
+        for frame in pending:
+            self._run(self._send(frame))
+
+    def expire_tokens(self) -> None:
+        """Every access token issued so far stops working (as one revoked, or expired early)."""
+        with self._changed:
+            self.tokens.clear()
+
     def drop(self, *, announced: bool) -> None:
         """End the connections: a SYSTEM disconnect (the client closes and reconnects), or closed."""
         if announced:
@@ -138,7 +151,7 @@ class DingTalkStandin(StandinServer):
 
     def wait_ack(self, message_id: str) -> dict[str, Any]:
         """The client's ACK of the frame `message_id` (once it came)."""
-        return self.wait_for(lambda: self.acks.get(message_id))
+        return self.wait_for(lambda: self.acks.get(message_id))[-1]
 
     def wait_acked(self, message: dict[str, Any]) -> dict[str, Any]:
         """The ACK of the last frame that pushed the robot message `message` (user_says's)."""
@@ -202,7 +215,7 @@ class DingTalkStandin(StandinServer):
                 ack = json.loads(raw.data)
                 message_id = str((ack.get("headers") or {}).get("messageId", ""))
                 with self._changed:
-                    self.acks[message_id] = ack
+                    self.acks.setdefault(message_id, []).append(ack)
                     if ack.get("code") == 200:
                         self._pending.pop(message_id, None)
                     self._changed.notify_all()
