@@ -155,7 +155,10 @@ class DingTalkAdapter(Adapter):
         if not message_id.startswith("card:"):
             raise AdapterError("DingTalk robot messages cannot be edited")
         track = message_id.removeprefix("card:")
-        self._cards[track] = (chat, {b.data for b in buttons or []})
+        if buttons:
+            self._cards[track] = (chat, {b.data for b in buttons})
+        else:  # answered: no press of it is taken any more
+            self._cards.pop(track, None)
         await self.api.update_card(track, _card(text, buttons or []))
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:

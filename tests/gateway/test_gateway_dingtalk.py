@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,17 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
 def test_markdown_keeps_code_blocks_and_counts_the_bytes_dingtalk_gets() -> None:
     assert to_markdown("a\nb\n```\nx\ny\n```") == "a  \nb  \n```\nx\ny\n```"
     assert DingTalkAdapter.length("中文") == len("中文  ".encode())
+
+
+def test_a_wrong_client_secret_stops_the_platform_with_dingtalks_reason(
+    tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
+) -> None:
+    settings = _settings(tmp_path, fake_llm.url, dt, client_secret="not-the-secret")
+    with Running(settings) as gateway:
+        status = gateway.status["dingtalk"]
+        dt.wait_for(lambda: dt.called("/v1.0/oauth2/accessToken"))
+        deadline = time.monotonic() + 60
+        while status.state != "stopped":
+            assert time.monotonic() < deadline, status
+            time.sleep(0.02)
+        assert "invalidClientIdOrSecret" in " ".join(status.errors) and dt.connections == 0
