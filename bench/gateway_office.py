@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dingtalk_standin import DingTalkStandin
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
 from telegram_standin import TOKEN as TG_TOKEN
@@ -95,6 +96,13 @@ PLATFORMS: dict[str, Platform] = {
         ready=lambda s: s.wait_listening(),
         say=lambda s, n, text: s.user_says(f"u{n}", text),
         chat=lambda n: f"u{n}",
+    ),
+    "dingtalk": Platform(
+        start=DingTalkStandin,
+        config=lambda s, users: s.gateway_config([f"staff{u[1:]}" for u in users]),
+        ready=lambda s: s.wait_for(lambda: s.connections),
+        say=lambda s, n, text: s.user_says(f"staff{n}", text),
+        chat=lambda n: f"staff{n}",
     ),
 }
 

@@ -304,6 +304,27 @@ class WeComSettings(ChatAccess):
         return value
 
 
+class DingTalkSettings(ChatAccess):
+    client_id: str
+    """The app's AppKey (Client ID), from the DingTalk developer console; also its robot's code."""
+    client_secret: SecretStr
+    """The app's AppSecret (`${DINGTALK_CLIENT_SECRET}`)."""
+    robot_code: str | None = None
+    """The robot's code, when it differs from client_id."""
+    card_template_id: str | None = None
+    """An interactive card template (card builder) for questions' buttons, its callback set to Stream;
+    unset, a question's choices are listed and answered by a reply."""
+    api_base: str = "https://api.dingtalk.com"
+    """The OpenAPI host: the Stream connection, tokens, messages, cards, files (a test stand-in)."""
+    oapi_base: str = "https://oapi.dingtalk.com"
+    """The legacy host of media uploads (files the agent sends)."""
+
+    @field_validator("client_secret", mode="before")
+    @classmethod
+    def _secret(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -335,6 +356,7 @@ class GatewaySettings(BaseModel):
     mattermost: MattermostSettings | None = None
     whatsapp: WhatsAppSettings | None = None
     wecom: WeComSettings | None = None
+    dingtalk: DingTalkSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

@@ -57,6 +57,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .wecom import WeComAdapter
 
         adapters.append(WeComAdapter(config.wecom))
+    if config.dingtalk is not None:
+        from .dingtalk import DingTalkAdapter
+
+        adapters.append(DingTalkAdapter(config.dingtalk))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
