@@ -92,7 +92,7 @@ def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
         asked = discord_api.wait_for(
             lambda: [c for c in discord_api.contents("777") if "Expose port 7000?" in c]
         )
-        assert "(reply with your answer (once, always, no))" in asked[0]
+        assert "(press one, or reply with your answer (once, always, no))" in asked[0]
         discord_api.user_says("777", "maybe")  # not a choice: asked again, the run keeps waiting
         discord_api.wait_for(
             lambda: any("answer one of: once, always, no" in c for c in discord_api.contents("777"))
