@@ -40,7 +40,8 @@ from .records import GatewayStore
 T = TypeVar("T")
 log = logging.getLogger("hermetic.gateway.discord")
 ANSWER_WITHIN = 2.5
-"""Seconds the gateway has to settle a press before it is acknowledged silently (Discord allows 3)."""
+"""Seconds from a press's arrival for the gateway to settle it, else it is acknowledged silently
+(Discord takes the first answer within 3 seconds of the press)."""
 STYLES = {"neutral": discord.ButtonStyle.secondary, "approve": discord.ButtonStyle.success,
           "deny": discord.ButtonStyle.danger}  # fmt: skip
 
@@ -106,17 +107,20 @@ class DiscordAdapter(Adapter):
         await asyncio.Event().wait()  # closed from elsewhere: wait to be cancelled
 
     async def _answer_press(self, press: Inbound, interaction: discord.Interaction, deliver: Deliver) -> None:
-        settled = self._presses[press.message_id] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ANSWER_WITHIN
+        settled = self._presses[press.message_id] = loop.create_future()
         try:
             if not await deliver(press):
                 return  # replayed by a RESUME: answered when it first came
-            async with asyncio.timeout(ANSWER_WITHIN):
-                note = await settled
-        except TimeoutError:
-            log.warning("discord: press %s not settled in time; acknowledged", press.message_id)
-            note = None
+            try:
+                async with asyncio.timeout_at(deadline):
+                    note = await settled
+            except TimeoutError:
+                log.warning("discord: press %s not settled in time; acknowledged", press.message_id)
+                note = None
         finally:
-            del self._presses[press.message_id]
+            self._presses.pop(press.message_id, None)
         try:
             if note is None:
                 await interaction.response.defer()  # type 6, DEFERRED_UPDATE_MESSAGE
@@ -148,7 +152,8 @@ class DiscordAdapter(Adapter):
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
         channel = self.client.get_partial_messageable(int(thread or chat))
-        sent = await _call(channel.send(text, view=_view(buttons)))
+        view = _view(buttons)
+        sent = await _call(channel.send(text, view=view) if view else channel.send(text))
         return str(sent.id)
 
     async def edit(
@@ -225,14 +230,14 @@ def _press(interaction: discord.Interaction) -> Inbound | None:
     channel = interaction.channel
     if channel is None:
         return None
-    in_thread = isinstance(channel, discord.Thread)
+    thread = channel if isinstance(channel, discord.Thread) else None
     return Inbound(
         platform="discord",
-        chat=str(channel.parent_id if in_thread else channel.id),
+        chat=str(thread.parent_id if thread else channel.id),
         message_id=str(interaction.id),
         user=str(interaction.user.id),
         user_name=interaction.user.display_name,
         direct=interaction.guild_id is None,  # an interaction always names its guild
-        thread=str(channel.id) if in_thread else None,
+        thread=str(thread.id) if thread else None,
         button=str(data.get("custom_id", "")),
     )

@@ -32,7 +32,8 @@ def _settings(tmp_path: Path, llm_url: str, api: DiscordStandin, **extra: Any) -
 
 def _prompt(api: DiscordStandin, channel: str = "777") -> tuple[str, dict[str, dict[str, Any]]]:
     """The bot's message with buttons in the channel: its id, and its buttons by label."""
-    message = api.wait_for(lambda: next((dict(m) for m in api.history.get(channel, []) if m["components"]), None))
+    shown = lambda: next((dict(m) for m in api.history.get(channel, []) if m["components"]), None)  # noqa: E731
+    message = api.wait_for(shown)
     (row,) = message["components"]
     assert row["type"] == 1, "one action row"
     return message["id"], {button["label"]: button for button in row["components"]}
@@ -131,3 +132,23 @@ def test_a_double_press_is_answered_once(tmp_path: Path, fake_llm: Any, discord_
     assert late["data"]["flags"] == 64 and late["data"]["content"] == CLOSED
     assert _tool_result(fake_llm) == "answer: once" and len(fake_llm.requests) == 2, "the tool ran once"
     assert all(len(a) == 1 for a in answers)
+
+
+def test_in_a_guild_channel_with_a_session_per_user_a_press_on_another_users_approval_changes_nothing(
+    tmp_path: Path, fake_llm: Any, discord_api: DiscordStandin
+) -> None:
+    fake_llm.load(OPEN_PORT)
+    settings = _settings(
+        tmp_path, fake_llm.url, discord_api, allow_chats=["888"], session_per_user_in_groups=True
+    )
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        discord_api.user_says("888", "open port 7000", guild="1")
+        prompt, buttons = _prompt(discord_api, "888")
+        other = discord_api.press(prompt, buttons["always"]["custom_id"], user="502", guild="1")
+        (answer,) = discord_api.wait_for(lambda: discord_api.answers(other))
+        assert answer["type"] == 4 and answer["data"]["flags"] == 64, "only the presser hears it"
+        asker = discord_api.press(prompt, buttons["once"]["custom_id"], guild="1")
+        wait_answered(gateway, 3)
+        assert discord_api.answers(asker) == [{"type": 6}]
+        assert _tool_result(fake_llm) == "answer: once", "502's 'always' did not count"
+        _decided(discord_api, prompt, "once")

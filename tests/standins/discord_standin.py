@@ -93,8 +93,8 @@ class DiscordStandin(StandinServer):
 
     def bot_posted(self, channel: str, text: str, components: list[dict[str, Any]]) -> str:
         """A message of the bot's with components, as an earlier run of it would have left; its id."""
-        body = json.loads(self._message(channel, None, {"content": text, "components": components}, None).text)
-        return str(body["id"])
+        sent = self._message(channel, None, {"content": text, "components": components}, None)
+        return str(json.loads(sent.text)["id"])
 
     def press(self, message_id: str, custom_id: str, *, user: str = "501", guild: str | None = None) -> str:
         """`user` presses the button `custom_id` of the bot's message: INTERACTION_CREATE (type 3,
@@ -122,7 +122,8 @@ class DiscordStandin(StandinServer):
                                       "last_message_id": message_id}  # fmt: skip
         else:
             interaction |= {
-                "guild_id": guild, "guild_locale": "en-US", "guild": {"id": guild, "locale": "en-US", "features": []},
+                "guild_id": guild, "guild_locale": "en-US",
+                "guild": {"id": guild, "locale": "en-US", "features": []},
                 "member": {"user": person, "roles": [], "joined_at": message["timestamp"], "deaf": False,
                            "mute": False, "flags": 0, "pending": False, "permissions": "0", "nick": None,
                            "avatar": None},
@@ -133,7 +134,10 @@ class DiscordStandin(StandinServer):
             }  # fmt: skip
         with self._changed:
             self.interactions[interaction_id] = {
-                "token": token, "message": message_id, "at": time.monotonic(), "answers": []
+                "token": token,
+                "message": message_id,
+                "at": time.monotonic(),
+                "answers": [],
             }
         self.wait_for(lambda: self._sockets)
         self._run(self._dispatch("INTERACTION_CREATE", interaction))
@@ -295,7 +299,7 @@ class DiscordStandin(StandinServer):
             self.calls.append((request.method, path, body))
             self._changed.notify_all()
         parts = path.strip("/").split("/")
-        if parts[0] == "interactions" and len(parts) == 4 and parts[3] == "callback" and request.method == "POST":
+        if parts[0] == "interactions" and parts[3:] == ["callback"] and request.method == "POST":
             return self._callback(parts[1], parts[2], body, request.query)
         if request.headers.get("Authorization") != f"Bot {TOKEN}":
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
