@@ -152,3 +152,20 @@ def test_in_a_guild_channel_with_a_session_per_user_a_press_on_another_users_app
         assert discord_api.answers(asker) == [{"type": 6}]
         assert _tool_result(fake_llm) == "answer: once", "502's 'always' did not count"
         _decided(discord_api, prompt, "once")
+
+
+def test_when_a_press_was_the_last_thing_stored_the_backfill_reads_on_from_it(
+    tmp_path: Path, fake_llm: Any, discord_api: DiscordStandin
+) -> None:
+    fake_llm.load([*OPEN_PORT, {"text": "caught up"}])
+    settings = _settings(tmp_path, fake_llm.url, discord_api)
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        discord_api.user_says("777", "open port 7000")
+        prompt, buttons = _prompt(discord_api)
+        discord_api.press(prompt, buttons["once"]["custom_id"])
+        wait_answered(gateway, 2)
+    discord_api.user_says("777", "sent while the gateway was down", live=False)
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        wait_answered(gateway, 3)
+    assert discord_api.contents("777")[-1] == "caught up"
+    assert fake_llm.requests[2]["messages"][-1]["content"] == "sent while the gateway was down"
