@@ -32,7 +32,10 @@ def _settings(tmp_path: Path, llm_url: str, api: DiscordStandin, **extra: Any) -
 
 def _prompt(api: DiscordStandin, channel: str = "777") -> tuple[str, dict[str, dict[str, Any]]]:
     """The bot's message with buttons in the channel: its id, and its buttons by label."""
-    shown = lambda: next((dict(m) for m in api.history.get(channel, []) if m["components"]), None)  # noqa: E731
+
+    def shown() -> dict[str, Any] | None:
+        return next((dict(m) for m in api.history.get(channel, []) if m["components"]), None)
+
     message = api.wait_for(shown)
     (row,) = message["components"]
     assert row["type"] == 1, "one action row"
@@ -42,7 +45,7 @@ def _prompt(api: DiscordStandin, channel: str = "777") -> tuple[str, dict[str, d
 def _decided(api: DiscordStandin, message_id: str, answer: str) -> None:
     """The prompt was edited to show the decision, and its buttons are gone."""
     api.wait_for(lambda: not api.components(message_id))
-    (content,) = [m["content"] for i, m in api.messages.items() if i == message_id]
+    content = api.wait_for(lambda: api.messages[message_id]["content"])
     assert content.startswith("Expose port 7000?") and content.endswith(f"→ {answer}")
 
 
