@@ -361,8 +361,8 @@ def test_three_replicas_behind_the_balancer_serve_any_session_and_outlive_one_ki
             assert len(_answers(detail)) == 2  # each message answered once
             owner = _sql(stack, f"SELECT owner FROM session_leases WHERE session_id = '{sessions[0]}'")
             assert owner and not owner[0].startswith(f"{victim}:")
-    finally:
-        stack.compose("down", "-v", "--remove-orphans", check=False)
+    finally:  # the killed replica's sandbox first: it holds the sockets volume, which `down -v` removes
         for container in docker.from_env().containers.list(all=True, filters={"label": MANAGED_LABEL}):
-            if (container.labels.get(OWNER_LABEL) or "").split(":")[0] in hosts:  # the killed one's
+            if (container.labels.get(OWNER_LABEL) or "").split(":")[0] in hosts:
                 container.remove(force=True)
+        stack.compose("down", "-v", "--remove-orphans", check=False)
