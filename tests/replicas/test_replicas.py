@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -263,6 +264,7 @@ class Conversation:
         self.last = 0  # the last event number seen: a reconnect (or the next turn) follows from here
         self.ends: list[str] = []
         self.reconnects = 0
+        self.refusals: list[int] = []
 
     def _created(self) -> str:
         while True:
@@ -288,10 +290,12 @@ class Conversation:
                 response = self.client.post(f"/sessions/{self.session}/messages", json={"content": text})
                 if response.status_code == 202:
                     return
+                self.refusals.append(response.status_code)
             except httpx.TransportError:
                 pass  # the replica died with the request: did it take it before?
             if self._user_messages().count(text) > before:
                 return
+            time.sleep(0.2)  # a 502/503/429 says try again: not at once, from 30 clients on 2 cores
 
     def _user_messages(self) -> list[str]:
         while True:
@@ -347,7 +351,8 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     for thread in threads:
         thread.join(300)
     assert not failures, failures
-    assert not any(thread.is_alive() for thread in threads)
+    stuck = [tag for tag, thread in zip(tags, threads, strict=True) if thread.is_alive()]
+    assert not stuck, _stuck(cluster, [conversations[tag] for tag in stuck if tag in conversations])
 
     interrupted = sum(c.ends.count("interrupted") for c in conversations.values())
     for tag, conversation in conversations.items():
@@ -361,6 +366,21 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     assert 60 <= len(cluster.model.requests) <= 60 + interrupted
     assert interrupted > 0  # the kill did land mid-turn
     assert sum(c.reconnects for c in conversations.values()) > 0  # streams were followed across it
+
+
+def _stuck(cluster: Cluster, stuck: list[Conversation]) -> str:
+    """What a failure needs to be understood: each unfinished conversation and the replicas' logs."""
+    lines = []
+    for conversation in stuck:
+        roles = [m["role"] for m in cluster.history(0, conversation.session)["messages"]]
+        lines.append(
+            f"{conversation.tag} {conversation.session}: ends {conversation.ends}, last event "
+            f"{conversation.last}, reconnects {conversation.reconnects}, refused {conversation.refusals}, "
+            f"history {roles}"
+        )
+    for n, replica in enumerate(cluster.replicas):
+        lines.append(f"--- replica {n}:\n" + "".join(replica.said[-40:]))
+    return "\n".join(lines)
 
 
 def test_each_cron_occurrence_runs_once_across_the_replicas(cluster: Cluster) -> None:
