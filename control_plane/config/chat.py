@@ -44,6 +44,8 @@ class ChatAccess(BaseModel):
     """Tool calls as progress lines: none, only when the tool changes, or every call."""
     edit_interval: float = Field(1.0, gt=0)
     """Seconds between edits of a streaming reply (the platform's rate limit)."""
+    max_file_bytes: int = Field(20_000_000, ge=1)
+    """The largest file a user may send: a larger one is not downloaded, and the user is told."""
 
 
 class TelegramSettings(ChatAccess):
