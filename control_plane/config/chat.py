@@ -162,6 +162,10 @@ class XmppSettings(ChatAccess):
     resource: str = "hermetic"
     nick: str = Field("hermetic", min_length=1)
     """The bot's nickname in MUC rooms."""
+    file_hosts: list[str] = []
+    """HTTP hosts (`host` or `host:port`) files are taken from: a message whose XEP-0066 URL (or whole
+    body) is on one is downloaded into uploads/. Usually the server's HTTP File Upload host; none: no
+    file is taken, and a user who sends one is told."""
 
     @field_validator("password", mode="before")
     @classmethod
