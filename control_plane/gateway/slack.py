@@ -123,7 +123,8 @@ class SlackAdapter(Adapter):
             return None  # edits, joins, bots'
         if event.get("user") == self._bot_user:
             return None  # the bot's own messages
-        files = [f for f in event.get("files") or [] if f.get("id")]
+        # a tombstone: a file deleted since
+        files = [f for f in event.get("files") or [] if f.get("id") and f.get("mode") != "tombstone"]
         return Inbound(
             platform=self.platform,
             chat=chat,
