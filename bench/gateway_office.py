@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dingtalk_standin import DingTalkStandin
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
 from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
+from wecom_standin import WeComStandin
 from whatsapp_standin import WhatsAppStandin
 
 from control_plane.config.settings import load_settings
@@ -87,6 +89,20 @@ PLATFORMS: dict[str, Platform] = {
         ready=lambda s: s.wait_listening(),
         say=lambda s, n, text: s.user_says(f"US.{n}", text),
         chat=lambda n: f"US.{n}",
+    ),
+    "wecom": Platform(
+        start=WeComStandin,
+        config=lambda s, users: s.gateway_config(users),
+        ready=lambda s: s.wait_listening(),
+        say=lambda s, n, text: s.user_says(f"u{n}", text),
+        chat=lambda n: f"u{n}",
+    ),
+    "dingtalk": Platform(
+        start=DingTalkStandin,
+        config=lambda s, users: s.gateway_config([f"staff{u[1:]}" for u in users]),
+        ready=lambda s: s.wait_for(lambda: s.connections),
+        say=lambda s, n, text: s.user_says(f"staff{n}", text),
+        chat=lambda n: f"staff{n}",
     ),
 }
 

@@ -68,7 +68,7 @@ class Questions:
         """Answer an open question; False when there is none with that id (answered, timed out)."""
         with self._lock:
             pending = self._open.get(question_id)
-            if pending is None:
+            if pending is None or pending.done.is_set():  # ended, its waiter not yet awake: closed too
                 return False
             question = pending.question
             if question.choices and answer not in question.choices:
@@ -82,7 +82,7 @@ class Questions:
         terminal); False when the question is not open."""
         with self._lock:
             pending = self._open.get(question_id)
-            if pending is None:
+            if pending is None or pending.done.is_set():
                 return False
             pending.ended_by = "nobody"
         pending.done.set()

@@ -2,17 +2,23 @@
 leases this replica holds are renewed (and a dead replica's running sessions taken over) in the background.
 
 Forwarded: every /sessions/ID/... route but the two any replica answers from the database (GET
-/sessions/ID, its history, and /sessions/ID/events, its event stream). The owner is asked with the
-caller's own credentials (it authenticates them) and a header naming it, so a request reaching a process
-that is not that replica any more (restarted on the same address) is refused with 421, never served twice.
+/sessions/ID, its history, and /sessions/ID/events, its event stream), and a /v1 turn that continues a
+session (by its session header, its chat's conversation key or its previous response id). The owner is
+asked with the caller's own credentials (it authenticates them) and a header naming it, so a request
+reaching a process that is not that replica any more (restarted on the same address) is refused with 421,
+never served twice.
+An owner that dies holding a request that changes something (a POST) leaves the caller a 502 saying it may
+have been taken: sent again to the next owner, a message would be posted (and answered) twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from fastapi import HTTPException
@@ -22,6 +28,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..store.leases import Holder
+from .openai.conversations import TURNS, continued_session
+from .openai.wire import SESSION_HEADER
 from .profiles import Hub, Profile, caller
 from .replicas import Replica
 from .signins import COOKIE
@@ -31,6 +39,28 @@ OWNER = "x-hermetic-owner"
 """On a forwarded request: the replica it is meant for."""
 _SESSION = re.compile(r"^/sessions/([A-Za-z0-9_-]{1,64})(/[^/]+)?(/.*)?$")
 _HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"}
+_SAFE = {"GET", "HEAD", "OPTIONS"}
+_LOST = (
+    "the replica holding this session stopped while it had this request: it may have been taken (a message "
+    "posted, a question answered); read the session (GET /sessions/ID) before sending it again"
+)
+
+
+_RENEWER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
+"""The renewals' own thread, never queued behind the default executor (6 threads on 2 cores, busy with
+every follower's database reads under load): a late renewal lets a live replica's leases lapse, and another
+replica takes over turns it is still running."""
+
+
+class Forwarded(enum.Enum):
+    """What became of a request sent on to its session's owner."""
+
+    ANSWERED = "answered"
+    """The owner's answer went back to the caller."""
+    NOT_TAKEN = "not taken"
+    """The owner never had it (gone, or restarted as another replica): for the next owner."""
+    LOST = "lost"
+    """The owner had it and died: the caller was told it may have been taken; never sent again."""
 
 
 def _read_anywhere(method: str, part: str | None) -> bool:
@@ -44,8 +74,11 @@ class ForwardToOwner:
         self.app, self.hub, self.replica, self.client = app, hub, replica, client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = _SESSION.match(scope["path"]) if scope["type"] == "http" else None
-        if found is None or _read_anywhere(scope["method"], found[2]):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        found = _SESSION.match(scope["path"])
+        turn = scope["method"] == "POST" and scope["path"] in TURNS
+        if (found is None and not turn) or (found is not None and _read_anywhere(scope["method"], found[2])):
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         meant = headers.get(OWNER)
@@ -57,14 +90,23 @@ class ForwardToOwner:
         if profile is None or profile.replication is None:
             return await self.app(scope, receive, send)  # the route answers (401, or no replicas)
         body = await _body(receive)
+        session_id = (
+            found[1]
+            if found is not None
+            else await asyncio.to_thread(
+                continued_session, profile, scope["path"], headers.get(SESSION_HEADER), body
+            )
+        )
+        if session_id is None:  # a new /v1 conversation: this replica starts it
+            return await self.app(scope, _replay(body, receive), send)
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(profile.replication.leases.claim, found[1])
+            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
                 return await self.app(scope, _replay(body, receive), send)
-            if await self._forward(holder, scope, headers, body, send):
+            if await forward(self.client, holder, scope, headers, body, send) is not Forwarded.NOT_TAKEN:
                 return
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
-        await _answer(send, 503, f"session {found[1]}'s replica does not answer; try again", retry=5)
+        await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
 
     def _profile(self, scope: Scope) -> Profile | None:
         request = Request(scope)
@@ -76,30 +118,40 @@ class ForwardToOwner:
             return None
         return self.hub.profile(name) if name else None
 
-    async def _forward(self, holder: Holder, scope: Scope, headers: Headers, body: bytes, send: Send) -> bool:
-        """Send the request to the holder and its answer back; False when the holder is gone."""
-        if holder.address is None:
-            return False
-        outgoing = [(k, v) for k, v in headers.items() if k not in _HOP] + [(OWNER, holder.owner)]
-        query = scope.get("query_string", b"").decode()
-        url = f"{holder.address}{scope['path']}" + (f"?{query}" if query else "")
-        request = self.client.build_request(scope["method"], url, headers=outgoing, content=body)
-        try:
-            response = await self.client.send(request, stream=True)
-        except httpx.TransportError as exc:
-            log.info("replica %s at %s does not answer (%s): waiting for its lease", holder.owner, url, exc)
-            return False
-        try:
-            if response.status_code == 421:
-                return False
-            kept = [(k.encode(), v.encode()) for k, v in response.headers.items() if k not in _HOP]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
-            async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await response.aclose()
-        return True
+
+async def forward(
+    client: httpx.AsyncClient, holder: Holder, scope: Scope, headers: Headers, body: bytes, send: Send
+) -> Forwarded:
+    """Send the request to the holder and its answer back (or, when the holder died holding a request
+    that changes something, say so: it may have been taken, so it is not sent again elsewhere)."""
+    if holder.address is None:
+        return Forwarded.NOT_TAKEN
+    outgoing = [(k, v) for k, v in headers.items() if k not in _HOP] + [(OWNER, holder.owner)]
+    query = scope.get("query_string", b"").decode()
+    url = f"{holder.address}{scope['path']}" + (f"?{query}" if query else "")
+    request = client.build_request(scope["method"], url, headers=outgoing, content=body)
+    try:
+        response = await client.send(request, stream=True)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never reached it: nothing was taken
+        log.info("replica %s at %s does not answer (%s): waiting for its lease", holder.owner, url, exc)
+        return Forwarded.NOT_TAKEN
+    except httpx.TransportError as exc:  # it had the request and stopped: taken or not, nobody knows
+        log.info("replica %s at %s stopped while answering (%s)", holder.owner, url, exc)
+        if scope["method"] in _SAFE:
+            return Forwarded.NOT_TAKEN  # asking again changes nothing
+        await _answer(send, 502, _LOST, retry=5)
+        return Forwarded.LOST
+    try:
+        if response.status_code == 421:
+            return Forwarded.NOT_TAKEN
+        kept = [(k.encode(), v.encode()) for k, v in response.headers.items() if k not in _HOP]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
+        async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        await response.aclose()
+    return Forwarded.ANSWERED
 
 
 async def _body(receive: Receive) -> bytes:
@@ -150,7 +202,8 @@ async def keep_leases(hub: Hub, replica: Replica) -> None:
 async def _renew(profile: Profile) -> None:
     assert profile.replication is not None
     leases = profile.replication.leases
-    for session_id in await asyncio.to_thread(leases.renew, list(profile.live)):
+    loop = asyncio.get_running_loop()
+    for session_id in await loop.run_in_executor(_RENEWER, leases.renew, list(profile.live)):
         log.warning("session %s: its lease went to another replica; letting it go here", session_id)
         live = profile.live.pop(session_id, None)
         if live is not None:

@@ -71,7 +71,7 @@ class Replication:
         self.leases.register(replica.address)
         self.events = EventTable(engine)
         self._followers: dict[str, set[asyncio.Event]] = {}
-        self._listener = Listener(url, self._woken)
+        self._listener = Listener(url, self._woken, self._woken_all)
 
     @property
     def me(self) -> str:
@@ -109,6 +109,13 @@ class Replication:
     def _woken(self, session_id: str) -> None:
         if session_id in self._followers:
             self.call_soon(self._wake, session_id)
+
+    def _woken_all(self) -> None:
+        self.call_soon(self._wake_all)
+
+    def _wake_all(self) -> None:
+        for session_id in list(self._followers):
+            self._wake(session_id)
 
     def _wake(self, session_id: str) -> None:
         for wake in self._followers.get(session_id, ()):

@@ -273,6 +273,64 @@ class WhatsAppSettings(ChatAccess):
         return _from_env(value)
 
 
+class WeComSettings(ChatAccess):
+    """A WeCom (WeChat Work) self-built application in callback mode: WeCom POSTs each message, encrypted,
+    to the gateway's listener on host:port/path; replies go out through the application message API."""
+
+    corp_id: str = Field(min_length=1)
+    """The CorpID (My Company, Company Information): every callback's receiveid must be it."""
+    agent_id: int
+    """The application's AgentId."""
+    secret: SecretStr
+    """The application's Secret, for gettoken (`${WECOM_SECRET}`)."""
+    token: SecretStr
+    """The callback Token (the application's API receiving settings) that signs each callback."""
+    encoding_aes_key: SecretStr
+    """The callback EncodingAESKey (43 characters) that encrypts each callback."""
+    api_base: str = "https://qyapi.weixin.qq.com"
+    """The server API host (a test stand-in)."""
+    host: str = "127.0.0.1"
+    port: int = Field(8771, ge=0, le=65535)
+    path: str = "/wecom"
+    message_format: Literal["text", "markdown"] = "text"
+    """Replies as text messages (shown everywhere, the Markdown as typed) or markdown messages (rendered
+    by the WeCom app, not shown in WeChat)."""
+
+    @field_validator("secret", "token", "encoding_aes_key", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+    @field_validator("encoding_aes_key")
+    @classmethod
+    def _aes_key(cls, value: SecretStr) -> SecretStr:
+        key = value.get_secret_value()
+        if not re.fullmatch(r"[A-Za-z0-9+/]{43}", key):
+            raise ValueError("encoding_aes_key: the 43 characters (A-Z, a-z, 0-9, + and /) WeCom generated")
+        return value
+
+
+class DingTalkSettings(ChatAccess):
+    client_id: str
+    """The app's AppKey (Client ID), from the DingTalk developer console; also its robot's code."""
+    client_secret: SecretStr
+    """The app's AppSecret (`${DINGTALK_CLIENT_SECRET}`)."""
+    robot_code: str | None = None
+    """The robot's code, when it differs from client_id."""
+    card_template_id: str | None = None
+    """An interactive card template (card builder) for questions' buttons, its callback set to Stream;
+    unset, a question's choices are listed and answered by a reply."""
+    api_base: str = "https://api.dingtalk.com"
+    """The OpenAPI host: the Stream connection, tokens, messages, cards, files (a test stand-in)."""
+    oapi_base: str = "https://oapi.dingtalk.com"
+    """The legacy host of media uploads (files the agent sends)."""
+
+    @field_validator("client_secret", mode="before")
+    @classmethod
+    def _secret(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -303,6 +361,8 @@ class GatewaySettings(BaseModel):
     email: EmailSettings | None = None
     mattermost: MattermostSettings | None = None
     whatsapp: WhatsAppSettings | None = None
+    wecom: WeComSettings | None = None
+    dingtalk: DingTalkSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

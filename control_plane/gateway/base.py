@@ -7,6 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -42,6 +43,8 @@ class Inbound(BaseModel):
 class Button(BaseModel):
     label: str
     data: str
+    tone: Literal["neutral", "approve", "deny"] = "neutral"
+    """How the platform may colour it, where it can (an approval's yes and no)."""
 
 
 Deliver = Callable[[Inbound], Awaitable[bool]]
@@ -75,6 +78,8 @@ class Adapter(ABC):
     """Replies stream by editing one message (False: one message when the reply is done)."""
     buttons: bool = True
     """Buttons can be shown (False: a question's choices are listed and answered by a reply)."""
+    replies_answer: bool = False
+    """A reply answers an open question that has buttons too (its choices are listed as well)."""
     authenticates: bool = False
     """Every request is signed by a trusted caller (the webhook): no allowlist or pairing applies."""
 
@@ -121,3 +126,8 @@ class Adapter(ABC):
 
     async def typing(self, chat: str, *, thread: str | None = None) -> None:  # noqa: B027 (optional)
         """Show that a reply is being written, where the platform has that (best effort)."""
+
+    async def settle_press(self, press: Inbound, note: str | None) -> None:  # noqa: B027 (optional)
+        """A button press was handled, for a platform that must answer each press: `note` is why it
+        changed nothing, for the presser's eyes only; None: acknowledge it silently (it took effect, and
+        the question's message is edited; or the presser was refused, which is never explained)."""

@@ -6,6 +6,13 @@ The Discord gateway has no acknowledgement: an event is delivered once per sessi
 replays what a dropped connection missed. The gateway stores each message before answering it, so
 a replayed one is recognised by its id. What a new session cannot replay (sent while the gateway was
 down, or before a failed RESUME) is read on each READY from the channels' history (backfill.py).
+
+Questions come with buttons (message components). A press arrives as INTERACTION_CREATE over the same
+WebSocket and is delivered like a message (its id: the interaction's); Discord wants each interaction
+answered within 3 seconds at POST /interactions/{id}/{token}/callback, so the adapter waits for the
+gateway to settle the press (`settle_press`): DEFERRED_UPDATE_MESSAGE when it took effect (the gateway
+then edits the question, which removes its buttons) or was refused, else an ephemeral message saying
+why it changed nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import contextlib
 import datetime
 import hashlib
+import logging
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -30,13 +38,19 @@ from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Del
 from .records import GatewayStore
 
 T = TypeVar("T")
+log = logging.getLogger("hermetic.gateway.discord")
+ANSWER_WITHIN = 2.5
+"""Seconds from a press's arrival for the gateway to settle it, else it is acknowledged silently
+(Discord takes the first answer within 3 seconds of the press)."""
+STYLES = {"neutral": discord.ButtonStyle.secondary, "approve": discord.ButtonStyle.success,
+          "deny": discord.ButtonStyle.danger}  # fmt: skip
 
 
 class DiscordAdapter(Adapter):
     platform = "discord"
     text_limit = 2000
-    buttons = False
-    """Approval choices are answered by replying with one (components need an interactions endpoint)."""
+    replies_answer = True
+    """Buttons, and a reply with the choice as before them (a client that shows no components)."""
 
     def __init__(self, settings: DiscordSettings, store: GatewayStore) -> None:
         self.settings = settings
@@ -47,6 +61,8 @@ class DiscordAdapter(Adapter):
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = intents.message_content = True
         self.client = discord.Client(intents=intents)
+        self._presses: dict[str, asyncio.Future[str | None]] = {}
+        """Presses delivered, by interaction id, each waiting for the gateway's `settle_press`."""
 
     @property
     def lock_name(self) -> str:
@@ -76,13 +92,47 @@ class DiscordAdapter(Adapter):
         async def on_connect() -> None:  # a new session (READY), not a RESUME
             await catch_up(self.store, self.platform, self.settings, self._read_history, deliver)
 
+        async def on_interaction(interaction: discord.Interaction) -> None:
+            press = _press(interaction)
+            if press is not None:
+                await self._answer_press(press, interaction, deliver)
+
         self.client.event(on_message)
         self.client.event(on_connect)
+        self.client.event(on_interaction)
         try:
             await self.client.connect(reconnect=True)  # returns when closed
         except (discord.GatewayNotFound, discord.ConnectionClosed, aiohttp.ClientError, OSError) as exc:
             raise ConnectionLost(f"Discord gateway: {exc}") from exc
         await asyncio.Event().wait()  # closed from elsewhere: wait to be cancelled
+
+    async def _answer_press(self, press: Inbound, interaction: discord.Interaction, deliver: Deliver) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ANSWER_WITHIN
+        settled = self._presses[press.message_id] = loop.create_future()
+        try:
+            if not await deliver(press):
+                return  # replayed by a RESUME: answered when it first came
+            try:
+                async with asyncio.timeout_at(deadline):
+                    note = await settled
+            except TimeoutError:
+                log.warning("discord: press %s not settled in time; acknowledged", press.message_id)
+                note = None
+        finally:
+            self._presses.pop(press.message_id, None)
+        try:
+            if note is None:
+                await interaction.response.defer()  # type 6, DEFERRED_UPDATE_MESSAGE
+            else:
+                await interaction.response.send_message(note, ephemeral=True)  # type 4, flags 64
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord: cannot answer interaction %s: %s", press.message_id, exc)
+
+    async def settle_press(self, press: Inbound, note: str | None) -> None:
+        settled = self._presses.get(press.message_id)
+        if settled is not None and not settled.done():
+            settled.set_result(note)
 
     def _from_a_user(self, message: discord.Message) -> bool:
         return not message.author.bot and not (self.client.user and message.author.id == self.client.user.id)
@@ -102,14 +152,15 @@ class DiscordAdapter(Adapter):
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
         channel = self.client.get_partial_messageable(int(thread or chat))
-        sent = await _call(channel.send(text))
+        view = _view(buttons)
+        sent = await _call(channel.send(text, view=view) if view else channel.send(text))
         return str(sent.id)
 
     async def edit(
         self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
     ) -> None:
         channel = self.client.get_partial_messageable(int(chat))
-        await _call(channel.get_partial_message(int(message_id)).edit(content=text))
+        await _call(channel.get_partial_message(int(message_id)).edit(content=text, view=_view(buttons)))
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
         channel = self.client.get_partial_messageable(int(thread or chat))
@@ -157,4 +208,36 @@ def _inbound(message: discord.Message) -> Inbound:
         direct=isinstance(message.channel, discord.DMChannel),  # not `guild is None`: an uncached guild
         thread=thread,
         files=[Attachment(name=a.filename, ref=a.url, size=a.size) for a in message.attachments],
+    )
+
+
+def _view(buttons: list[Button] | None) -> discord.ui.View | None:
+    """The buttons as an action row (None: no components, which removes any)."""
+    if not buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for button in buttons:
+        view.add_item(discord.ui.Button(label=button.label, custom_id=button.data, style=STYLES[button.tone]))
+    view.stop()  # presses are read from INTERACTION_CREATE: kept out of discord.py's view store
+    return view
+
+
+def _press(interaction: discord.Interaction) -> Inbound | None:
+    """A button press as the gateway sees one; None for any other interaction."""
+    data: dict[str, object] = dict(interaction.data or {})
+    if interaction.type is not discord.InteractionType.component or data.get("component_type") != 2:
+        return None
+    channel = interaction.channel
+    if channel is None:
+        return None
+    thread = channel if isinstance(channel, discord.Thread) else None
+    return Inbound(
+        platform="discord",
+        chat=str(thread.parent_id if thread else channel.id),
+        message_id=str(interaction.id),
+        user=str(interaction.user.id),
+        user_name=interaction.user.display_name,
+        direct=interaction.guild_id is None,  # an interaction always names its guild
+        thread=str(thread.id) if thread else None,
+        button=str(data.get("custom_id", "")),
     )

@@ -28,6 +28,8 @@ from .stream import LiveMessage
 from .turn import Chat, Turn
 
 log = logging.getLogger("hermetic.gateway")
+CLOSED = "This question is no longer open here (answered, timed out, or not yours)."
+"""What a press that changed nothing tells the presser, where the platform lets only them see it."""
 
 
 class GatewayLocked(RuntimeError):
@@ -178,6 +180,8 @@ class Gateway:
             )
             if decision.verdict != "allow":
                 await asyncio.to_thread(self.store.mark, stored, state="refused")
+                if message.button is not None:
+                    await adapter.settle_press(message, None)
                 if decision.code is not None:
                     text = pairing_text(decision.code, self.settings.pairing_ttl)
                     asyncio.create_task(self._say(adapter, message, text))
@@ -238,22 +242,7 @@ class Gateway:
     async def _at_once(self, adapter: Adapter, chat: Chat, message: Inbound, inbound_id: int) -> None:
         conversation = chat.conversation
         if message.button is not None:
-            kind, _, rest = message.button.partition(":")
-            question_id, _, answer = rest.partition(":")
-            if kind == "q" and conversation is not None:
-                try:
-                    if not conversation.answer(question_id, answer):
-                        log.info(
-                            "%s: a button for question %s, which is no longer open",
-                            message.platform,
-                            question_id,
-                        )
-                except ValueError as exc:
-                    log.warning("%s: bad button answer: %s", message.platform, exc)
-            elif kind == "q":
-                log.warning(
-                    "%s chat %s: a button press, but no session runs there", message.platform, message.chat
-                )
+            await adapter.settle_press(message, self._press(message, conversation))
         elif chat.free_text_question and conversation is not None and not is_command(message.text):
             try:
                 conversation.answer(chat.free_text_question, message.text.strip())
@@ -263,6 +252,24 @@ class Gateway:
         elif conversation is not None:
             await self._command(adapter, chat, message, conversation)
         await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
+
+    @staticmethod
+    def _press(message: Inbound, conversation: Conversation | None) -> str | None:
+        """Answer the question a button names; None when that took effect, else why it did not."""
+        assert message.button is not None
+        kind, _, rest = message.button.partition(":")
+        question_id, _, answer = rest.partition(":")
+        if kind != "q" or conversation is None:
+            log.warning("%s chat %s: a press of no running session's button", message.platform, message.chat)
+            return CLOSED
+        try:
+            if conversation.answer(question_id, answer):
+                return None
+        except ValueError as exc:
+            log.warning("%s: bad button answer: %s", message.platform, exc)
+            return str(exc)
+        log.info("%s: a button for question %s, which is no longer open", message.platform, question_id)
+        return CLOSED
 
     async def _command(
         self, adapter: Adapter, chat: Chat, message: Inbound, conversation: Conversation

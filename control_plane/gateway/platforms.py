@@ -53,6 +53,14 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .whatsapp import WhatsAppAdapter
 
         adapters.append(WhatsAppAdapter(config.whatsapp))
+    if config.wecom is not None:
+        from .wecom import WeComAdapter
+
+        adapters.append(WeComAdapter(config.wecom))
+    if config.dingtalk is not None:
+        from .dingtalk import DingTalkAdapter
+
+        adapters.append(DingTalkAdapter(config.dingtalk))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..agent.display import describe_call
 from ..agent.loop import Conversation
@@ -125,13 +125,20 @@ class Turn:
         self.progress.show("\n".join(self.lines))
 
     async def _ask(self, question: Question) -> None:
-        buttons = [Button(label=choice, data=f"q:{question.id}:{choice}") for choice in question.choices]
+        buttons = [
+            Button(label=choice, data=f"q:{question.id}:{choice}", tone=_tone(question, choice))
+            for choice in question.choices
+        ]
         if not self.adapter.buttons:
             buttons = []
-        if not buttons:
-            self.chat.free_text_question = question.id
         listed = f" ({', '.join(question.choices)})" if question.choices else ""
-        text = question.prompt + ("" if buttons else f"\n(reply with your answer{listed})")
+        text = question.prompt
+        if not buttons:
+            text += f"\n(reply with your answer{listed})"
+        elif self.adapter.replies_answer:
+            text += f"\n(press one, or reply with your answer{listed})"
+        if not buttons or self.adapter.replies_answer:
+            self.chat.free_text_question = question.id
         try:
             sent = await patiently(
                 lambda: self.adapter.send(
@@ -177,3 +184,9 @@ class Turn:
             for inbound_id in (self.inbound_id, *self.chat.steered):
                 await asyncio.to_thread(self.store.mark, inbound_id, state="replying")
         await self.reply.finish(text or "(no reply)")
+
+
+def _tone(question: Question, choice: str) -> Literal["neutral", "approve", "deny"]:
+    if question.kind != "approval":
+        return "neutral"
+    return "deny" if choice == "no" else "approve"

@@ -23,13 +23,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..config.chat import PLATFORMS
+
 log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Hermetic-Signature"
 """`sha256=` + hex HMAC-SHA256 of `TIMESTAMP.BODY` under the profile's webhook secret."""
 TIMESTAMP_HEADER = "X-Hermetic-Timestamp"
 WEBHOOK_TIMEOUT = 15.0
-CHAT_KINDS = frozenset({"telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"})
-"""Gateway platforms: their targets are accepted before the gateway has registered a handler."""
+CHAT_KINDS = frozenset(PLATFORMS) - {"webhook"}
+"""Gateway platforms with chats to send to: their targets are accepted before the gateway has registered a
+handler (the webhook only answers requests)."""
 
 
 class DeliveryError(ValueError):

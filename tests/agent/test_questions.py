@@ -57,3 +57,17 @@ def test_an_interrupt_ends_every_open_question_with_no_answer() -> None:
     thread.join(5)
     assert got == [None]
     assert isinstance(events[-1], Answered) and events[-1].by == "interrupt"
+
+
+def test_a_second_answer_right_after_the_first_is_refused_and_the_first_stands() -> None:
+    questions, events = Questions(), []
+    thread, got = _ask_in_thread(
+        questions, events, kind="approval", prompt="open 7000?", choices=["once", "no"]
+    )
+    (question,) = questions.open()
+    # two presses of a chat's buttons, the second before the asking thread has woken up
+    assert questions.answer(question.id, "once")
+    assert not questions.answer(question.id, "no"), "the question closed with the first answer"
+    assert not questions.decline(question.id)
+    thread.join(5)
+    assert got == ["once"] and isinstance(events[-1], Answered) and events[-1].by == "user"

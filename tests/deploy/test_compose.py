@@ -36,11 +36,11 @@ NAME = "hm-0123456789ab"  # a sandbox name no test creates
 API = "/v1.41"
 
 
-def compose_config(*args: str) -> dict[str, Any]:
+def compose_config(*args: str, file: str = "docker-compose.yml") -> dict[str, Any]:
     if shutil.which("docker-compose") is None:
         pytest.skip("docker-compose is missing: apt-get install docker-compose")
     done = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE / "docker-compose.yml"), *args, "config"],
+        ["docker-compose", "-f", str(COMPOSE / file), *args, "config"],
         capture_output=True,
         text=True,
         env={**os.environ, "POSTGRES_PASSWORD": "secret"},
@@ -65,6 +65,28 @@ def test_compose_file_is_valid_and_only_the_proxy_holds_the_socket(profiles: lis
     assert set(services["docker-proxy"]["networks"]) == {"docker-api"}
     assert services["postgres"]["profiles"] == ["postgres"]
     assert services["sandbox-slim"]["image"] == "hermetic-sandbox:slim"
+
+
+def test_the_replicated_compose_file_hardens_every_replica_and_names_each_ones_address() -> None:
+    services = compose_config(file="docker-compose.replicas.yml")["services"]
+    planes = sorted(name for name in services if name.startswith("hermetic-"))
+    assert planes == ["hermetic-1", "hermetic-2", "hermetic-3"]
+    for name in planes:
+        plane = services[name]
+        env = plane["environment"]
+        assert env["HERMETIC_API__REPLICA_ADDRESS"] == f"http://{name}:8765"
+        assert env["HERMETIC_DATABASE_URL"] == "postgresql+psycopg://hermetic:secret@postgres:5432/hermetic"
+        assert env["DOCKER_HOST"] == "tcp://docker-proxy:2375" and "ports" not in plane
+        assert (
+            plane["read_only"]
+            and plane["cap_drop"] == ["ALL"]
+            and plane["security_opt"] == ["no-new-privileges"]
+        )
+    sockets = [
+        name for name, svc in services.items() if any("docker.sock" in str(v) for v in svc.get("volumes", []))
+    ]
+    assert sockets == ["docker-proxy"]
+    assert [str(port).split(":")[0] for port in services["balancer"]["ports"]] == ["127.0.0.1"]
 
 
 # -- the proxy ---------------------------------------------------------------------------------------

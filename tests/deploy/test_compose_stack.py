@@ -66,9 +66,12 @@ class Stack:
         script: list[dict[str, Any]] = SCRIPT * 4,
         settings: dict[str, str] | None = None,
         subnet: str | None = None,
+        files: tuple[str, ...] = ("docker-compose.yml", "docker-compose.offline.yml"),
+        planes: tuple[str, ...] = ("hermetic",),
     ) -> None:
         """`settings`: more of the control plane's environment (the compose file passes only its own);
-        `subnet`: the project network's, fixed beforehand (so an allowlist can name it before `up`)."""
+        `subnet`: the project network's, fixed beforehand (so an allowlist can name it before `up`);
+        `files`: the compose files; `planes`: their control-plane services (one, or the replicas)."""
         self.project = f"hmstack{uuid.uuid4().hex[:8]}"
         self.subnet = subnet or random_subnet()
         (tmp / "script.yaml").write_text(yaml.safe_dump(script))
@@ -78,7 +81,7 @@ class Stack:
                 {
                     "networks": {"default": {"ipam": {"config": [{"subnet": self.subnet}]}}},
                     "services": {
-                        "hermetic": {"environment": settings or {}},
+                        **{plane: {"environment": settings or {}} for plane in planes},
                         "fake-llm": {
                             "image": "hermetic-agent:offline",
                             "command": [
@@ -99,7 +102,7 @@ class Stack:
                 }
             )
         )
-        files = ["docker-compose.yml", "docker-compose.offline.yml", str(extra)]
+        files = (*files, str(extra))
         self.base = [
             "docker-compose",
             "-p",
@@ -301,3 +304,65 @@ def test_allowlists_exposed_ports_and_checkpoints_work_in_the_stack(
         assert mode.split() == ["711", "hermetic"], mode
     finally:
         stack.compose("down", "-v", "--remove-orphans", check=False)
+
+
+REPLICATED = {  # docker-compose.replicas.yml on the offline images, with a short lease
+    "HERMETIC_AGENT_IMAGE": "hermetic-agent:offline",
+    "HERMETIC_PROXY_IMAGE": "hermetic-docker-proxy:offline",
+    "HERMETIC_POSTGRES_IMAGE": "hermetic-postgres:offline",
+    "HERMETIC_API__LEASE_SECONDS": "3",
+}
+PLANES = ("hermetic-1", "hermetic-2", "hermetic-3")
+
+
+def _sql(stack: Stack, query: str) -> list[str]:
+    done = stack.compose("exec", "-T", "postgres", "psql", "-U", "hermetic", "-tA", "-c", query, check=False)
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def test_three_replicas_behind_the_balancer_serve_any_session_and_outlive_one_killed(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    """docker-compose.replicas.yml: three control planes on one PostgreSQL behind HAProxy. Every turn's
+    message lands on the next replica (round robin), so most are forwarded to their session's owner; a
+    killed replica's session is taken over by another and answered there, in a fresh sandbox."""
+    stack = Stack(tmp_path, [], REPLICATED, files=("docker-compose.replicas.yml",), planes=PLANES)
+    hosts: list[str] = []
+    try:
+        made = stack.compose("run", "--rm", "-T", "hermetic-1", "hermetic", "token", "create", "--name", "t")
+        token = made.stdout.strip().splitlines()[-1]
+        stack.compose("up", "-d")
+        stack.wait_healthy()
+        deadline = time.monotonic() + 120
+        while len(addresses := _sql(stack, "SELECT address FROM replicas ORDER BY address")) < 3:
+            assert time.monotonic() < deadline, stack.compose("logs", check=False).stdout[-3000:]
+            time.sleep(0.5)
+        assert addresses == [f"http://{plane}:8765" for plane in PLANES]
+        client = docker.from_env()
+        hosts = [client.containers.get(f"{stack.project}_{p}_1").attrs["Config"]["Hostname"] for p in PLANES]
+
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=stack.url, headers=headers, timeout=120) as api:
+            sessions = [api.post("/sessions", json={"title": f"r{n}"}).json()["id"] for n in range(3)]
+            for session in sessions:
+                tool = [m for m in _say(api, session, "run")["messages"] if m["role"] == "tool"]
+                assert "from-the-sandbox\n1000" in tool[-1]["content"], tool
+            owners = dict(
+                row.split("|") for row in _sql(stack, "SELECT session_id || '|' || owner FROM session_leases")
+            )
+            assert set(owners) == set(sessions)
+            assert len({owner.split(":")[0] for owner in owners.values()}) > 1  # spread over the replicas
+
+            victim = owners[sessions[0]].split(":")[0]  # a replica's id starts with its container's hostname
+            client.containers.get(victim).kill()
+            detail = _say(api, sessions[0], "run again")  # after its lease lapses, on another replica
+            tool = [m for m in detail["messages"] if m["role"] == "tool"]
+            assert len(tool) == 2 and "from-the-sandbox\n1000" in tool[-1]["content"], detail["messages"]
+            assert len(_answers(detail)) == 2  # each message answered once
+            owner = _sql(stack, f"SELECT owner FROM session_leases WHERE session_id = '{sessions[0]}'")
+            assert owner and not owner[0].startswith(f"{victim}:")
+    finally:
+        stack.compose("down", "-v", "--remove-orphans", check=False)
+        for container in docker.from_env().containers.list(all=True, filters={"label": MANAGED_LABEL}):
+            if (container.labels.get(OWNER_LABEL) or "").split(":")[0] in hosts:  # the killed one's
+                container.remove(force=True)

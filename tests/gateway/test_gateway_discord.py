@@ -67,7 +67,7 @@ def test_a_guild_channel_message_is_refused_unless_the_channel_is_allowed(
         assert discord_api.contents("999") == [] and discord_api.contents("888") == ["hello channel"]
 
 
-def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
+def test_an_approval_shown_with_buttons_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
     tmp_path: Path, fake_llm: Any, discord_api: DiscordStandin
 ) -> None:
     from gateway_harness import asking_registry
@@ -92,7 +92,7 @@ def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
         asked = discord_api.wait_for(
             lambda: [c for c in discord_api.contents("777") if "Expose port 7000?" in c]
         )
-        assert "(reply with your answer (once, always, no))" in asked[0]
+        assert "(press one, or reply with your answer (once, always, no))" in asked[0]
         discord_api.user_says("777", "maybe")  # not a choice: asked again, the run keeps waiting
         discord_api.wait_for(
             lambda: any("answer one of: once, always, no" in c for c in discord_api.contents("777"))
@@ -100,6 +100,8 @@ def test_an_approval_is_answered_by_replying_with_a_choice_and_a_file_is_sent(
         discord_api.user_says("777", "once")
         wait_answered(gateway, 3)
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: once"
+        (prompt,) = [m for m in discord_api.history["777"] if m["content"].startswith("Expose port 7000?")]
+        assert prompt["content"].endswith("→ once") and prompt["components"] == [], "its buttons removed"
         (sent,) = [m for m in discord_api.messages.values() if m["file"] is not None]
         assert sent["file"] == b"# notes\n"
 

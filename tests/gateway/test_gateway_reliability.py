@@ -127,11 +127,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path}/hermetic.db"
         return
     server: LocalPostgres = request.getfixturevalue("postgres")
-    name = server.create_database()
-    try:
-        yield server.url(name)
-    finally:
-        server.drop_database(name)
+    with server.fresh_database() as url:
+        yield url
 
 
 def test_the_bot_token_lock_holds_across_stores_until_released_or_stale(database_url: str) -> None:

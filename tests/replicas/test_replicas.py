@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from api_client import events_of
 from haproxy import LocalHAProxy, start_haproxy
@@ -22,9 +23,19 @@ from control_plane.models.fake_llm import FakeLLM
 
 
 class Cluster:
-    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM) -> None:
-        self.replicas, self.model = replicas, model
+    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM, database: str) -> None:
+        self.replicas, self.model, self.database = replicas, model, database
         self.headers = {"Authorization": f"Bearer {token}"}
+
+    def turns_running_on(self, replica: ReplicaProcess) -> int:
+        """Sessions whose turn is running on `replica`, by its leases (a replica's id holds its pid)."""
+        assert replica.proc is not None
+        with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM session_leases WHERE running AND owner LIKE %s",
+                (f"%:{replica.proc.pid}:%",),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def client(self, index: int) -> httpx.Client:
         return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
@@ -47,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, postgres: LocalPostgres) -
     env = replica_env(scripted_env(root, model.url), postgres.url(database))
     replicas = start_replicas(env, [free_port() for _ in range(3)])
     try:
-        yield Cluster(replicas, token, model)
+        yield Cluster(replicas, token, model, postgres.url(database))
     finally:
         for replica in replicas:
             replica.stop()
@@ -143,6 +154,43 @@ def test_events_history_and_questions_reach_the_owner_from_any_replica(cluster: 
     assert tool_result["role"] == "tool" and "teal" in tool_result["content"]
     detail = cluster.history(2, session)
     assert roles(detail) == ["user", "assistant", "tool", "assistant"] and detail["running"] is False
+
+
+def test_a_v1_conversation_is_served_by_whichever_replica_its_request_lands_on(cluster: Cluster) -> None:
+    cluster.model.load(
+        [{"text": f"chat answer {n}", "match": "<v1-chat>"} for n in range(3)]
+        + [{"text": f"responses answer {n}", "match": "<v1-responses>"} for n in range(2)]
+    )
+    chat = [{"role": "user", "content": "<v1-chat> hello"}]
+
+    def complete(index: int, messages: list[dict[str, str]], **headers: str) -> httpx.Response:
+        with cluster.client(index) as client:
+            body = {"model": "hermetic", "messages": messages}
+            return client.post("/v1/chat/completions", json=body, headers=headers)
+
+    opened = complete(0, chat)  # a new conversation: replica 0 holds its session
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["x-hermetic-session"]
+    chat += [{"role": "assistant", "content": "chat answer 0"}, {"role": "user", "content": "and again"}]
+    by_key = complete(1, chat)  # the whole history, as a chat front end sends it: by its conversation key
+    assert by_key.status_code == 200, by_key.text
+    assert by_key.headers["x-hermetic-session"] == session
+    assert by_key.json()["choices"][0]["message"]["content"] == "chat answer 1"
+    by_header = complete(2, [{"role": "user", "content": "once more"}], **{"X-Hermetic-Session": session})
+    assert (
+        by_header.status_code == 200
+        and by_header.json()["choices"][0]["message"]["content"] == "chat answer 2"
+    )
+    assert roles(cluster.history(1, session)) == ["user", "assistant"] * 3  # one session, on one replica
+
+    with cluster.client(0) as client:
+        first = client.post("/v1/responses", json={"model": "hermetic", "input": "<v1-responses> hi"}).json()
+    with cluster.client(1) as client:
+        body = {"model": "hermetic", "input": "go on", "previous_response_id": first["id"]}
+        followed = client.post("/v1/responses", json=body)
+    assert followed.status_code == 200, followed.text
+    assert followed.json()["output"][0]["content"][0]["text"] == "responses answer 1"
+    assert len(cluster.model.requests) == 5
 
 
 def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_interrupted(
@@ -274,7 +322,7 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
 ) -> None:
     tags = [f"<c{n:02d}>" for n in range(30)]
     cluster.model.load(
-        [{"text": f"{tag} reply {i}", "delay": 0.3, "match": tag} for tag in tags for i in range(6)]
+        [{"text": f"{tag} reply {i}", "delay": 1.0, "match": tag} for tag in tags for i in range(6)]
     )
     conversations: dict[str, Conversation] = {}
     failures: list[BaseException] = []
@@ -291,9 +339,10 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     threads = [threading.Thread(target=converse, args=(tag,), daemon=True) for tag in tags]
     for thread in threads:
         thread.start()
-    until(lambda: len(cluster.model.requests) >= 30, "the conversations to be under way", timeout=120)
     victim = cluster.replicas[1]
-    victim.kill()  # mid-run: turns are waiting for their model call on every replica
+    # mid-run: killed while turns wait for their model call there (each waits a second for its answer)
+    until(lambda: cluster.turns_running_on(victim) > 0, "a turn running on the victim", timeout=120)
+    victim.kill()
     victim.start().wait_healthy()
     for thread in threads:
         thread.join(300)

@@ -11,6 +11,15 @@ payload_json and files[n]), PATCH /channels/{id}/messages/{id}, POST /channels/{
 (v10, JSON, zlib-stream as discord.py asks): HELLO, IDENTIFY -> READY, HEARTBEAT -> HEARTBEAT_ACK,
 RESUME -> RESUMED, and MESSAGE_CREATE dispatches with sequence numbers. A 429 with retry_after (JSON
 body and Retry-After header, as the reference gives) when told to limit edits.
+
+Message components ("Components" in the reference): a message's `components` (action rows of buttons)
+are kept as sent and replaced by an edit that sends them (`[]` removes them). A test presses a button as
+a user: an INTERACTION_CREATE dispatch of a MESSAGE_COMPONENT interaction (type 3), only for a custom_id
+the message shows. Its answer ("Interaction Response": POST /interactions/{id}/{token}/callback, no bot
+token, the interaction's token in the path) is taken once, within 3 seconds, of the types a component
+interaction allows: 4 CHANNEL_MESSAGE_WITH_SOURCE (flags 64: ephemeral, seen by the presser only, so not
+in the channel), 6 DEFERRED_UPDATE_MESSAGE, 7 UPDATE_MESSAGE (edits the message); a late or second
+answer is refused as Discord does (10062 Unknown interaction; 40060 already acknowledged).
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from aiohttp import WSMsgType, web
 from standin_server import StandinServer
 
 TOKEN = "discord-test-token"
+ANSWER_WITHIN = 3.0
+"""Seconds an interaction's token takes its initial response for, per the reference."""
 DISCORD_EPOCH_MS = 1_420_070_400_000
 BOT = {
     "id": "900",
@@ -48,6 +59,8 @@ class DiscordStandin(StandinServer):
         self._seq = itertools.count(2)
         self._limited_edits = 0
         self._sockets: list[tuple[web.WebSocketResponse, Any]] = []
+        self.interactions: dict[str, dict[str, Any]] = {}
+        """interaction id -> {"token", "message", "at", "answers": [callback bodies, accepted or not]}"""
         super().__init__("discord-standin")
 
     @property
@@ -77,6 +90,68 @@ class DiscordStandin(StandinServer):
             self.wait_for(lambda: self._sockets)
             self._run(self._dispatch("MESSAGE_CREATE", message))
         return message
+
+    def bot_posted(self, channel: str, text: str, components: list[dict[str, Any]]) -> str:
+        """A message of the bot's with components, as an earlier run of it would have left; its id."""
+        sent = self._message(channel, None, {"content": text, "components": components}, None)
+        return str(json.loads(sent.text)["id"])
+
+    def press(self, message_id: str, custom_id: str, *, user: str = "501", guild: str | None = None) -> str:
+        """`user` presses the button `custom_id` of the bot's message: INTERACTION_CREATE (type 3,
+        MESSAGE_COMPONENT) dispatched; the interaction's id."""
+        with self._changed:
+            message = next(m for found in self.history.values() for m in found if m["id"] == message_id)
+            shown = [c.get("custom_id") for row in message["components"] for c in row["components"]]
+            assert custom_id in shown, f"Discord sends only a press of a button the message shows: {shown}"
+            message = json.loads(json.dumps(message))
+        interaction_id = self._snowflake(None)
+        person = {"id": user, "username": f"user{user}", "discriminator": "0", "avatar": None,
+                  "global_name": None}  # fmt: skip
+        channel_id = message["channel_id"]
+        token = f"interaction-token-{interaction_id}"
+        interaction: dict[str, Any] = {
+            "id": interaction_id, "application_id": BOT["id"], "type": 3, "token": token, "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2}, "channel_id": channel_id,
+            "message": message, "app_permissions": "0", "locale": "en-US", "entitlements": [],
+            "authorizing_integration_owners": {"0": guild} if guild else {"1": user},
+            "context": 0 if guild else 1, "attachment_size_limit": 10485760,
+        }  # fmt: skip
+        if guild is None:
+            interaction["user"] = person
+            interaction["channel"] = {"id": channel_id, "type": 1, "flags": 0, "recipients": [person],
+                                      "last_message_id": message_id}  # fmt: skip
+        else:
+            interaction |= {
+                "guild_id": guild, "guild_locale": "en-US",
+                "guild": {"id": guild, "locale": "en-US", "features": []},
+                "member": {"user": person, "roles": [], "joined_at": message["timestamp"], "deaf": False,
+                           "mute": False, "flags": 0, "pending": False, "permissions": "0", "nick": None,
+                           "avatar": None},
+                "channel": {"id": channel_id, "type": 0, "guild_id": guild, "name": f"channel-{channel_id}",
+                            "position": 0, "permission_overwrites": [], "nsfw": False, "parent_id": None,
+                            "topic": None, "rate_limit_per_user": 0, "flags": 0, "permissions": "0",
+                            "last_message_id": message_id},
+            }  # fmt: skip
+        with self._changed:
+            self.interactions[interaction_id] = {
+                "token": token,
+                "message": message_id,
+                "at": time.monotonic(),
+                "answers": [],
+            }
+        self.wait_for(lambda: self._sockets)
+        self._run(self._dispatch("INTERACTION_CREATE", interaction))
+        return interaction_id
+
+    def answers(self, interaction_id: str) -> list[dict[str, Any]]:
+        """The callback bodies posted for an interaction (the first accepted; any later refused)."""
+        with self._changed:
+            return list(self.interactions[interaction_id]["answers"])
+
+    def components(self, message_id: str) -> list[dict[str, Any]]:
+        with self._changed:
+            found = [m for ms in self.history.values() for m in ms if m["id"] == message_id]
+            return list(found[0]["components"])
 
     def drop_connections(self) -> None:
         """Close every gateway WebSocket (as Discord does on a reconnect request)."""
@@ -115,7 +190,7 @@ class DiscordStandin(StandinServer):
             "id": self._snowflake(at), "channel_id": channel, "content": text, "type": 0, "flags": 0,
             "author": author, "timestamp": (at or datetime.datetime.now(datetime.UTC)).isoformat(),
             "edited_timestamp": None, "tts": False, "mention_everyone": False, "mentions": [],
-            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False,
+            "mention_roles": [], "attachments": [], "embeds": [], "pinned": False, "components": [],
         }  # fmt: skip
         with self._changed:
             found = self.history.setdefault(channel, [])
@@ -223,9 +298,11 @@ class DiscordStandin(StandinServer):
         with self._changed:
             self.calls.append((request.method, path, body))
             self._changed.notify_all()
+        parts = path.strip("/").split("/")
+        if parts[0] == "interactions" and parts[3:] == ["callback"] and request.method == "POST":
+            return self._callback(parts[1], parts[2], body, request.query)
         if request.headers.get("Authorization") != f"Bot {TOKEN}":
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
-        parts = path.strip("/").split("/")
         if path == "/users/@me":
             return _json(BOT)
         if path == "/oauth2/applications/@me":
@@ -256,14 +333,18 @@ class DiscordStandin(StandinServer):
                     self._limited_edits -= 1
                     limited = {"message": "You are being rate limited.", "retry_after": 0.5, "global": False}
                     return _json(limited, status=429, headers={"Retry-After": "0.5", "Via": "1.1 google"})
-                found = self.messages.get(parts[3])
-                if found is None:
-                    return _json({"message": "Unknown Message", "code": 10008}, status=404)
-                found["content"] = body.get("content", found["content"])
-                found["edits"] += 1
-                self._changed.notify_all()
-            return self._message(parts[1], parts[3], {"content": found["content"]}, None)
+            return self._edit(parts[1], parts[3], body)
         return _json({"message": "404: Not Found", "code": 0}, status=404)
+
+    def _edit(self, channel: str, message_id: str, body: dict[str, Any]) -> web.Response:
+        with self._changed:
+            found = self.messages.get(message_id)
+            if found is None:
+                return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            found["content"] = body.get("content", found["content"])
+            found["edits"] += 1
+            self._changed.notify_all()
+        return self._message(channel, message_id, body | {"content": found["content"]}, None)
 
     def _message(
         self, channel: str, message_id: str | None, body: dict[str, Any], file: bytes | None
@@ -275,14 +356,52 @@ class DiscordStandin(StandinServer):
         if message_id is None:
             sent = self._record(channel, content, BOT)
             with self._changed:
+                sent["components"] = body.get("components") or []
                 self.messages[sent["id"]] = {"channel": channel, "content": content, "edits": 0, "file": file}
                 self._changed.notify_all()
             return _json(sent)
         with self._changed:
             edited = next(m for m in self.history[channel] if m["id"] == message_id)
             edited["content"] = content
+            edited["components"] = body.get("components", edited["components"])
             edited["edited_timestamp"] = datetime.datetime.now(datetime.UTC).isoformat()
             return _json(dict(edited))
+
+    def _callback(self, interaction_id: str, token: str, body: dict[str, Any], query: Any) -> web.Response:
+        """An interaction's initial response: once, within ANSWER_WITHIN seconds."""
+        with self._changed:
+            found = self.interactions.get(interaction_id)
+            if found is None or found["token"] != token:
+                return _json({"message": "Unknown interaction", "code": 10062}, status=404)
+            found["answers"].append(body)
+            self._changed.notify_all()
+            if time.monotonic() - found["at"] > ANSWER_WITHIN:
+                return _json({"message": "Unknown interaction", "code": 10062}, status=404)
+            if len(found["answers"]) > 1:
+                return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)
+            kind, data = body.get("type"), body.get("data") or {}
+            if kind not in (4, 6, 7):
+                return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+            message = next(m for ms in self.history.values() for m in ms if m["id"] == found["message"])
+        ephemeral = kind == 4 and bool(int(data.get("flags") or 0) & 64)
+        resource: dict[str, Any] | None = None
+        if kind == 7:  # the pressed message edited, like a PATCH of it
+            resource = json.loads(self._edit(message["channel_id"], message["id"], data).text)
+        elif kind == 4 and not ephemeral:
+            resource = json.loads(self._message(message["channel_id"], None, data, None).text)
+        elif kind == 4:  # only the presser sees it: not in the channel
+            resource = dict(message, id=self._snowflake(None), content=data.get("content", ""), flags=64,
+                            components=[])  # fmt: skip
+        if query.get("with_response") not in ("1", "true", "True"):
+            return web.Response(status=204)
+        callback: dict[str, Any] = {"interaction": {
+            "id": interaction_id, "type": 3, "response_message_loading": False,
+            "response_message_ephemeral": ephemeral,
+        }}  # fmt: skip
+        if resource is not None:
+            callback["interaction"]["response_message_id"] = resource["id"]
+            callback["resource"] = {"type": kind, "message": resource}
+        return _json(callback)
 
 
 _BACKDATED = itertools.count(1)

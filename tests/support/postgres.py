@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,15 @@ class LocalPostgres:
 
     def drop_database(self, name: str) -> None:
         self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @contextmanager
+    def fresh_database(self) -> Iterator[str]:
+        """The URL of a new empty database, dropped afterwards."""
+        name = self.create_database()
+        try:
+            yield self.url(name)
+        finally:
+            self.drop_database(name)
 
     def _admin(self, sql: str) -> None:
         with psycopg.connect(host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres") as conn:

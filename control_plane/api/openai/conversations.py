@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request, status
+from pydantic import ValidationError
 
 from ...events import Error, Event
 from ..profiles import LiveSession, Profile
-from .wire import ChatMessage, content_text
+from .wire import ChatMessage, ChatRequest, ResponsesRequest, content_text
 
 KEPT_KEYS = 10_000
 """Conversation keys remembered per profile (the least recently used are forgotten first)."""
@@ -54,6 +55,36 @@ def transcript(earlier: list[ChatMessage]) -> str:
     if not lines:
         return ""
     return "This conversation began in a chat client; what was said so far:\n" + "\n".join(lines) + "\n\n"
+
+
+def session_of_response(response_id: str) -> str:
+    """A response id carries its session: resp_<session id>_<random>."""
+    head, _, session = response_id.partition("_")
+    session = session.rpartition("_")[0]
+    if head != "resp" or not session:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no response {response_id!r}")
+    return session
+
+
+TURNS = ("/v1/chat/completions", "/v1/responses")
+"""The /v1 routes whose request may continue a session (the others hold none)."""
+
+
+def continued_session(profile: Profile, path: str, header: str | None, body: bytes) -> str | None:
+    """The existing session a /v1 turn request continues, for sending it to the replica holding that
+    session: by the session header, the chat's conversation key or the previous response id. None for a
+    new conversation, or a request its route refuses anyway (an invalid body, an unknown response id)."""
+    try:
+        if path == "/v1/responses":
+            previous = ResponsesRequest.model_validate_json(body).previous_response_id
+            return session_of_response(previous) if previous else None
+        if header is not None:
+            return header
+        messages = ChatRequest.model_validate_json(body).messages
+    except (ValidationError, HTTPException):
+        return None
+    known = profile.agent.bindings.get("openai", conversation_key(profile.settings.profile, messages))
+    return known.session_id if known is not None else None
 
 
 def open_session(profile: Profile, session_id: str | None, title: str) -> tuple[LiveSession, bool]:

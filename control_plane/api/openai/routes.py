@@ -31,6 +31,7 @@ from .conversations import (
     chat_session,
     new_input,
     open_session,
+    session_of_response,
     start_turn,
     transcript,
     turn_events,
@@ -253,7 +254,7 @@ async def responses(request: Request, profile: V1, body: ResponsesRequest) -> St
     `stream: true` sends the Responses API's events (response.created, response.output_text.delta, ...,
     response.completed) as SSE."""
     text, earlier = new_input(body.messages())
-    session_id = _session_of(body.previous_response_id) if body.previous_response_id else None
+    session_id = session_of_response(body.previous_response_id) if body.previous_response_id else None
     live, new = open_session(profile, session_id, text)
     if new:  # like a chat's first message: the history it brings is told once, as context
         text = transcript(earlier) + text
@@ -332,15 +333,6 @@ async def _responses_stream(
         item={**message, "status": "completed", "content": [part]},
     )
     yield event("response.completed", response=response(text, True))
-
-
-def _session_of(response_id: str) -> str:
-    """A response id carries its session: resp_<session id>_<random>."""
-    head, _, session = response_id.partition("_")
-    session = session.rpartition("_")[0]
-    if head != "resp" or not session:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no response {response_id!r}")
-    return session
 
 
 @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False)
