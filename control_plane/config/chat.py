@@ -44,6 +44,8 @@ class ChatAccess(BaseModel):
     """Tool calls as progress lines: none, only when the tool changes, or every call."""
     edit_interval: float = Field(1.0, gt=0)
     """Seconds between edits of a streaming reply (the platform's rate limit)."""
+    max_file_bytes: int = Field(20_000_000, ge=1)
+    """The largest file a user may send: a larger one is not downloaded, and the user is told."""
 
 
 class TelegramSettings(ChatAccess):
@@ -160,6 +162,10 @@ class XmppSettings(ChatAccess):
     resource: str = "hermetic"
     nick: str = Field("hermetic", min_length=1)
     """The bot's nickname in MUC rooms."""
+    file_hosts: list[str] = []
+    """HTTP hosts (`host` or `host:port`) files are taken from: a message whose XEP-0066 URL (or whole
+    body) is on one is downloaded into uploads/. Usually the server's HTTP File Upload host; none: no
+    file is taken, and a user who sends one is told."""
 
     @field_validator("password", mode="before")
     @classmethod

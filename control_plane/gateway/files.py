@@ -1,7 +1,9 @@
 """Files between a chat and the session's sandbox: what the user sends lands in `uploads/` of the
 workspace; the `send_file` tool (tools/send_file.py, offered in gateway sessions) sends a sandbox file to
 the chat through the turn's `chat_sender`, and
-the images of tool results (a figure, a screenshot) go to the chat as files where the platform takes them."""
+the images of tool results (a figure, a screenshot) go to the chat as files where the platform takes them.
+A file larger than the platform's `max_file_bytes` is not taken; one that cannot be taken is said to the
+user and noted for the model, and the message's text is answered still."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from backends import Sandbox
 
 from ..events import ToolImage
 from ..tools import SendFile
-from .base import Adapter, AdapterError, ConnectionLost
+from .base import Adapter, AdapterError, Attachment, ConnectionLost
 from .stream import patiently
 
 log = logging.getLogger("hermetic.gateway")
@@ -37,6 +41,57 @@ def store_upload(sandbox: Sandbox, name: str, data: bytes) -> str:
     path = f"uploads/{safe_name(name)}"
     sandbox.runtime.fs_write(path=path, data=base64.b64encode(data).decode())
     return path
+
+
+class TooLarge(AdapterError):
+    """A file over the size the gateway takes."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        super().__init__(f"{name} is larger than the {limit:,} bytes this gateway takes")
+
+
+async def take_file(
+    adapter: Adapter, attachment: Attachment, limit: int, sandbox: Callable[[], Sandbox]
+) -> tuple[str, str | None]:
+    """Download a file the user sent into `sandbox()`'s uploads/: the line that tells the model, and
+    what to tell the user when it could not be taken (None: it was)."""
+    name = safe_name(attachment.name)
+    try:
+        if attachment.size is not None and attachment.size > limit:
+            raise TooLarge(name, limit)  # not downloaded at all
+        data = await adapter.fetch(attachment)
+        if len(data) > limit:
+            raise TooLarge(name, limit)
+    except (AdapterError, ConnectionLost) as exc:
+        log.info("%s: file %s not taken: %s", adapter.platform, name, exc)
+        note = f"\n[the user sent a file, {name}, that could not be taken: {exc}]"
+        return note, f"I could not take your file {name}: {exc}"
+    path = await asyncio.to_thread(store_upload, await asyncio.to_thread(sandbox), attachment.name, data)
+    return f"\n[the user sent a file: {path} ({len(data):,} bytes) in your workspace]", None
+
+
+async def download(
+    session: aiohttp.ClientSession, url: str, limit: int, name: str, headers: dict[str, str] | None = None
+) -> bytes:
+    """GET `url` whole, reading no more than `limit` bytes. Redirects are not followed: one would carry
+    `headers` (a token) to wherever it points."""
+    try:
+        async with session.get(url, headers=headers, allow_redirects=False) as response:
+            if response.status != 200:
+                if response.status >= 500:
+                    raise ConnectionLost(f"the file server answered {response.status}")
+                moved = " (a redirect, not followed)" if 300 <= response.status < 400 else ""
+                raise AdapterError(f"the file server answered {response.status}{moved}, not the file")
+            if (response.content_length or 0) > limit:
+                raise TooLarge(name, limit)
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(65536):
+                data += chunk
+                if len(data) > limit:
+                    raise TooLarge(name, limit)
+            return bytes(data)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise ConnectionLost(f"the file server is unreachable: {exc!r}") from exc
 
 
 def chat_sender(loop: asyncio.AbstractEventLoop, send: Sender) -> SendFile:

@@ -21,7 +21,7 @@ from ..store.bindings import ResetPolicy
 from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
-from .files import chat_sender, store_upload
+from .files import chat_sender, take_file
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
@@ -316,12 +316,14 @@ class Gateway:
         stored = await asyncio.to_thread(self.store.inbound, inbound_id)
         await asyncio.to_thread(self.store.mark, inbound_id, state="running", session_id=conversation.id)
         text = message.text
-        for attachment in message.files:
-            data = await adapter.fetch(attachment)
-            sandbox = await asyncio.to_thread(self.agent.sandboxes.get, conversation.id)
-            path = await asyncio.to_thread(store_upload, sandbox, attachment.name, data)
-            text += f"\n[the user sent a file: {path} ({len(data):,} bytes) in your workspace]"
         config = self.config(message.platform)
+        for attachment in message.files:
+            note, refusal = await take_file(
+                adapter, attachment, config.max_file_bytes, lambda: self.agent.sandboxes.get(conversation.id)
+            )
+            text += note
+            if refusal is not None:
+                await self._say(adapter, message, refusal)
         turn = Turn(
             self.store, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id
         )

@@ -7,6 +7,12 @@ acknowledged, and the stored message id (the event's `ts`) recognises the redeli
 for a few minutes only, so each new connection (its `hello`) also reads what was missed from the
 chats' history (conversations.history, conversations.replies for threads; backfill.py).
 
+A file a user shares comes in the message event (subtype `file_share`) as file objects; its
+`url_private_download` is fetched with the bot token as the bearer, only from Slack's own hosts (the Web
+API's host and its subdomains, files.slack.com) and without following redirects, so the token goes
+nowhere else. Where the event carries only the file's id (`file_access: check_file_info`, as in Slack
+Connect channels), files.info gives the rest.
+
 slack_sdk rather than slack_bolt: Bolt acknowledges on its own schedule and adds routing we do not
 use; slack_sdk is the layer Bolt is built on, kept by Slack.
 """
@@ -17,6 +23,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from markdown_to_mrkdwn import SlackMarkdownConverter
@@ -29,6 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ..config.chat import SlackSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .files import TooLarge, download
 from .records import GatewayStore
 
 SECTION_LIMIT = 3000
@@ -111,8 +119,12 @@ class SlackAdapter(Adapter):
         """A user's message event (or history entry) in `chat`; None for anything else."""
         if event.get("type") != "message" or not event.get("ts"):
             return None
-        if event.get("subtype") or event.get("bot_id") or event.get("user") == self._bot_user:
-            return None  # edits, joins, and the bot's own messages
+        if event.get("subtype") not in (None, "file_share") or event.get("bot_id"):
+            return None  # edits, joins, bots'
+        if event.get("user") == self._bot_user:
+            return None  # the bot's own messages
+        # a tombstone: a file deleted since
+        files = [f for f in event.get("files") or [] if f.get("id") and f.get("mode") != "tombstone"]
         return Inbound(
             platform=self.platform,
             chat=chat,
@@ -121,6 +133,14 @@ class SlackAdapter(Adapter):
             text=str(event.get("text", "")),
             direct=event.get("channel_type") == "im",
             thread=event.get("thread_ts"),
+            files=[
+                Attachment(
+                    name=str(f.get("name") or f["id"]),
+                    ref=str(f.get("url_private_download") or f["id"]),  # only the id: files.info has it
+                    size=f.get("size"),
+                )
+                for f in files
+            ],
         )
 
     async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
@@ -167,7 +187,31 @@ class SlackAdapter(Adapter):
         return str((done.get("file") or {}).get("id", ""))
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        raise AdapterError("files from Slack are not taken yet")
+        url = attachment.ref
+        if not url.startswith(("https://", "http://")):
+            found = (await _call(self.web.files_info(file=attachment.ref))).get("file") or {}
+            if int(found.get("size") or 0) > self.settings.max_file_bytes:
+                raise TooLarge(attachment.name, self.settings.max_file_bytes)
+            url = str(found.get("url_private_download") or "")
+        if not self._slacks(url):
+            raise AdapterError(f"the file's address is not Slack's: {url[:200] or 'none'}")
+        token = self.settings.bot_token.get_secret_value()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            return await download(
+                session, url, self.settings.max_file_bytes, attachment.name,
+                headers={"Authorization": f"Bearer {token}"},
+            )  # fmt: skip
+
+    def _slacks(self, url: str) -> bool:
+        """Whether `url` is on Slack's own hosts (the Web API's and its subdomains): the only place the
+        bot token is sent."""
+        api, there = urlsplit(self.settings.base_url), urlsplit(url)
+        host, api_host = there.hostname or "", api.hostname or ""
+        return (
+            there.scheme == api.scheme
+            and (host == api_host or host.endswith("." + api_host))
+            and there.port == api.port
+        )
 
 
 def _position(seen: Inbound) -> float:

@@ -3,7 +3,10 @@ answers messages addressed to its nick (`nick: ...`).
 
 A reply streams as one message corrected in place (XEP-0308, Last Message Correction); bodies are plain
 text (the Markdown through gateway/plain.py, as most clients show bodies as written). XMPP has no
-buttons: approvals are answered by replying with a choice. Files are refused with the reason. The
+buttons: approvals are answered by replying with a choice. A file goes out through the server's HTTP
+File Upload (XEP-0363: a slot, a PUT) and its URL as the body and XEP-0066 (jabber:x:oob), so clients
+show it; a URL a user sends that way (or as the whole body) is downloaded when it is on one of
+`file_hosts` (the server's upload host: any other address could point the gateway anywhere). The
 server keeps a one-to-one message sent while the gateway was away (offline storage) and hands it over
 at the next login, where it is answered; what the gateway stored and had not answered is answered
 after a restart.
@@ -13,16 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import uuid
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
+import aiohttp
 import slixmpp
-from slixmpp.exceptions import PresenceError
+from slixmpp.exceptions import IqError, IqTimeout, PresenceError
+from slixmpp.plugins.xep_0363.http_upload import FileUploadError, UploadServiceNotFound
 
 from ..config.chat import XmppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
+from .files import download
 from .plain import addressed, to_plain
 
 LOGIN_TIMEOUT = 30.0
@@ -30,6 +38,8 @@ JOIN_TIMEOUT = 30.0
 CLOSE_TIMEOUT = 5.0
 ONLINE_WAIT = 30.0
 """Seconds a reply waits for the stream to be up (a turn rerun at start-up, a reconnection)."""
+UPLOAD_TIMEOUT = 60.0
+_URL = re.compile(r"https?://\S+")
 
 
 class XmppAdapter(Adapter):
@@ -59,7 +69,7 @@ class XmppAdapter(Adapter):
             settings.password.get_secret_value(),
             plugin_config={"feature_mechanisms": {"unencrypted_plain": plain, "unencrypted_scram": plain}},
         )
-        for plugin in ("xep_0030", "xep_0045", "xep_0203", "xep_0308"):
+        for plugin in ("xep_0030", "xep_0045", "xep_0066", "xep_0203", "xep_0308", "xep_0363"):
             client.register_plugin(plugin)
         client.auto_authorize = client.auto_subscribe = False  # no presence to strangers
         # one attempt on the c2s port (STARTTLS offered there): connection_failed then means down
@@ -129,7 +139,8 @@ class XmppAdapter(Adapter):
     def _heard(self, message: Any) -> Inbound | None:
         """The Inbound a message stanza is for the gateway, if it is one (a body, not ours, not history)."""
         kind, body, sender = message["type"], message["body"], message["from"]
-        if kind not in ("chat", "normal", "groupchat") or not body.strip():
+        url = str(message["oob"]["url"]).strip()
+        if kind not in ("chat", "normal", "groupchat") or not (body.strip() or url):
             return None  # errors, headlines, chat states
         direct = kind != "groupchat"
         if direct:
@@ -146,6 +157,10 @@ class XmppAdapter(Adapter):
             body = text
             occupant = self._occupant_jid(sender)
             user = occupant or str(sender)
+        if not url and _URL.fullmatch(body.strip()) and self._file_host(body.strip()):
+            url = body.strip()  # a client without XEP-0066 sends the upload's URL alone
+        if url and body.strip() == url:
+            body = ""  # the body only repeats the URL (for clients without XEP-0066)
         return Inbound(
             platform=self.platform,
             chat=sender.bare,
@@ -154,7 +169,17 @@ class XmppAdapter(Adapter):
             user_name=sender.resource if not direct else sender.user,
             text=body,
             direct=direct,
+            files=[Attachment(name=unquote(urlsplit(url).path.rsplit("/", 1)[-1]) or "file", ref=url)]
+            if url
+            else [],
         )
+
+    def _file_host(self, url: str) -> bool:
+        """Whether `url` is on one of the hosts files are taken from."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        hosts = {h.lower() for h in self.settings.file_hosts}
+        return parts.scheme in ("http", "https") and (host in hosts or f"{host}:{parts.port}" in hosts)
 
     def _occupant_jid(self, sender: slixmpp.JID) -> str | None:
         """The real bare JID behind a room occupant, where the room shows it (non-anonymous rooms)."""
@@ -179,15 +204,23 @@ class XmppAdapter(Adapter):
             await deliver(message)
         raise ConnectionLost(f"XMPP: {self._closed_by}")
 
-    async def _send(self, chat: str, text: str, replace: str | None = None) -> str:
+    async def _ready(self) -> slixmpp.ClientXMPP:
+        """The client, once the stream is up."""
         try:
             await asyncio.wait_for(self._online.wait(), ONLINE_WAIT)
         except TimeoutError as exc:
             raise ConnectionLost("XMPP: not connected") from exc
-        client = self.client
-        assert client is not None
-        kind: Literal["groupchat", "chat"] = "groupchat" if chat in self._rooms else "chat"
-        message = client.make_message(mto=slixmpp.JID(chat), mbody=to_plain(text) or "…", mtype=kind)
+        assert self.client is not None
+        return self.client
+
+    def _kind(self, chat: str) -> Literal["groupchat", "chat"]:
+        return "groupchat" if chat in self._rooms else "chat"
+
+    async def _send(self, chat: str, text: str, replace: str | None = None) -> str:
+        client = await self._ready()
+        message = client.make_message(
+            mto=slixmpp.JID(chat), mbody=to_plain(text) or "…", mtype=self._kind(chat)
+        )
         message["id"] = uuid.uuid4().hex
         if replace is not None:
             message["replace"]["id"] = replace  # XEP-0308: always the first message's id
@@ -205,7 +238,32 @@ class XmppAdapter(Adapter):
         await self._send(chat, text, replace=message_id)
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
-        raise AdapterError("this XMPP gateway sends no files yet (no HTTP upload, XEP-0363): say where it is")
+        if caption:
+            await self._send(chat, caption)
+        client = await self._ready()
+        try:
+            with path.open("rb") as handle:
+                url = await client.plugin["xep_0363"].upload_file(
+                    path.name, input_file=handle, domain=slixmpp.JID(client.boundjid.domain),
+                    timeout=UPLOAD_TIMEOUT,
+                )  # fmt: skip
+        except UploadServiceNotFound as exc:
+            raise AdapterError(
+                "the XMPP server offers no HTTP File Upload (XEP-0363): say where the file is"
+            ) from exc
+        except (FileUploadError, IqError) as exc:
+            raise AdapterError(f"the XMPP server's HTTP upload refused the file: {exc}") from exc
+        except (IqTimeout, aiohttp.ClientError, TimeoutError) as exc:
+            raise ConnectionLost(f"XMPP: the HTTP upload did not complete: {exc!r}") from exc
+        message = client.make_message(mto=slixmpp.JID(chat), mbody=str(url), mtype=self._kind(chat))
+        message["id"] = uuid.uuid4().hex
+        message["oob"]["url"] = str(url)  # XEP-0066: clients show the file (body == URL: inline)
+        message.send()
+        return str(message["id"])
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        raise AdapterError("this XMPP gateway receives no files yet")
+        if not self._file_host(attachment.ref):
+            hosts = ", ".join(self.settings.file_hosts) or "no host (file_hosts is empty)"
+            raise AdapterError(f"files are taken only from {hosts}, not from {attachment.ref[:200]}")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            return await download(session, attachment.ref, self.settings.max_file_bytes, attachment.name)

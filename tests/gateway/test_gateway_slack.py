@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
 from slack_standin import APP_TOKEN, BOT_TOKEN, SlackStandin
 
@@ -173,3 +174,97 @@ def test_a_button_press_as_a_chats_last_message_does_not_stop_its_backfill(
         wait_answered(gateway, 3, timeout=120)
     assert fake_llm.requests[-1]["messages"][-1]["content"] == "sent while no gateway ran"
     assert len(fake_llm.requests) == 2
+
+
+def _uploaded(gateway: Any, name: str, into: Path) -> bytes:
+    """The bytes of uploads/`name` in the Slack session's sandbox."""
+    (session,) = [s for s in gateway.agent.store.list_sessions("default") if s.source == "slack"]
+    return gateway.agent.sandboxes.get(session.id).download(f"uploads/{name}", into).read_bytes()
+
+
+def _told(fake_llm: Any) -> str:
+    (request,) = fake_llm.requests
+    return str(request["messages"][-1]["content"])
+
+
+@pytest.mark.parametrize("check_file_info", [False, True], ids=["file-object", "check-file-info"])
+def test_a_shared_file_lands_in_uploads_with_its_bytes_and_the_text_is_answered_once(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin, check_file_info: bool
+) -> None:
+    data = bytes(range(256)) * 40
+    fake_llm.load([{"text": "got your table"}])
+    with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+        slack.user_says("D100", "the table", file=("../q3 table.bin", data), check_file_info=check_file_info)
+        wait_answered(gateway, 1)
+        assert len(slack.downloads) == 1, "fetched with the bot token (the stand-in serves nothing else)"
+        assert bool(slack.called("files.info")) == check_file_info
+        name = "F00000001" if check_file_info else "q3_table.bin"  # only the id: its name is not known
+        assert _uploaded(gateway, name, tmp_path / "out") == data
+        told = _told(fake_llm)
+        assert "the table" in told and f"uploads/{name} (10,240 bytes)" in told
+        assert slack.texts("D100") == ["got your table"]
+
+
+def test_a_file_over_the_cap_is_not_downloaded_and_the_user_is_told(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    fake_llm.load([{"text": "answered the words"}])
+    with Running(_settings(tmp_path, fake_llm.url, slack, max_file_bytes=1000)) as gateway:
+        slack.user_says("D100", "and a big one", file=("big.bin", b"x" * 1001))
+        wait_answered(gateway, 1)
+        assert slack.downloads == []
+        refusal, reply = slack.texts("D100")
+        assert refusal == (
+            "I could not take your file big.bin: big.bin is larger than the 1,000 bytes this gateway takes"
+        )
+        assert reply == "answered the words"
+        assert "and a big one" in _told(fake_llm) and "big.bin, that could not be taken" in _told(fake_llm)
+
+
+def test_a_download_slack_refuses_tells_the_user_and_the_text_is_still_answered(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    """Without files:read Slack sends the bot to its sign-in page: the redirect is not followed."""
+    fake_llm.load([{"text": "the text part"}])
+    shared = slack.add_file("notes.txt", b"secret notes\n")
+    anonymous = requests.get(shared["url_private_download"], allow_redirects=False, timeout=10)
+    assert anonymous.status_code == 302 and "/signin" in anonymous.headers["Location"]
+    slack.files_read = False
+    with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+        slack.user_says("D100", "read these", file=("notes.txt", b"secret notes\n"))
+        wait_answered(gateway, 1)
+        refusal, reply = slack.texts("D100")
+        assert refusal.startswith("I could not take your file notes.txt: ") and "302" in refusal
+        assert reply == "the text part" and "read these" in _told(fake_llm)
+        assert slack.downloads == []
+
+
+def test_a_file_address_off_slacks_hosts_gets_no_token(
+    tmp_path: Path, fake_llm: Any, slack: SlackStandin
+) -> None:
+    """The event names where to download from; anywhere but Slack's hosts is refused before a request."""
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.end_headers()
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    fake_llm.load([{"text": "words answered"}])
+    try:
+        with Running(_settings(tmp_path, fake_llm.url, slack)) as gateway:
+            envelope = slack.user_says("D100", "here", file=("a.txt", b"a"), live=False)
+            envelope["files"][0]["url_private_download"] = f"http://127.0.0.1:{other.server_port}/a.txt"
+            slack.send_envelope("events_api", {"type": "event_callback", "event": envelope})
+            wait_answered(gateway, 1)
+            refusal, reply = slack.texts("D100")
+            assert "the file's address is not Slack's" in refusal and reply == "words answered"
+    finally:
+        other.shutdown()
+    assert asked == []

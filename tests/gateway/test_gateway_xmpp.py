@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from gateway_harness import APPROVE_THEN_SEND_FILE, Running, asking_registry, gateway_settings, wait_answered
 from ngircd import wait_for
 from prosody import ROOMS, Prosody, XmppUser, final_texts, xmpp_config
@@ -114,7 +115,7 @@ def test_a_stranger_gets_a_pairing_code_and_commands_answer_without_the_model(
     assert fake_llm.requests == []
 
 
-def test_an_approval_is_answered_by_replying_and_a_file_is_refused_with_the_reason(
+def test_an_approval_is_answered_by_replying_and_a_file_goes_out_by_http_upload_with_an_oob_url(
     tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser
 ) -> None:
     fake_llm.load(APPROVE_THEN_SEND_FILE)
@@ -129,9 +130,67 @@ def test_an_approval_is_answered_by_replying_and_a_file_is_refused_with_the_reas
             heard.append(alice.hear())
         assert "(reply with your answer (once, always, no))" in heard[-1].body
         alice.say(_bot(alice), "once")
+        heard.append(alice.hear())
+        while heard[-1].oob is None:
+            heard.append(alice.hear())
         wait_answered(gateway, 2)
     assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: once"
-    assert "sends no files" in fake_llm.requests[3]["messages"][-1]["content"]
+    sent = heard[-1]
+    assert sent.sender == _bot(alice) and sent.body == sent.oob, "the URL as the body too: shown inline"
+    assert sent.oob.startswith(f"http://127.0.0.1:{xmpp_server.http_port}/file_share/")
+    assert sent.oob.endswith("/n.md")
+    assert requests.get(sent.oob, timeout=10).content == b"# n\n", "the server keeps the file's bytes"
+    assert fake_llm.requests[3]["messages"][-1]["content"] == "sent n.md to the chat"
+
+
+def _uploaded(gateway: Gateway, name: str, into: Path) -> bytes:
+    """The bytes of uploads/`name` in the XMPP session's sandbox."""
+    (session,) = [s for s in gateway.agent.store.list_sessions("default") if s.source == "xmpp"]
+    return gateway.agent.sandboxes.get(session.id).download(f"uploads/{name}", into).read_bytes()
+
+
+def test_a_file_a_user_uploads_lands_in_uploads_and_the_text_is_answered_once(
+    tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser
+) -> None:
+    data = bytes(range(256)) * 20
+    fake_llm.load([{"text": "got the data"}, {"text": "and the link"}])
+    hosts = [f"127.0.0.1:{xmpp_server.http_port}"]
+    with Running(_settings(tmp_path, fake_llm.url, xmpp_server, alice, file_hosts=hosts)) as gateway:
+        _online(gateway)
+        url = alice.send_file(_bot(alice), "my data.bin", data)
+        assert alice.hear_reply("got the data")[0].oob is None
+        wait_answered(gateway, 1)
+        assert _uploaded(gateway, "my_data.bin", tmp_path / "out") == data
+        (request,) = fake_llm.requests
+        told = request["messages"][-1]["content"]
+        assert "uploads/my_data.bin (5,120 bytes)" in told and url not in told
+        alice.say(_bot(alice), "see https://elsewhere.invalid/x.bin")  # a link, not a file: just text
+        alice.hear_reply("and the link")
+        wait_answered(gateway, 2)
+    assert fake_llm.requests[1]["messages"][-1]["content"] == "see https://elsewhere.invalid/x.bin"
+
+
+@pytest.mark.parametrize("limits", ["no-hosts", "over-the-cap"])
+def test_a_file_not_taken_is_said_to_the_user_and_the_text_answered(
+    tmp_path: Path, fake_llm: Any, xmpp_server: Prosody, alice: XmppUser, limits: str
+) -> None:
+    fake_llm.load([{"text": "the words answered"}])
+    extra: dict[str, Any] = (
+        {"file_hosts": [f"127.0.0.1:{xmpp_server.http_port}"], "max_file_bytes": 100}
+        if limits == "over-the-cap"
+        else {}
+    )
+    with Running(_settings(tmp_path, fake_llm.url, xmpp_server, alice, **extra)) as gateway:
+        _online(gateway)
+        alice.send_file(_bot(alice), "big.bin", b"x" * 101, text="look at this")
+        refusal = alice.hear()
+        assert refusal.body.startswith("I could not take your file big.bin: ")
+        expected = "larger than the 100 bytes" if extra else "files are taken only from no host"
+        assert expected in refusal.body
+        alice.hear_reply("the words answered")
+        wait_answered(gateway, 1)
+    (request,) = fake_llm.requests
+    assert "look at this" in request["messages"][-1]["content"]
 
 
 def test_a_message_sent_while_the_gateway_is_away_is_answered_and_a_conflict_reconnects(

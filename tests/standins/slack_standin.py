@@ -11,6 +11,14 @@ connection is sent every envelope still unacknowledged as a retry; chat.postMess
 first) and conversations.replies (the parent, then its replies oldest first), each after `oldest`
 (exclusive) and up to `limit`, of every message the channel had (users' and the bot's). Errors use the
 API's `{"ok": false, "error"}`.
+
+Files a user shares (https://docs.slack.dev/reference/objects/file-object, the `file_share` message
+subtype): the event carries file objects (`id, name, title, mimetype, filetype, size, user, mode,
+url_private, url_private_download, permalink`), or, as in Slack Connect channels, only
+`{"id", "mode": "file_access", "file_access": "check_file_info"}`; files.info (GET, `file`) answers
+`{"ok", "file"}` or `file_not_found`, `missing_scope` without files:read. url_private(_download) is
+served only to a request with the bot token as `Authorization: Bearer` and files:read; any other is
+redirected (302) to the workspace's sign-in page, as Slack does.
 """
 
 from __future__ import annotations
@@ -44,6 +52,12 @@ class SlackStandin(StandinServer):
         """channel -> its messages as conversations.history gives them, oldest first"""
         self._last_ts = 0.0
         self._sockets: list[web.WebSocketResponse] = []
+        self.files: dict[str, dict[str, Any]] = {}
+        """file id -> its file object, with its bytes under "data" (not sent)"""
+        self.downloads: list[str] = []
+        """file ids whose bytes were served"""
+        self.files_read = True
+        """The bot token has the files:read scope."""
         super().__init__("slack-standin")
 
     @property
@@ -61,15 +75,23 @@ class SlackStandin(StandinServer):
         thread_ts: str | None = None,
         live: bool = True,
         at: float | None = None,
+        file: tuple[str, bytes] | None = None,
+        check_file_info: bool = False,
     ) -> dict[str, Any]:
         """A user's message, in the channel's history and (`live`) sent as an events_api envelope, which
-        is returned; `live=False`: past Slack's retries (the event itself, then)."""
+        is returned; `live=False`: past Slack's retries (the event itself, then). `file`: shared with
+        it (`check_file_info`: the event names only the file's id)."""
         event = {
             "type": "message", "channel": channel, "user": user, "text": text, "ts": self._new_ts(at),
             "channel_type": "im" if channel.startswith("D") else "channel",
         }  # fmt: skip
         if thread_ts:
             event["thread_ts"] = thread_ts
+        if file is not None:
+            shared = self.add_file(*file, user=user)
+            if check_file_info:
+                shared = {"id": shared["id"], "mode": "file_access", "file_access": "check_file_info"}
+            event |= {"subtype": "file_share", "upload": False, "display_as_bot": False, "files": [shared]}
         self._record(channel, event)
         if not live:
             return event
@@ -87,6 +109,22 @@ class SlackStandin(StandinServer):
             self.pending[envelope["envelope_id"]] = envelope
         self._run(self._offer(envelope))
         return envelope
+
+    def add_file(self, name: str, data: bytes, *, user: str = "U1") -> dict[str, Any]:
+        """A file uploaded to the workspace; its file object as an event carries it."""
+        with self._changed:
+            file_id = f"F{len(self.files) + 1:08d}"
+            base = f"http://127.0.0.1:{self.port}/files-pri/T1-{file_id}"
+            kind = name.rsplit(".", 1)[-1] if "." in name else "binary"
+            self.files[file_id] = {
+                "id": file_id, "created": int(time.time()), "timestamp": int(time.time()), "name": name,
+                "title": name, "mimetype": "application/octet-stream", "filetype": kind,
+                "pretty_type": kind.upper(), "user": user, "mode": "hosted", "editable": False,
+                "is_external": False, "external_type": "", "size": len(data),
+                "url_private": f"{base}/{name}", "url_private_download": f"{base}/download/{name}",
+                "permalink": f"http://127.0.0.1:{self.port}/files/{user}/{file_id}/{name}", "data": data,
+            }  # fmt: skip
+            return {k: v for k, v in self.files[file_id].items() if k != "data"}
 
     def lose_acks(self, count: int) -> None:
         """The next `count` acknowledgements never reach Slack (the app died as it sent them)."""
@@ -151,6 +189,8 @@ class SlackStandin(StandinServer):
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/link", self._link)
+        app.router.add_get("/files-pri/{team_file}/{rest:.*}", self._file)
+        app.router.add_get("/signin", self._sign_in)
         app.router.add_route("*", "/api/{method}", self._api)  # slack_sdk GETs a few read methods
         return app
 
@@ -208,6 +248,25 @@ class SlackStandin(StandinServer):
                 self._sockets.remove(socket)
         return socket
 
+    async def _sign_in(self, request: web.Request) -> web.Response:
+        page = "<html><body>Sign in to your workspace</body></html>"
+        return web.Response(text=page, content_type="text/html")
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """A file's bytes for the bot's bearer token with files:read; the sign-in page for anyone else."""
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        file_id = request.match_info["team_file"].partition("-")[2]
+        with self._changed:
+            found, allowed = self.files.get(file_id), token == BOT_TOKEN and self.files_read
+            if allowed and found is not None:
+                self.downloads.append(file_id)
+                self._changed.notify_all()
+        if not allowed:
+            raise web.HTTPFound(f"/signin?redir={request.path}")
+        if found is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=found["data"], content_type=found["mimetype"])
+
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         if request.method == "GET":
@@ -229,6 +288,17 @@ class SlackStandin(StandinServer):
             return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"})
         if method in ("conversations.history", "conversations.replies"):
             return self._read(method, params)
+        if method == "files.info":
+            if not self.files_read:
+                return web.json_response(
+                    {"ok": False, "error": "missing_scope", "needed": "files:read", "provided": "chat:write"}
+                )
+            with self._changed:
+                found = self.files.get(str(params.get("file")))
+            if found is None:
+                return web.json_response({"ok": False, "error": "file_not_found"})
+            shown = {k: v for k, v in found.items() if k != "data"}
+            return web.json_response({"ok": True, "file": shown, "comments": [], "response_metadata": {}})
         if method == "chat.postMessage":
             ts = self._new_ts()
             bot = {

@@ -5,6 +5,7 @@ of its own, as a person's client would talk to the bot."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import pwd
 import queue
@@ -26,18 +27,23 @@ from ngircd import REPLY_TIMEOUT, free_port, stop, until_listening
 PROSODY = "/usr/bin/prosody"
 DOMAIN = "xmpp.test"
 ROOMS = f"rooms.{DOMAIN}"
+UPLOADS = f"upload.{DOMAIN}"
+UPLOAD_LIMIT = 1_000_000
+"""Bytes one HTTP upload may hold (http_file_share_size_limit)."""
 PASSWORD = "xmpp-secret"
 
 
 class Prosody:
-    """Prosody in the foreground (-F): c2s on one loopback port, no s2s or HTTP, plain authentication
-    allowed (loopback only), a MUC component whose new rooms open at once (no configuration step)."""
+    """Prosody in the foreground (-F): c2s on one loopback port, no s2s, plain authentication allowed
+    (loopback only), a MUC component whose new rooms open at once (no configuration step), and an HTTP
+    File Upload component (XEP-0363, mod_http_file_share) on plain HTTP on another loopback port, its
+    URLs on 127.0.0.1 (`http_host`) so they reach it without DNS."""
 
     def __init__(self) -> None:
         if shutil.which(PROSODY) is None:
             pytest.skip("prosody is not installed (setup.sh installs it: apt-get install prosody)")
         self.dir = Path(tempfile.mkdtemp(prefix="hermetic-prosody-"))
-        self.port = free_port()
+        self.port, self.http_port = free_port(), free_port()
         self.accounts: set[str] = set()
         self.config = self.dir / "prosody.cfg.lua"
         (self.dir / "data").mkdir()
@@ -45,11 +51,14 @@ class Prosody:
             f'daemonize = false\npidfile = "{self.dir}/pid"\ndata_path = "{self.dir}/data"\n'
             f'log = {{ warn = "*console" }}\ncertificates = "{self.dir}"\n'
             f'interfaces = {{ "127.0.0.1" }}\nc2s_ports = {{ {self.port} }}\nc2s_direct_tls_ports = {{ }}\n'
-            "s2s_ports = { }\ncomponent_ports = { }\nhttp_ports = { }\nhttps_ports = { }\n"
+            f"s2s_ports = {{ }}\ncomponent_ports = {{ }}\nhttp_ports = {{ {self.http_port} }}\n"
+            'http_interfaces = { "127.0.0.1" }\nhttps_ports = { }\n'
             'modules_enabled = { "disco", "roster", "saslauth", "ping", "offline" }\n'
             'modules_disabled = { "s2s" }\nc2s_require_encryption = false\n'
             "allow_unencrypted_plain_auth = true\nmuc_room_locking = false\n"
             f'VirtualHost "{DOMAIN}"\nComponent "{ROOMS}" "muc"\n'
+            f'Component "{UPLOADS}" "http_file_share"\n  http_host = "127.0.0.1"\n'
+            f"  http_file_share_size_limit = {UPLOAD_LIMIT}\n"
         )
         user: dict[str, Any] = {}
         if os.geteuid() == 0:  # Prosody will not run as root, and prosodyctl drops to its user
@@ -93,6 +102,8 @@ class Heard:
     id: str
     replaces: str | None
     """The id of the message this one corrects (XEP-0308)."""
+    oob: str | None = None
+    """The URL of a file sent with it (XEP-0066, jabber:x:oob)."""
 
 
 class XmppUser:
@@ -114,7 +125,7 @@ class XmppUser:
         client = slixmpp.ClientXMPP(
             f"{self.jid}/{resource}", PASSWORD, plugin_config={"feature_mechanisms": plain}
         )
-        for plugin in ("xep_0030", "xep_0045", "xep_0308"):
+        for plugin in ("xep_0030", "xep_0045", "xep_0066", "xep_0308", "xep_0363"):
             client.register_plugin(plugin)
         client.enable_direct_tls = client.enable_plaintext = False
         started: asyncio.Future[None] = self.loop.create_future()
@@ -130,13 +141,31 @@ class XmppUser:
             replaces = message["replace"]["id"] or None
             sender = message["from"]
             who = str(sender) if message["type"] == "groupchat" else sender.bare
-            self.heard.put(Heard(who, message["body"], message["id"], replaces))
+            oob = message["oob"]["url"] or None
+            self.heard.put(Heard(who, message["body"], message["id"], replaces, oob))
 
     def say(self, to: str, text: str, kind: str = "chat") -> None:
         async def send() -> None:
             self.client.send_message(mto=slixmpp.JID(to), mbody=text, mtype=kind)  # type: ignore[arg-type]
 
         self._call(send())
+
+    def send_file(self, to: str, name: str, data: bytes, text: str | None = None) -> str:
+        """Upload `data` to the server's HTTP upload (XEP-0363) and send its URL as a client does: in
+        the body (or `text`) and as jabber:x:oob; the URL."""
+
+        async def send() -> str:
+            url = str(
+                await self.client.plugin["xep_0363"].upload_file(
+                    name, size=len(data), input_file=io.BytesIO(data), timeout=20
+                )
+            )
+            message = self.client.make_message(mto=slixmpp.JID(to), mbody=text or url, mtype="chat")
+            message["oob"]["url"] = url
+            message.send()
+            return url
+
+        return str(self._call(send()))
 
     def join(self, room: str, nick: str) -> None:
         muc = self.client.plugin["xep_0045"]
