@@ -28,15 +28,14 @@ class Cluster:
         self.replicas, self.model, self.database = replicas, model, database
         self.headers = {"Authorization": f"Bearer {token}"}
 
-    def turns_running_on(self, replica: ReplicaProcess) -> int:
-        """Sessions whose turn is running on `replica`, by its leases (a replica's id holds its pid)."""
+    def sessions_held_by(self, replica: ReplicaProcess) -> set[str]:
+        """The sessions whose lease `replica` holds (a replica's id holds its pid)."""
         assert replica.proc is not None
         with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM session_leases WHERE running AND owner LIKE %s",
-                (f"%:{replica.proc.pid}:%",),
-            ).fetchone()
-        return int(row[0]) if row else 0
+            rows = conn.execute(
+                "SELECT session_id FROM session_leases WHERE owner LIKE %s", (f"%:{replica.proc.pid}:%",)
+            ).fetchall()
+        return {str(row[0]) for row in rows}
 
     def client(self, index: int) -> httpx.Client:
         return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
@@ -325,16 +324,16 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     cluster: Cluster, balancer: LocalHAProxy
 ) -> None:
     tags = [f"<c{n:02d}>" for n in range(30)]
-    cluster.model.load(
-        [{"text": f"{tag} reply {i}", "delay": 1.0, "match": tag} for tag in tags for i in range(6)]
-    )
     conversations: dict[str, Conversation] = {}
     failures: list[BaseException] = []
+    created, go = threading.Barrier(len(tags) + 1), threading.Event()
 
     def converse(tag: str) -> None:
         try:
             with httpx.Client(base_url=balancer.url, headers=cluster.headers, timeout=60) as client:
                 conversations[tag] = conversation = Conversation(client, tag)
+                created.wait(120)
+                go.wait(120)
                 for n in (1, 2):
                     conversation.say(f"{tag} message {n}")
         except BaseException as exc:  # noqa: BLE001 (reported by the test's thread, below)
@@ -343,9 +342,20 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     threads = [threading.Thread(target=converse, args=(tag,), daemon=True) for tag in tags]
     for thread in threads:
         thread.start()
+    created.wait(120)
     victim = cluster.replicas[1]
-    # mid-run: killed while turns wait for their model call there (each waits a second for its answer)
-    until(lambda: cluster.turns_running_on(victim) > 0, "a turn running on the victim", timeout=120)
+    held = cluster.sessions_held_by(victim)
+    slow = {tag for tag, conversation in conversations.items() if conversation.session in held}
+    assert slow, "none of the 30 sessions was created on the victim"  # random routing: p = (2/3)^30
+    # the victim's first turns wait 5 s for the model, so the kill lands while one does
+    cluster.model.load(
+        {"text": f"{tag} reply {i}", "delay": 5.0 if tag in slow and i == 0 else 0.3, "match": tag}
+        for tag in tags
+        for i in range(6)
+    )
+    go.set()
+    until(lambda: any(tag in json.dumps(r["messages"]) for r in cluster.model.requests for tag in slow),
+          "a turn of the victim's to ask the model", timeout=120)  # fmt: skip
     victim.kill()
     victim.start().wait_healthy()
     for thread in threads:
