@@ -53,6 +53,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .whatsapp import WhatsAppAdapter
 
         adapters.append(WhatsAppAdapter(config.whatsapp))
+    if config.teams is not None:
+        from .teams import TeamsAdapter
+
+        adapters.append(TeamsAdapter(config.teams, store))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 
