@@ -65,6 +65,8 @@ class TeamsAdapter(Adapter):
         self._token: tuple[str, float] | None = None
         """The bot token and when it stops being used."""
         self._token_lock = asyncio.Lock()
+        self._latest: dict[str, str] = {}
+        """conversation -> its latest user activity: a reply is a Reply to Activity of it."""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -96,18 +98,21 @@ class TeamsAdapter(Adapter):
 
     async def _activity(self, request: web.Request, deliver: Deliver) -> web.Response:
         try:
-            activity = ActivityTypeAdapter.validate_python(await request.json())
+            activity: Any = ActivityTypeAdapter.validate_python(await request.json())
         except (ValueError, ValidationError):
-            return web.Response(text="not a Bot Framework activity", status=400)
+            activity = None  # the token is checked first all the same: an unsigned caller learns nothing
         scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+        service_url = activity.service_url if activity is not None else None
         try:
             if scheme.lower() != "bearer":
                 raise jwt.InvalidTokenError("no bearer token")
             # PyJWKClient fetches the key set with blocking urllib: off the event loop
-            await asyncio.to_thread(asyncio.run, self._validator.validate_token(raw, activity.service_url))
+            await asyncio.to_thread(asyncio.run, self._validator.validate_token(raw, service_url))
         except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
             log.warning("teams: refused an activity: %s", exc)
             return web.Response(text="unauthorized", status=401)
+        if activity is None:
+            return web.Response(text="not a Bot Framework activity", status=400)
         if not isinstance(activity, MessageActivity):
             return web.Response(status=200)  # conversation updates, reactions...: nothing to answer
         message = await self._inbound(activity)
@@ -144,6 +149,7 @@ class TeamsAdapter(Adapter):
             if not activity.is_recipient_mentioned():
                 return None  # in a group chat or channel the bot answers only when @mentioned
             activity = activity.strip_mentions_text()
+        self._latest[chat] = activity.id
         return Inbound(**common, text=(activity.text or "").strip())
 
     def _approver(self, user: str) -> bool:
@@ -193,6 +199,8 @@ class TeamsAdapter(Adapter):
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
         url = await self._service(chat)
+        if chat in self._latest:  # threads under the user's message in a channel
+            url = f"{url}/{self._latest[chat]}"
         body = self._message(text, buttons).model_dump(by_alias=True, exclude_none=True)
         return str((await self._call(self._http.post(url, json=body)))["id"])
 

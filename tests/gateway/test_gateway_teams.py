@@ -52,7 +52,8 @@ def test_a_signed_message_is_answered_in_a_streamed_reply_and_a_redelivery_once(
         chat = f"a:{OWNER}"
         assert teams.texts(chat) == ["**Hello** from the agent"]
         (reply,) = teams.messages(chat)
-        assert reply["textFormat"] == "markdown"
+        assert reply["textFormat"] == "markdown" and reply["reply_to"] == said["id"]
+        assert any(a.get("type") == "typing" for a in teams.activities), "a typing indicator first"
         assert teams.post(said) == 200  # Teams' redelivery of the same activity id: not answered again
         teams.user_says(OWNER, "and again")
         wait_answered(gateway, 2)
@@ -88,6 +89,37 @@ def test_a_bad_or_missing_token_is_401_and_nothing_is_stored_or_answered(
         assert teams.post(activity, token) == 401
         assert gateway.store.last_inbound("teams") is None
         assert fake_llm.requests == [] and teams.activities == []
+
+
+def test_a_body_that_is_no_activity_is_400_when_signed_401_when_not(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    with Running(_settings(tmp_path, fake_llm.url, teams)) as gateway:
+        _listening(gateway)
+        junk = {"type": "message", "conversation": "not an object"}
+        assert teams.post(junk) == 400
+        assert teams.post(junk, None) == 401
+        assert teams.post({"type": "conversationUpdate", **_envelope(teams)}) == 200
+        assert gateway.store.last_inbound("teams") is None and teams.activities == []
+
+
+def _envelope(teams: TeamsStandin) -> dict[str, Any]:
+    """The fields every activity has, without the message's."""
+    found = teams.activity(OWNER)
+    return {k: found[k] for k in ("id", "serviceUrl", "channelId", "from", "recipient", "conversation")}
+
+
+def test_a_stranger_gets_a_pairing_code_and_a_command_is_answered_without_the_model(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    with Running(_settings(tmp_path, fake_llm.url, teams)) as gateway:
+        teams.user_says(OTHER, "let me in")
+        (told,) = teams.wait_for(lambda: teams.texts(f"a:{OTHER}"))
+        assert "hermetic gateway pair" in told
+        teams.user_says(OWNER, "/help")
+        wait_answered(gateway, 1)
+        (helped,) = teams.texts(f"a:{OWNER}")
+        assert "/new" in helped and fake_llm.requests == []
 
 
 def test_in_a_group_chat_only_a_mention_is_answered_without_the_mention(

@@ -191,10 +191,11 @@ class TeamsStandin(StandinServer):
     async def _update(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return web.json_response({"error": {"code": "Unauthorized"}}, status=401)
-        known = {a["id"] for a in self.activities}
+        known = {a["id"]: a for a in self.activities}
         if request.match_info["activity"] not in known:
             return web.json_response({"error": {"code": "ActivityNotFound"}}, status=404)
-        return self._record(request, await request.json(), request.match_info["activity"], "PUT", None)
+        reply_to = known[request.match_info["activity"]]["reply_to"]  # an update keeps its place
+        return self._record(request, await request.json(), request.match_info["activity"], "PUT", reply_to)
 
     def _record(
         self, request: web.Request, body: dict[str, Any], activity_id: str, method: str, reply_to: str | None
