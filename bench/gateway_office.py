@@ -16,6 +16,7 @@ from typing import Any
 
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
+from teams_standin import TeamsStandin
 from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
 from whatsapp_standin import WhatsAppStandin
@@ -87,6 +88,13 @@ PLATFORMS: dict[str, Platform] = {
         ready=lambda s: s.wait_listening(),
         say=lambda s, n, text: s.user_says(f"US.{n}", text),
         chat=lambda n: f"US.{n}",
+    ),
+    "teams": Platform(
+        start=TeamsStandin,
+        config=lambda s, users: s.gateway_config(users),
+        ready=lambda s: s.wait_listening(),
+        say=lambda s, n, text: s.user_says(f"u{n}", text),
+        chat=lambda n: f"a:u{n}",
     ),
 }
 

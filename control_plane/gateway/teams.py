@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 import jwt
 from aiohttp import web
-from microsoft_teams.api import MessageActivityInput, TypingActivityInput
 from microsoft_teams.api.activities import ActivityTypeAdapter
-from microsoft_teams.api.activities.message.message import MessageActivity
+from microsoft_teams.api.activities.message.message import MessageActivity, MessageActivityInput
+from microsoft_teams.api.activities.typing import TypingActivityInput
 from microsoft_teams.api.auth.cloud_environment import PUBLIC, with_overrides
 from microsoft_teams.apps.auth.token_validator import TokenValidator
 from microsoft_teams.cards import AdaptiveCard, SubmitAction, TextBlock
@@ -101,6 +101,8 @@ class TeamsAdapter(Adapter):
             activity: Any = ActivityTypeAdapter.validate_python(await request.json())
         except (ValueError, ValidationError):
             activity = None  # the token is checked first all the same: an unsigned caller learns nothing
+        if activity is not None and not activity.service_url:
+            activity = None  # without one the token's serviceurl claim could not be checked
         scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
         service_url = activity.service_url if activity is not None else None
         try:
@@ -111,26 +113,26 @@ class TeamsAdapter(Adapter):
         except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
             log.warning("teams: refused an activity: %s", exc)
             return web.Response(text="unauthorized", status=401)
-        if activity is None:
+        if activity is None or service_url is None:
             return web.Response(text="not a Bot Framework activity", status=400)
         if not isinstance(activity, MessageActivity):
             return web.Response(status=200)  # conversation updates, reactions...: nothing to answer
-        message = await self._inbound(activity)
+        message = await self._inbound(activity, service_url)
         if message is None:
             return web.Response(status=200)
         try:
             await deliver(message)
-        except Exception:  # not stored: Teams redelivers an activity that is not answered 200
+        except Exception:  # not stored: never a 200 (the Bot Framework may retry; else the send shows failed)
             log.exception("teams: an activity could not be stored")
             return web.Response(text="not stored", status=503)
         return web.Response(status=200)
 
-    async def _inbound(self, activity: MessageActivity) -> Inbound | None:
+    async def _inbound(self, activity: MessageActivity, service_url: str) -> Inbound | None:
         """The activity as the gateway's message; None when it is not for the bot (or a forged press)."""
         chat = activity.conversation.id
         direct = activity.conversation.conversation_type in (None, "personal")
-        if await asyncio.to_thread(self.store.get_state, f"teams:service:{chat}") != activity.service_url:
-            await asyncio.to_thread(self.store.set_state, f"teams:service:{chat}", activity.service_url)
+        if await asyncio.to_thread(self.store.get_state, f"teams:service:{chat}") != service_url:
+            await asyncio.to_thread(self.store.set_state, f"teams:service:{chat}", service_url)
         user = activity.from_.aad_object_id or activity.from_.id
         common = {"platform": self.platform, "chat": chat, "message_id": activity.id, "user": user,
                   "user_name": activity.from_.name or "", "direct": direct}  # fmt: skip
@@ -198,6 +200,7 @@ class TeamsAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
+        chat = _joined(chat, thread)
         url = await self._service(chat)
         if chat in self._latest:  # threads under the user's message in a channel
             url = f"{url}/{self._latest[chat]}"
@@ -212,6 +215,7 @@ class TeamsAdapter(Adapter):
         await self._call(self._http.put(url, json=body))
 
     async def typing(self, chat: str, *, thread: str | None = None) -> None:
+        chat = _joined(chat, thread)
         try:
             body = TypingActivityInput().model_dump(by_alias=True, exclude_none=True)
             await self._call(self._http.post(await self._service(chat), json=body))
@@ -238,3 +242,9 @@ class TeamsAdapter(Adapter):
         except httpx.HTTPError as exc:
             raise ConnectionLost(f"Teams unreachable: {exc}") from exc
         return dict(response.json() or {}) if response.content else {}
+
+
+def _joined(chat: str, thread: str | None) -> str:
+    """The conversation id a delivery target named: Teams' ids hold colons (`a:1x…`, `19:…@thread.v2`),
+    which a target's `platform:chat[:thread]` split apart; messages from Teams never carry a thread."""
+    return chat if thread is None else f"{chat}:{thread}"

@@ -4,6 +4,7 @@ stand-in posting JWT-signed activities to the gateway's messaging endpoint, the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
 from teams_standin import TeamsStandin
 
-from control_plane.gateway import Gateway
+from control_plane.gateway import Gateway, send_message
+from control_plane.gateway.base import AdapterError
 from control_plane.gateway.teams import TEXT_LIMIT
 
 OWNER = "0b5a1e6e-1111-4c2e-9d3a-00000000a11c"
@@ -30,7 +32,8 @@ def teams() -> Iterator[TeamsStandin]:
 
 
 def _settings(tmp_path: Path, llm_url: str, teams: TeamsStandin, **extra: Any) -> Any:
-    return gateway_settings(tmp_path, llm_url, None, gateway={"teams": teams.gateway_config([OWNER], **extra)})
+    config = teams.gateway_config([OWNER], **extra)
+    return gateway_settings(tmp_path, llm_url, None, gateway={"teams": config})
 
 
 def _listening(gateway: Gateway) -> None:
@@ -155,7 +158,7 @@ def test_an_approval_card_is_answered_by_the_owner_and_refused_to_anyone_else(
     fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
     settings = _settings(tmp_path, fake_llm.url, teams, allow_chats=[GROUP])
     settings = settings.model_copy(update={"toolsets": ["files", "test"]})
-    with Running(settings, asking_registry(timeout=300)) as gateway:
+    with Running(settings, asking_registry(timeout=300)):
         teams.user_says(OWNER, "open 9000", conversation=GROUP, group=True, mention=True)
         (card,) = teams.wait_for(lambda: [m for m in teams.messages(GROUP) if m.get("attachments")])
         content = card["attachments"][0]["content"]
@@ -175,3 +178,19 @@ def test_an_approval_card_is_answered_by_the_owner_and_refused_to_anyone_else(
         teams.wait_for(lambda: "Opened." in teams.texts(GROUP))
         (answered,) = [m for m in teams.messages(GROUP) if m["id"] == card["id"]]
         assert not answered.get("attachments") and "→ always" in answered["text"]
+
+
+def test_a_delivery_reaches_a_conversation_by_its_id_after_the_gateway_stopped(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    """The service URL a conversation's activities named is kept in the store; the target keeps the
+    colons of Teams' conversation id."""
+    fake_llm.load([{"text": "hi"}])
+    settings = _settings(tmp_path, fake_llm.url, teams)
+    with Running(settings) as gateway:
+        teams.user_says(OWNER, "hello")
+        wait_answered(gateway, 1)
+    ids = asyncio.run(send_message(settings, f"teams:a:{OWNER}", "the nightly report"))
+    assert len(ids) == 1 and teams.texts(f"a:{OWNER}") == ["hi", "the nightly report"]
+    with pytest.raises(AdapterError, match="no service URL known"):
+        asyncio.run(send_message(settings, "teams:19:never-seen@thread.v2", "lost"))

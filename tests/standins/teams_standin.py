@@ -26,7 +26,7 @@ from typing import Any
 import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
-from standin_server import StandinServer
+from standin_server import StandinServer, wait_listening
 
 APP_ID = "6f1c2a3b-0000-4000-8000-00000000b07a"
 APP_PASSWORD = "teams-test-secret"
@@ -67,6 +67,10 @@ class TeamsStandin(StandinServer):
         } | extra  # fmt: skip
 
     # -- the test's side: Teams posting to the bot -----------------------------------------
+
+    def wait_listening(self, timeout: float = 120) -> None:
+        """Until the gateway's messaging endpoint accepts connections."""
+        wait_listening(int(self.endpoint.split(":")[2].split("/")[0]), timeout)
 
     def sign(self, **claims: Any) -> str:
         """A Bot Framework JWT for the bot; `claims` override the valid ones (aud, exp, serviceurl...)."""
