@@ -117,11 +117,10 @@ class TeamsAdapter(Adapter):
             return web.Response(text="not a Bot Framework activity", status=400)
         if not isinstance(activity, MessageActivity):
             return web.Response(status=200)  # conversation updates, reactions...: nothing to answer
-        message = await self._inbound(activity, service_url)
-        if message is None:
-            return web.Response(status=200)
         try:
-            await deliver(message)
+            message = await self._inbound(activity, service_url)
+            if message is not None:
+                await deliver(message)
         except Exception:  # not stored: never a 200 (the Bot Framework may retry; else the send shows failed)
             log.exception("teams: an activity could not be stored")
             return web.Response(text="not stored", status=503)
@@ -144,7 +143,10 @@ class TeamsAdapter(Adapter):
             if not direct and not await asyncio.to_thread(self._approver, user):
                 log.warning("teams: %s pressed a card in %s but may not answer it", user, chat)
                 who = activity.from_.name or user
-                await self.send(chat, f"Only an allowed user can answer that ({who}).")
+                try:
+                    await self.send(chat, f"Only an allowed user can answer that ({who}).")
+                except (AdapterError, ConnectionLost) as exc:
+                    log.warning("teams: cannot tell %s so: %s", user, exc)
                 return None
             return Inbound(**common, button=data)
         if not direct:

@@ -66,7 +66,15 @@ def test_a_signed_message_is_answered_in_a_streamed_reply_and_a_redelivery_once(
 
 @pytest.mark.parametrize(
     "forgery",
-    ["no header", "another key", "wrong audience", "expired", "other service url", "garbage"],
+    [
+        "no header",
+        "another key",
+        "unknown key id",
+        "wrong audience",
+        "expired",
+        "other service url",
+        "garbage",
+    ],
 )
 def test_a_bad_or_missing_token_is_401_and_nothing_is_stored_or_answered(
     tmp_path: Path, fake_llm: Any, teams: TeamsStandin, forgery: str
@@ -81,6 +89,10 @@ def test_a_bad_or_missing_token_is_401_and_nothing_is_stored_or_answered(
             teams.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
             token: str | None = teams.sign()
             teams.key = real
+        elif forgery == "unknown key id":
+            real_kid, teams.kid = teams.kid, "a-key-the-key-set-does-not-hold"
+            token = teams.sign()
+            teams.kid = real_kid
         else:
             token = {
                 "no header": None,
