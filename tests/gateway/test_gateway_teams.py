@@ -206,3 +206,17 @@ def test_a_delivery_reaches_a_conversation_by_its_id_after_the_gateway_stopped(
     assert len(ids) == 1 and teams.texts(f"a:{OWNER}") == ["hi", "the nightly report"]
     with pytest.raises(AdapterError, match="no service URL known"):
         asyncio.run(send_message(settings, "teams:19:never-seen@thread.v2", "lost"))
+
+
+def test_a_bot_token_about_to_expire_is_fetched_afresh(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    teams.expires_in = 60  # inside the adapter's five-minute margin: never reused
+    fake_llm.load([{"text": "one"}, {"text": "two"}])
+    with Running(_settings(tmp_path, fake_llm.url, teams)) as gateway:
+        teams.user_says(OWNER, "first")
+        wait_answered(gateway, 1)
+        before = len(teams.tokens)
+        teams.user_says(OWNER, "second")
+        wait_answered(gateway, 2)
+        assert len(teams.tokens) > before >= 2 and teams.texts(f"a:{OWNER}") == ["one", "two"]

@@ -44,6 +44,8 @@ class TeamsStandin(StandinServer):
         self.activities: list[dict[str, Any]] = []
         """every activity the connector took, with "id", "conversation", "method", "reply_to" """
         self.endpoint = ""
+        self.expires_in = 3599
+        """the lifetime, in seconds, of the bot tokens the token endpoint issues"""
         super().__init__("teams-standin")
 
     @property
@@ -178,7 +180,12 @@ class TeamsStandin(StandinServer):
             self.tokens.append(token)
             self._changed.notify_all()
         return web.json_response(
-            {"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token}
+            {
+                "token_type": "Bearer",
+                "expires_in": self.expires_in,
+                "ext_expires_in": self.expires_in,
+                "access_token": token,
+            }
         )
 
     def _authorized(self, request: web.Request) -> bool:
