@@ -17,6 +17,7 @@ from typing import Any
 from dingtalk_standin import DingTalkStandin
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
+from teams_standin import TeamsStandin
 from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
 from wecom_standin import WeComStandin
@@ -103,6 +104,13 @@ PLATFORMS: dict[str, Platform] = {
         ready=lambda s: s.wait_for(lambda: s.connections),
         say=lambda s, n, text: s.user_says(f"staff{n}", text),
         chat=lambda n: f"staff{n}",
+    ),
+    "teams": Platform(
+        start=TeamsStandin,
+        config=lambda s, users: s.gateway_config(users),
+        ready=lambda s: s.wait_listening(),
+        say=lambda s, n, text: s.user_says(f"u{n}", text),
+        chat=lambda n: f"a:u{n}",
     ),
 }
 

@@ -331,6 +331,28 @@ class DingTalkSettings(ChatAccess):
         return _from_env(value)
 
 
+class TeamsSettings(ChatAccess):
+    app_id: str
+    """The bot's Microsoft App ID (Azure Bot resource): the audience every inbound token must carry."""
+    app_password: SecretStr
+    """The app's client secret (`${TEAMS_APP_PASSWORD}`): the bot token is fetched with it."""
+    tenant_id: str = "botframework.com"
+    """The tenant the bot token is asked of (a single-tenant bot: its own tenant id)."""
+    login_endpoint: str = "https://login.microsoftonline.com"
+    """Where the bot token comes from: {login_endpoint}/{tenant_id}/oauth2/v2.0/token (a test stand-in)."""
+    openid_metadata_url: str = "https://login.botframework.com/v1/.well-known/openidconfiguration"
+    """The Bot Framework's OpenID metadata; its key set (…/keys beside it) signs inbound tokens."""
+    host: str = "127.0.0.1"
+    port: int = Field(3978, ge=0, le=65535)
+    path: str = "/api/messages"
+    """The messaging endpoint's path (the Azure Bot's messaging endpoint, through a reverse proxy)."""
+
+    @field_validator("app_password", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+
 class WebhookSettings(ChatAccess):
     secret: SecretStr
     """The HMAC-SHA256 key callers sign each body with (`${HERMETIC_WEBHOOK_SECRET}`)."""
@@ -363,6 +385,7 @@ class GatewaySettings(BaseModel):
     whatsapp: WhatsAppSettings | None = None
     wecom: WeComSettings | None = None
     dingtalk: DingTalkSettings | None = None
+    teams: TeamsSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False
     """Run the gateway inside `hermetic serve` too."""

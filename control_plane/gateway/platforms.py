@@ -61,6 +61,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .dingtalk import DingTalkAdapter
 
         adapters.append(DingTalkAdapter(config.dingtalk))
+    if config.teams is not None:
+        from .teams import TeamsAdapter
+
+        adapters.append(TeamsAdapter(config.teams, store))
     if config.webhook is not None:
         from .webhook import WebhookAdapter
 

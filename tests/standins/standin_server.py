@@ -4,6 +4,7 @@ thread of its own, so a test (any thread) drives it and waits on what it recorde
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -72,3 +73,14 @@ class StandinServer:
         for task in rest:
             task.cancel()
         await asyncio.gather(*rest, return_exceptions=True)
+
+
+def wait_listening(port: int, timeout: float = 120) -> None:
+    """Until something accepts connections on 127.0.0.1:port (a gateway's listener opening as it starts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, f"nothing ever listened on port {port}"
+        time.sleep(0.02)

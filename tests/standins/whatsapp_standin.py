@@ -26,7 +26,7 @@ import uuid
 from typing import Any
 
 from aiohttp import web
-from standin_server import StandinServer
+from standin_server import StandinServer, wait_listening
 
 TOKEN = "wa-test-token"
 APP_SECRET = "wa-app-secret"
@@ -143,14 +143,7 @@ class WhatsAppStandin(StandinServer):
 
     def wait_listening(self, timeout: float = 120) -> None:
         """Until the gateway's webhook listener accepts connections (it opens as the gateway starts)."""
-        port = int(self.webhook_url.split(":")[2].split("/")[0])
-        deadline = time.monotonic() + timeout
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            assert time.monotonic() < deadline, "the webhook listener never opened"
-            time.sleep(0.02)
+        wait_listening(int(self.webhook_url.split(":")[2].split("/")[0]), timeout)
 
     def called(self, method: str, path: str) -> list[dict[str, Any]]:
         with self._changed:
