@@ -9,7 +9,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path as FilePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import httpx
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response, status
@@ -68,8 +68,9 @@ class NewMessage(BaseModel):
 
 
 class Posted(BaseModel):
-    status: str
-    """started: a new run; steered: added to the running one after its current tool batch."""
+    status: Literal["started", "steered", "duplicate"]
+    """started: a new run; steered: added to the running one after its current tool batch; duplicate:
+    its Idempotency-Key was posted to this session before, so nothing was done again."""
     after: int
     """Follow /events?after=this to get exactly this message's events."""
 
@@ -223,13 +224,28 @@ def create_app(
         status_code=status.HTTP_202_ACCEPTED,
         responses=errors(400, 401, 404, 429),
     )
-    async def post_message(profile: Auth, live: Live, body: NewMessage) -> Posted:
+    async def post_message(
+        profile: Auth,
+        live: Live,
+        body: NewMessage,
+        key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=64)] = None,
+    ) -> Posted:
+        """Send the session a message: a new turn, or steered into the running one. A client that cannot
+        tell whether a post was taken (the connection broke, a replica died) sends it again with the same
+        `Idempotency-Key`: taken before, it is answered `duplicate` and nothing runs twice."""
         after = live.seq
-        if live.conversation.steer(body.content):
-            return Posted(status="steered", after=after)
-        if live.task is not None and not live.task.done():  # its reply is in, it is only saving: a new turn
-            await asyncio.gather(live.task, return_exceptions=True)
-        profile.start_turn(live, body.content)
+        if key is not None and not await asyncio.to_thread(_first_post, profile, live, key):
+            return Posted(status="duplicate", after=after)
+        try:
+            if live.conversation.steer(body.content):
+                return Posted(status="steered", after=after)
+            if live.task is not None and not live.task.done():  # its reply is in, only saving: a new turn
+                await asyncio.gather(live.task, return_exceptions=True)
+            profile.start_turn(live, body.content)
+        except BaseException:  # not taken (a 429 over limits): the same key may be posted again
+            if key is not None:
+                await asyncio.to_thread(profile.agent.bindings.forget, "message", _post_key(live, key))
+            raise
         return Posted(status="started", after=after)
 
     @app.post("/sessions/{session_id}/interrupt", responses=errors(401, 404))
@@ -298,6 +314,19 @@ def create_app(
 
     app.openapi = _public_marked(app.openapi)  # type: ignore[method-assign]
     return app
+
+
+KEPT_MESSAGE_KEYS = 100_000
+"""Idempotency keys of posted messages remembered per profile (the least recently posted forgotten first)."""
+
+
+def _post_key(live: LiveSession, key: str) -> str:
+    return f"{live.conversation.id}:{key}"
+
+
+def _first_post(profile: Profile, live: LiveSession, key: str) -> bool:
+    bindings = profile.agent.bindings
+    return bindings.claim("message", _post_key(live, key), live.conversation.id, keep=KEPT_MESSAGE_KEYS)
 
 
 def _followed(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession | None:

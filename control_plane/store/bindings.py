@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
 from .engine import WRITE
 from .records import BindingRecord
 
-Surface = Literal["gateway", "openai", "a2a", "mcp"]
+Surface = Literal["gateway", "openai", "a2a", "mcp", "message"]
+"""message: a client's idempotency key for a message it posted (POST /sessions/ID/messages)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,18 @@ class Bindings:
         by_age = select(col(BindingRecord.key)).where(*mine).order_by(col(BindingRecord.last_at))
         oldest = by_age.limit(count - keep)
         conn.execute(delete(BindingRecord).where(*mine, col(BindingRecord.key).in_(oldest)))
+
+    def claim(self, surface: Surface, key: str, session_id: str, *, keep: int) -> bool:
+        """Bind `key` unless it is bound already (at once, for every process on the database); whether
+        this call bound it. The surface's least recently used keys past `keep` are forgotten."""
+        now = time.time()
+        try:
+            with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+                self._insert(conn, surface, (key, session_id, now, now))
+                self._forget_past(conn, surface, keep)
+        except IntegrityError:  # the primary key: another call bound it first
+            return False
+        return True
 
     def forget(self, surface: Surface, key: str) -> None:
         with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():

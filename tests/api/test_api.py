@@ -129,6 +129,45 @@ def test_a_second_message_steers_the_running_one(api: tuple[str, dict[str, str]]
         assert fake_llm.requests[-1]["messages"][-1]["content"] == "also note this"
 
 
+def test_a_message_posted_again_under_its_idempotency_key_runs_once(
+    api: tuple[str, dict[str, str]], fake_llm: Any
+) -> None:
+    url, tokens = api
+    fake_llm.load([{"text": "answered"}, {"text": "answered again"}])
+    with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
+        session = client.post("/sessions").json()["id"]
+        other = client.post("/sessions").json()["id"]
+
+        def post(to: str, key: str) -> dict[str, Any]:
+            sent = client.post(
+                f"/sessions/{to}/messages", json={"content": "hi"}, headers={"Idempotency-Key": key}
+            )
+            assert sent.status_code == 202, sent.text
+            return dict(sent.json())
+
+        first = post(session, "k-1")
+        assert first["status"] == "started"
+        events = sse_events(
+            client, f"/sessions/{session}/events?after={first['after']}&until_turn_end=true", tokens["alpha"]
+        )
+        assert events[-1]["data"]["content"] == "answered"
+        assert post(session, "k-1")["status"] == "duplicate"  # as a client unsure of the first would send it
+        elsewhere = post(other, "k-1")
+        assert elsewhere["status"] == "started"  # a key is one session's
+        sse_events(
+            client,
+            f"/sessions/{other}/events?after={elsewhere['after']}&until_turn_end=true",
+            tokens["alpha"],
+        )
+        long_key = client.post(
+            f"/sessions/{session}/messages", json={"content": "hi"}, headers={"Idempotency-Key": "k" * 65}
+        )
+        assert long_key.status_code == 422
+    detail = httpx.get(f"{url}/sessions/{session}", headers=auth(tokens["alpha"])).json()
+    assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == ["hi"]
+    assert len(fake_llm.requests) == 2
+
+
 def test_out_of_bounds_input_is_a_clear_422_and_errors_are_documented(
     api: tuple[str, dict[str, str]],
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -255,7 +256,8 @@ def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
 
 class Conversation:
     """One client's session through the balancer: each message posted once (again only after its turn
-    was interrupted by the replica's death), its events followed to the turn's end across reconnects."""
+    was interrupted by the replica's death; a post whose outcome it could not see goes again under the
+    same Idempotency-Key), its events followed to the turn's end across reconnects."""
 
     def __init__(self, client: httpx.Client, tag: str) -> None:
         self.client, self.tag = client, tag
@@ -283,27 +285,20 @@ class Conversation:
                 return
 
     def _post(self, text: str) -> None:
-        before = self._user_messages().count(text)
+        key = uuid.uuid4().hex  # one per message sent: posted again, the server knows it took it
         while True:
             try:
-                response = self.client.post(f"/sessions/{self.session}/messages", json={"content": text})
+                response = self.client.post(
+                    f"/sessions/{self.session}/messages",
+                    json={"content": text},
+                    headers={"Idempotency-Key": key},
+                )
                 if response.status_code == 202:
-                    return
+                    return  # started, steered, or a duplicate of the post a dead replica had taken
                 self.refusals.append(response.status_code)
             except httpx.TransportError:
-                pass  # the replica died with the request: did it take it before?
-            if self._user_messages().count(text) > before:
-                return
+                pass  # the replica died with the request: taken or not, the same key again tells
             time.sleep(0.2)  # a 502/503/429 says try again: not at once, from 30 clients on 2 cores
-
-    def _user_messages(self) -> list[str]:
-        while True:
-            try:
-                response = self.client.get(f"/sessions/{self.session}")
-            except httpx.TransportError:
-                continue
-            if response.status_code == 200:
-                return [m["content"] for m in response.json()["messages"] if m["role"] == "user"]
 
     def _turn_end(self) -> str:
         url = f"/sessions/{self.session}/events?until_turn_end=true"
@@ -368,7 +363,7 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
     for tag, conversation in conversations.items():
         history = cluster.history(0, conversation.session)["messages"][1:]
         answers = [m["content"] for m in history if m["role"] == "assistant"]
-        assert len(answers) == 2 == len(set(answers)), (tag, history)  # each message answered once
+        assert len(answers) == 2 == len(set(answers)), _stuck(cluster, [conversation])  # each answered once
         said = [m["content"] for m in history if m["role"] == "user"]
         assert sorted(set(said)) == [f"{tag} message {n}" for n in (1, 2)], (tag, history)
         for earlier, later in zip(history, history[1:], strict=False):
@@ -379,14 +374,17 @@ def test_thirty_sessions_through_haproxy_survive_a_replica_killed_and_restarted(
 
 
 def _stuck(cluster: Cluster, stuck: list[Conversation]) -> str:
-    """What a failure needs to be understood: each unfinished conversation and the replicas' logs."""
+    """What a failure needs to be understood: the conversations' events and histories, the replicas' logs."""
     lines = []
     for conversation in stuck:
-        roles = [m["role"] for m in cluster.history(0, conversation.session)["messages"]]
+        told = [
+            (m["role"], (m["content"] or "")[:16], round(m["created_at"] % 1000, 2))
+            for m in cluster.history(0, conversation.session)["messages"]
+        ]
         lines.append(
             f"{conversation.tag} {conversation.session}: ends {conversation.ends}, last event "
             f"{conversation.last}, reconnects {conversation.reconnects}, refused {conversation.refusals}, "
-            f"history {roles}"
+            f"history {told}"
         )
     for n, replica in enumerate(cluster.replicas):
         lines.append(f"--- replica {n}:\n" + "".join(replica.said[-40:]))
