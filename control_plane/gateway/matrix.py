@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-from nio import AsyncClient, AsyncClientConfig, ErrorResponse, MatrixRoom, SyncResponse
+from nio import AsyncClient, AsyncClientConfig, ErrorResponse, InviteMemberEvent, MatrixRoom, SyncResponse
 
 from ..config.chat import MatrixSettings
 from . import matrix_content as mc
@@ -127,12 +127,13 @@ class MatrixAdapter(Adapter):
     async def _invites(self, sync: SyncResponse) -> None:
         client = self._client()
         for room_id, invite in sync.rooms.invite.items():
+            # nio's parsing takes a member event's content out of its source: it is the `content` field
             mine = [
-                e.source for e in invite.invite_state
-                if e.source.get("type") == "m.room.member" and e.source.get("state_key") == client.user_id
+                e for e in invite.invite_state
+                if isinstance(e, InviteMemberEvent) and e.state_key == client.user_id
             ]  # fmt: skip
-            inviter = str(mine[-1].get("sender", "")) if mine else ""
-            direct = bool(mine and (mine[-1].get("content") or {}).get("is_direct"))
+            inviter = mine[-1].sender if mine else ""
+            direct = bool(mine and mine[-1].content.get("is_direct"))
             welcome = await asyncio.to_thread(self._welcome, room_id, inviter, direct)
             log.log(
                 logging.INFO if welcome else logging.WARNING, "%s the invite to %s from %s",

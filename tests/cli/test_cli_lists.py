@@ -163,7 +163,9 @@ def help_text(*command: str) -> str:
 
 def test_help_names_every_platform_backend_and_toolset_the_code_has() -> None:
     assert "signed webhook" not in (gateway := help_text("gateway"))
-    expected = ("telegram", "slack", "discord", "irc", "xmpp", "email", "mattermost", "whatsapp", "webhook")
+    expected = (
+        "telegram", "slack", "discord", "irc", "xmpp", "email", "mattermost", "matrix", "whatsapp", "webhook",
+    )  # fmt: skip
     assert expected == PLATFORMS
     assert f"one agent reached from {', '.join(PLATFORMS)}" in gateway
     backends = f"{', '.join(BACKEND_NAMES[:-1])} or {BACKEND_NAMES[-1]}"

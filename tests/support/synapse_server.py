@@ -141,6 +141,8 @@ class MatrixUser:
         self.http.headers["Authorization"] = f"Bearer {answer['access_token']}"
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         """Every timeline event of every room, with its `room_id`, as /sync hands them over."""
+        self.timeline: list[dict[str, Any]] = []
+        """The same events, kept (`hear` takes them off the queue)."""
         self.left: queue.Queue[str] = queue.Queue()
         """The rooms someone left, by their membership events (room_id)."""
         self._stop = threading.Event()
@@ -168,6 +170,7 @@ class MatrixUser:
                 raise
             for room_id, room in (found.get("rooms", {}).get("join") or {}).items():
                 for event in room.get("timeline", {}).get("events", []):
+                    self.timeline.append({**event, "room_id": room_id})
                     self.events.put({**event, "room_id": room_id})
                     if event["type"] == "m.room.member" and event["content"].get("membership") == "leave":
                         self.left.put(room_id)
@@ -222,6 +225,11 @@ class MatrixUser:
         while not text_of(heard[-1]).endswith(last_words):
             heard.append(self.hear(room, timeout, type="m.room.message"))
         return heard
+
+    def texts(self, room: str, sender: str) -> list[str]:
+        """The final text of each message `sender` said in `room`, in order (edits applied)."""
+        said = [e for e in list(self.timeline) if e["room_id"] == room and e["sender"] == sender]
+        return list(final_texts([e for e in said if e["type"] == "m.room.message"]).values())
 
     def close(self) -> None:
         self._stop.set()
