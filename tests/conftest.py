@@ -23,8 +23,8 @@ from control_plane.store import Store
 
 # The shared fixtures, for every test module: the scripted model, the test servers (PostgreSQL with and
 # without pgvector, ngIRCd, Prosody, Synapse, Postfix and Dovecot, the upstream hosts in a namespace, a web
-# server on loopback), the served API and the console in Chromium. Loaded as plugins, after this module, so they
-# may import it.
+# server on loopback), the served API and the console in Chromium. Loaded as plugins, after this module,
+# so they may import it.
 pytest_plugins = [
     "fake_llm",
     "postgres",

@@ -81,10 +81,14 @@ class MatrixAdapter(Adapter):
         config = AsyncClientConfig(
             max_limit_exceeded=0, max_timeouts=0, request_timeout=settings.sync_timeout + 30
         )
-        client = AsyncClient(settings.homeserver, settings.user_id, device_id=settings.device_id, config=config)
+        client = AsyncClient(
+            settings.homeserver, settings.user_id, device_id=settings.device_id, config=config
+        )
         try:
             if settings.access_token is not None:
-                client.restore_login(settings.user_id, settings.device_id, settings.access_token.get_secret_value())
+                client.restore_login(
+                    settings.user_id, settings.device_id, settings.access_token.get_secret_value()
+                )
                 _check(await _call(client.whoami()), "the access token")
             else:
                 assert settings.password is not None  # the settings require one of the two
@@ -193,11 +197,14 @@ class MatrixAdapter(Adapter):
         sender, content = str(event.get("sender", "")), event.get("content")
         if sender == self._client().user_id or not isinstance(content, dict) or "event_id" not in event:
             return None
+        name = (room.user_name(sender) or "") if room else ""
         base = {"platform": self.platform, "chat": room_id, "message_id": str(event["event_id"]),
-                "user": sender, "user_name": (room.user_name(sender) or "") if room else "", "direct": direct}  # fmt: skip
+                "user": sender, "user_name": name, "direct": direct}  # fmt: skip
         related = mc.relation(content)
         if event.get("type") == "m.reaction" and related.get("rel_type") == "m.annotation":
-            picked = mc.choice(self._prompts.get(str(related.get("event_id")), []), str(related.get("key", "")))
+            picked = mc.choice(
+                self._prompts.get(str(related.get("event_id")), []), str(related.get("key", ""))
+            )
             return Inbound(**base, button=picked.data) if picked else None
         if event.get("type") != "m.room.message" or related.get("rel_type") == "m.replace":
             return None
@@ -209,9 +216,10 @@ class MatrixAdapter(Adapter):
         if question in self._prompts and (picked := mc.choice(self._prompts[question], text)):
             return Inbound(**base, button=picked.data)
         if not direct:
-            text = self._addressed(content, text, room)
-            if text is None:
+            said = self._addressed(content, text, room)
+            if said is None:
                 return None
+            text = said
         return Inbound(**base, text=text, thread=mc.thread_of(content), files=[found] if found else [])
 
     def _addressed(self, content: dict[str, Any], text: str, room: MatrixRoom | None) -> str | None:

@@ -39,7 +39,8 @@ def message(text: str, thread: str | None = None) -> dict[str, Any]:
     """An m.text with the Markdown source as body and its HTML as formatted_body; in a thread, its
     relation (with the fallback reply older clients show)."""
     content: dict[str, Any] = {
-        "msgtype": "m.text", "body": text, "format": "org.matrix.custom.html", "formatted_body": to_html(text),
+        "msgtype": "m.text", "body": text,
+        "format": "org.matrix.custom.html", "formatted_body": to_html(text),
     }  # fmt: skip
     if thread:
         content["m.relates_to"] = {
@@ -105,8 +106,8 @@ def attachment(content: dict[str, Any]) -> Attachment | None:
     url = content.get("url")
     if content.get("msgtype") not in FILE_TYPES or not isinstance(url, str) or not url.startswith("mxc://"):
         return None
-    info = content.get("info") if isinstance(content.get("info"), dict) else {}
-    size = info.get("size") if isinstance(info.get("size"), int) else None
+    info = content.get("info")
+    size = info.get("size") if isinstance(info, dict) and isinstance(info.get("size"), int) else None
     return Attachment(name=str(content.get("filename") or content.get("body") or "file"), ref=url, size=size)
 
 
@@ -121,6 +122,9 @@ def choice(buttons: list[Button], said: str) -> Button | None:
     said = said.strip()
     keys = reaction_keys(buttons)
     for number, (key, button) in enumerate(zip(keys, buttons, strict=True), 1):
-        if said in (key, key.removesuffix("\ufe0f\u20e3"), str(number)) or said.lower() == button.label.lower():
+        if (
+            said in (key, key.removesuffix("\ufe0f\u20e3"), str(number))
+            or said.lower() == button.label.lower()
+        ):
             return button
     return None

@@ -33,7 +33,9 @@ def bot(synapse: Synapse, alice: MatrixUser) -> str:
     return synapse.register(alice.user_id.split(":")[0].removeprefix("@").replace("alice", "bot"))
 
 
-def _settings(tmp_path: Path, llm_url: str, server: Synapse, bot: str, alice: MatrixUser, **extra: Any) -> Any:
+def _settings(
+    tmp_path: Path, llm_url: str, server: Synapse, bot: str, alice: MatrixUser, **extra: Any
+) -> Any:
     config = matrix_config(server, bot, allow_users=[alice.user_id]) | extra
     return gateway_settings(tmp_path, llm_url, None, gateway={"matrix": config})
 
@@ -193,7 +195,11 @@ def test_an_encrypted_room_is_told_why_and_left(
     tmp_path: Path, fake_llm: Any, synapse: Synapse, bot: str, alice: MatrixUser
 ) -> None:
     fake_llm.load([])
-    encryption = {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+    encryption = {
+        "type": "m.room.encryption",
+        "state_key": "",
+        "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+    }
     with Running(_settings(tmp_path, fake_llm.url, synapse, bot, alice)):
         room = alice.create_room([bot], initial_state=[encryption])
         notice = alice.hear(room, type="m.room.message")
@@ -239,7 +245,9 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
 
     gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
     fake_llm.load(SCRIPT)
-    env = gateway_profile(tmp_path, fake_llm.url, "matrix", matrix_config(synapse, bot, allow_users=[alice.user_id]))
+    env = gateway_profile(
+        tmp_path, fake_llm.url, "matrix", matrix_config(synapse, bot, allow_users=[alice.user_id])
+    )
     room = alice.create_room([bot])
 
     def ask() -> None:
