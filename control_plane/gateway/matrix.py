@@ -208,9 +208,11 @@ class MatrixAdapter(Adapter):
             return Inbound(**base, button=picked.data) if picked else None
         if event.get("type") != "m.room.message" or related.get("rel_type") == "m.replace":
             return None
-        if content.get("msgtype") == "m.notice":
-            return None  # bots speak in notices: never answer one (no two bots talking forever)
         found = mc.attachment(content)
+        if content.get("msgtype") not in ("m.text", "m.emote") and found is None:
+            # notices, what bots speak in, are never answered (no two bots talking forever); nor a
+            # redacted message (no content left), a location, or a file without an mxc:// URL
+            return None
         text = mc.caption(content) if found else mc.body_text(content)
         question = mc.replied_to(content)
         if question in self._prompts and (picked := mc.choice(self._prompts[question], text)):

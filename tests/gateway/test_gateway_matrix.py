@@ -137,6 +137,7 @@ def test_in_an_allowed_room_only_mentions_are_answered_and_a_thread_is_answered_
         _online(gateway)
         _joined(alice, room, bot)
         alice.say(room, "people talking among themselves")
+        alice.send(room, {"msgtype": "m.notice", "body": f"{name}: a bot's notice, never answered"})
         alice.say(room, f"{name}: who is on call?")
         top = alice.hear_reply(room, "bob is")
         wait_answered(gateway, 1)
@@ -189,6 +190,25 @@ def test_an_approval_is_answered_by_a_reaction_and_files_go_both_ways(
     told, read = (fake_llm.requests[i]["messages"][-1]["content"] for i in (-2, -1))
     assert "uploads/data.csv (8 bytes)" in told
     assert "a,b" in read and "1,2" in read, "the file was downloaded into uploads/"
+
+
+def test_an_approval_is_answered_by_a_reply_naming_the_choice(
+    tmp_path: Path, fake_llm: Any, synapse: Synapse, bot: str, alice: MatrixUser
+) -> None:
+    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    settings = _settings(tmp_path, fake_llm.url, synapse, bot, alice).model_copy(
+        update={"toolsets": ["files", "test"]}
+    )
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        room = alice.create_room([bot])
+        alice.say(room, "open 9000")
+        prompt = alice.hear(room, type="m.room.message")
+        while "Expose port 9000?" not in text_of(prompt):
+            prompt = alice.hear(room, type="m.room.message")
+        quoted = f"> <{bot}> Expose port 9000?\n\nalways"  # a rich reply's fallback, then the answer
+        alice.say(room, quoted, **{"m.relates_to": {"m.in_reply_to": {"event_id": prompt["event_id"]}}})
+        wait_answered(gateway, 2)
+    assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
 
 
 def test_an_encrypted_room_is_told_why_and_left(
