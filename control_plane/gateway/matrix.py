@@ -21,6 +21,7 @@ bot would need a persistent, verified device store): an encrypted room is told s
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import mimetypes
@@ -37,6 +38,7 @@ from . import matrix_content as mc
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .plain import addressed
 from .records import GatewayStore
+from .stream import patiently
 
 log = logging.getLogger("hermetic.gateway.matrix")
 T = TypeVar("T")
@@ -113,13 +115,20 @@ class MatrixAdapter(Adapter):
         sync_filter = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}, "presence": {"types": []}}
         while True:
             since = await asyncio.to_thread(self.store.get_state, self._batch_key)
-            answer = await _call(
-                client.sync(
-                    timeout=int(self.settings.sync_timeout * 1000), sync_filter=sync_filter, since=since,
-                    full_state=not self._caught_up,  # the rooms' members: a restart knows none
-                )
-            )  # fmt: skip
-            sync = _check(answer, "sync")
+
+            async def synced(since: str | None = since) -> Any:
+                answer = await _call(
+                    client.sync(
+                        timeout=int(self.settings.sync_timeout * 1000), sync_filter=sync_filter,
+                        since=since, full_state=not self._caught_up,  # members: a restart knows none
+                    )
+                )  # fmt: skip
+                return _check(answer, "sync")
+
+            try:
+                sync = await patiently(synced)
+            except RateLimited as exc:  # a refusal to stop at, for other calls; here one to reconnect after
+                raise ConnectionLost(f"Matrix: sync: {exc}") from exc
             assert isinstance(sync, SyncResponse)
             await self._invites(sync)
             for room_id, room in sync.rooms.join.items():
@@ -144,9 +153,13 @@ class MatrixAdapter(Adapter):
                 "accepting" if welcome else "rejecting (not allowed)", room_id, inviter,
             )  # fmt: skip
             try:
-                _check(await _call(client.join(room_id) if welcome else client.room_leave(room_id)), room_id)
+                await patiently(functools.partial(self._join_or_reject, room_id, welcome))
             except AdapterError as exc:  # the invite was withdrawn meanwhile, say: the others still count
                 log.warning("%s", exc)
+
+    async def _join_or_reject(self, room_id: str, join: bool) -> None:
+        client = self._client()
+        _check(await _call(client.join(room_id) if join else client.room_leave(room_id)), room_id)
 
     def _welcome(self, room_id: str, inviter: str, direct: bool) -> bool:
         settings = self.settings

@@ -5,6 +5,7 @@ model behind the agent."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +100,22 @@ def test_a_message_sent_while_the_gateway_was_down_is_answered_and_a_replayed_sy
         wait_answered(gateway, 2)
     assert len(fake_llm.requests) == 2, "question one was recognised by its event id, not answered again"
     assert fake_llm.requests[1]["messages"][-1]["content"] == "while you were out"
+
+
+def test_a_429_from_the_homeserver_is_waited_out_and_the_reply_completes(
+    tmp_path: Path, fake_llm: Any, synapse: Synapse, bot: str, alice: MatrixUser, caplog: Any
+) -> None:
+    words = " ".join(f"w{i}" for i in range(60))
+    fake_llm.load([{"text": f"{words} done.", "pace": 0.02}])
+    synapse.rate_limit(bot, per_second=2, burst=1)  # edits every 0.05 s are far more than that
+    settings = _settings(tmp_path, fake_llm.url, synapse, bot, alice)
+    with caplog.at_level(logging.INFO, "hermetic.gateway"), Running(settings) as gateway:
+        room = alice.create_room([bot])
+        alice.say(room, "a question")
+        heard = alice.hear_reply(room, "done.")
+        wait_answered(gateway, 1)
+    assert list(final_texts(heard).values()) == [f"{words} done."]
+    assert any("rate limited: waiting" in r.getMessage() for r in caplog.records), "Synapse said 429"
 
 
 def test_a_stranger_is_given_a_pairing_code_and_their_group_invite_is_rejected(

@@ -103,19 +103,32 @@ class Synapse:
                 raise RuntimeError(f"synapse did not start: {log.read_text() if log.exists() else ''}")
             time.sleep(0.1)
 
-    def register(self, localpart: str) -> str:
+    def register(self, localpart: str, *, admin: bool = False) -> str:
         """An account (PASSWORD) made through /_synapse/admin/v1/register, HMAC-signed with the shared
         secret; its user id. Registering a name twice is refused by the server."""
+        return str(self._register(localpart, admin)["user_id"])
+
+    def _register(self, localpart: str, admin: bool) -> dict[str, Any]:
         endpoint = f"{self.url}/_synapse/admin/v1/register"
         nonce = requests.get(endpoint, timeout=10).json()["nonce"]
         mac = hmac.new(
             self.secret.encode(), b"\x00".join([nonce.encode(), localpart.encode(), PASSWORD.encode(),
-                                                b"notadmin"]), hashlib.sha1
+                                                b"admin" if admin else b"notadmin"]), hashlib.sha1
         ).hexdigest()  # fmt: skip
-        body = {"nonce": nonce, "username": localpart, "password": PASSWORD, "admin": False, "mac": mac}
+        body = {"nonce": nonce, "username": localpart, "password": PASSWORD, "admin": admin, "mac": mac}
         answer = requests.post(endpoint, json=body, timeout=30)
         assert answer.status_code == 200, answer.text
-        return str(answer.json()["user_id"])
+        return dict(answer.json())
+
+    def rate_limit(self, user_id: str, per_second: float, burst: int) -> None:
+        """The server's message rate limit for one user (the admin API's override_ratelimit)."""
+        admin = self._register(f"admin-{uuid.uuid4().hex[:8]}", True)
+        answer = requests.post(
+            f"{self.url}/_synapse/admin/v1/users/{quote(user_id)}/override_ratelimit",
+            json={"messages_per_second": per_second, "burst_count": burst},
+            headers={"Authorization": f"Bearer {admin['access_token']}"}, timeout=30,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
 
     def close(self) -> None:
         stop(self.proc, self.dir)
