@@ -34,8 +34,21 @@ import aiohttp
 from nio import AsyncClient, AsyncClientConfig, ErrorResponse, InviteMemberEvent, MatrixRoom, SyncResponse
 
 from ..config.chat import MatrixSettings
-from . import matrix_content as mc
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .matrix_content import (
+    attachment_of,
+    body_text,
+    caption_of,
+    choice_named,
+    edit_content,
+    file_content,
+    message_content,
+    reaction_keys,
+    relation,
+    replied_to,
+    thread_of,
+    with_choices,
+)
 from .plain import addressed
 from .records import GatewayStore
 from .stream import patiently
@@ -213,29 +226,29 @@ class MatrixAdapter(Adapter):
         name = (room.user_name(sender) or "") if room else ""
         base = {"platform": self.platform, "chat": room_id, "message_id": str(event["event_id"]),
                 "user": sender, "user_name": name, "direct": direct}  # fmt: skip
-        related = mc.relation(content)
+        related = relation(content)
         if event.get("type") == "m.reaction" and related.get("rel_type") == "m.annotation":
-            picked = mc.choice(
+            picked = choice_named(
                 self._prompts.get(str(related.get("event_id")), []), str(related.get("key", ""))
             )
             return Inbound(**base, button=picked.data) if picked else None
         if event.get("type") != "m.room.message" or related.get("rel_type") == "m.replace":
             return None
-        found = mc.attachment(content)
+        found = attachment_of(content)
         if content.get("msgtype") not in ("m.text", "m.emote") and found is None:
             # notices, what bots speak in, are never answered (no two bots talking forever); nor a
             # redacted message (no content left), a location, or a file without an mxc:// URL
             return None
-        text = mc.caption(content) if found else mc.body_text(content)
-        question = mc.replied_to(content)
-        if question in self._prompts and (picked := mc.choice(self._prompts[question], text)):
+        text = caption_of(content) if found else body_text(content)
+        question = replied_to(content)
+        if question in self._prompts and (picked := choice_named(self._prompts[question], text)):
             return Inbound(**base, button=picked.data)
         if not direct:
             said = self._addressed(content, text, room)
             if said is None:
                 return None
             text = said
-        return Inbound(**base, text=text, thread=mc.thread_of(content), files=[found] if found else [])
+        return Inbound(**base, text=text, thread=thread_of(content), files=[found] if found else [])
 
     def _addressed(self, content: dict[str, Any], text: str, room: MatrixRoom | None) -> str | None:
         """In a room: the text, when it mentions the bot (m.mentions, its user id, `name: ...`)."""
@@ -258,10 +271,10 @@ class MatrixAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
-        event_id = await self._send(chat, mc.message(mc.with_choices(text, buttons), thread))
+        event_id = await self._send(chat, message_content(with_choices(text, buttons), thread))
         if buttons:
             self._prompts[event_id] = buttons
-            for key in mc.reaction_keys(buttons):  # there to tap
+            for key in reaction_keys(buttons):  # there to tap
                 relation = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
                 await self._send(chat, {"m.relates_to": relation}, "m.reaction")
         return event_id
@@ -271,7 +284,7 @@ class MatrixAdapter(Adapter):
     ) -> None:
         if not buttons:
             self._prompts.pop(message_id, None)  # answered: reactions on it choose nothing now
-        await self._send(chat, mc.edit(message_id, mc.with_choices(text, buttons)))
+        await self._send(chat, edit_content(message_id, with_choices(text, buttons)))
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
@@ -280,7 +293,9 @@ class MatrixAdapter(Adapter):
             self._client().upload(lambda *_: path, content_type=mime, filename=path.name, filesize=size)
         )
         uploaded = _check(answer, "uploading")
-        return await self._send(chat, mc.file(path.name, uploaded.content_uri, mime, size, caption, thread))
+        return await self._send(
+            chat, file_content(path.name, uploaded.content_uri, mime, size, caption, thread)
+        )
 
     async def fetch(self, attachment: Attachment) -> bytes:
         answer = _check(await _call(self._client().download(mxc=attachment.ref)), "downloading")

@@ -35,7 +35,7 @@ def with_choices(text: str, buttons: list[Button] | None) -> str:
     return f"{text}\n\nReact with {listed} (or reply with the choice)"
 
 
-def message(text: str, thread: str | None = None) -> dict[str, Any]:
+def message_content(text: str, thread: str | None = None) -> dict[str, Any]:
     """An m.text with the Markdown source as body and its HTML as formatted_body; in a thread, its
     relation (with the fallback reply older clients show)."""
     content: dict[str, Any] = {
@@ -50,9 +50,9 @@ def message(text: str, thread: str | None = None) -> dict[str, Any]:
     return content
 
 
-def edit(event_id: str, text: str) -> dict[str, Any]:
+def edit_content(event_id: str, text: str) -> dict[str, Any]:
     """An edit of our message `event_id`: the new content in m.new_content, a `* ` fallback around it."""
-    new = message(text)
+    new = message_content(text)
     return {
         **{key: new[key] for key in ("msgtype", "format")},
         "body": f"* {new['body']}", "formatted_body": f"* {new['formatted_body']}",
@@ -60,14 +60,16 @@ def edit(event_id: str, text: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def file(name: str, url: str, mime: str, size: int, caption: str, thread: str | None) -> dict[str, Any]:
+def file_content(
+    name: str, url: str, mime: str, size: int, caption: str, thread: str | None
+) -> dict[str, Any]:
     """An m.image (an image/* type) or m.file pointing at an uploaded mxc:// URL."""
     content: dict[str, Any] = {
         "msgtype": "m.image" if mime.startswith("image/") else "m.file",
         "body": caption or name, "filename": name, "url": url, "info": {"mimetype": mime, "size": size},
     }  # fmt: skip
     if thread:
-        content["m.relates_to"] = message("", thread)["m.relates_to"]
+        content["m.relates_to"] = message_content("", thread)["m.relates_to"]
     return content
 
 
@@ -101,7 +103,7 @@ def body_text(content: dict[str, Any]) -> str:
     return "\n".join(lines).strip()
 
 
-def attachment(content: dict[str, Any]) -> Attachment | None:
+def attachment_of(content: dict[str, Any]) -> Attachment | None:
     """The file an m.file / m.image / m.audio / m.video points at (an unencrypted mxc:// URL)."""
     url = content.get("url")
     if content.get("msgtype") not in FILE_TYPES or not isinstance(url, str) or not url.startswith("mxc://"):
@@ -111,13 +113,13 @@ def attachment(content: dict[str, Any]) -> Attachment | None:
     return Attachment(name=str(content.get("filename") or content.get("body") or "file"), ref=url, size=size)
 
 
-def caption(content: dict[str, Any]) -> str:
+def caption_of(content: dict[str, Any]) -> str:
     """What a file's message says besides the file: its body, where a filename is given apart."""
     name, body = content.get("filename"), str(content.get("body", ""))
     return body if name and body != name else ""
 
 
-def choice(buttons: list[Button], said: str) -> Button | None:
+def choice_named(buttons: list[Button], said: str) -> Button | None:
     """The choice a reaction key or a reply's text names (a label, case-insensitively, or its number)."""
     said = said.strip()
     keys = reaction_keys(buttons)
