@@ -72,6 +72,15 @@ if [ "$(cat "$site/.playwright-version" 2>/dev/null)" != "$version" ]; then
   echo "$version" | $SUDO tee "$site/.playwright-version" >/dev/null
 fi
 
+# Synapse (a Matrix homeserver) for the Matrix tests, which start their own on loopback: from PyPI into a
+# virtualenv of its own (its pins would fight the project's), kept while it imports.
+synapse=/opt/synapse-venv
+if ! "$synapse/bin/python" -c "import synapse" >/dev/null 2>&1; then
+  echo "setup: installing Synapse into $synapse"
+  $SUDO python3 -m venv "$synapse"
+  $SUDO "$synapse/bin/pip" install -q "matrix-synapse>=1.100"
+fi
+
 for variant in slim browser node; do  # node: MCP servers from npm (hermetic mcp add --npm)
   echo "setup: sandbox image $(.venv/bin/python -m images.build --variant "$variant")"
 done

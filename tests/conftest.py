@@ -22,15 +22,16 @@ from backends import Backend, BackendUnavailable, Sandbox, SandboxSpec, create_b
 from control_plane.store import Store
 
 # The shared fixtures, for every test module: the scripted model, the test servers (PostgreSQL with and
-# without pgvector, ngIRCd, Prosody, Postfix and Dovecot, the upstream hosts in a namespace, a web server
-# on loopback), the served API and the console in Chromium. Loaded as plugins, after this module, so they
-# may import it.
+# without pgvector, ngIRCd, Prosody, Synapse, Postfix and Dovecot, the upstream hosts in a namespace, a web
+# server on loopback), the served API and the console in Chromium. Loaded as plugins, after this module,
+# so they may import it.
 pytest_plugins = [
     "fake_llm",
     "postgres",
     "ngircd",
     "prosody",
     "mailserver",
+    "synapse_server",
     "netns",
     "network_kit",
     "api_client",

@@ -248,6 +248,35 @@ class MattermostSettings(Backfilled):
         return _from_env(value)
 
 
+class MatrixSettings(Backfilled):
+    """A Matrix account on a homeserver: direct chats, and the rooms of `allow_chats` (room ids, !...:server)
+    where the bot answers messages that mention it. `allow_users` are user ids (@name:server)."""
+
+    homeserver: str
+    """The client-server API base, e.g. https://matrix.example.org."""
+    user_id: str = Field(pattern=r"^@[^:\s]+:\S+$")
+    """The bot's user id, e.g. @hermetic:example.org."""
+    password: SecretStr | None = None
+    """The account's password (`${MATRIX_PASSWORD}`): the gateway logs in as `device_id`."""
+    access_token: SecretStr | None = None
+    """An access token instead of a password (`${MATRIX_ACCESS_TOKEN}`)."""
+    device_id: str = "HERMETIC"
+    """The device a password login takes (the same one each start)."""
+    sync_timeout: float = Field(30.0, gt=0, le=300)
+    """Seconds one /sync long poll waits for events."""
+
+    @field_validator("password", "access_token", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return _from_env(value)
+
+    @model_validator(mode="after")
+    def _credentials(self) -> MatrixSettings:
+        if (self.password is None) == (self.access_token is None):
+            raise ValueError("matrix: give one of password or access_token")
+        return self
+
+
 class WhatsAppSettings(ChatAccess):
     phone_id: str
     """The business phone number's id (WhatsApp Manager, API setup)."""
@@ -382,6 +411,7 @@ class GatewaySettings(BaseModel):
     xmpp: XmppSettings | None = None
     email: EmailSettings | None = None
     mattermost: MattermostSettings | None = None
+    matrix: MatrixSettings | None = None
     whatsapp: WhatsAppSettings | None = None
     wecom: WeComSettings | None = None
     dingtalk: DingTalkSettings | None = None

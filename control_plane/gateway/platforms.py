@@ -49,6 +49,10 @@ def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
         from .mattermost import MattermostAdapter
 
         adapters.append(MattermostAdapter(config.mattermost, store))
+    if config.matrix is not None:
+        from .matrix import MatrixAdapter
+
+        adapters.append(MatrixAdapter(config.matrix, store))
     if config.whatsapp is not None:
         from .whatsapp import WhatsAppAdapter
 
