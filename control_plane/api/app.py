@@ -39,6 +39,8 @@ from .evals import router as evals_router
 from .files import router as files_router
 from .forward import ForwardToOwner, keep_leases
 from .memory import router as memory_router
+from .message_keys import forget as forget_key
+from .message_keys import seen_before
 from .methods import allowed_methods
 from .network import router as network_router
 from .openai import router as openai_router
@@ -233,20 +235,21 @@ def create_app(
         """Send the session a message: a new turn, or steered into the running one. A client that cannot
         tell whether a post was taken (the connection broke, a replica died) sends it again with the same
         `Idempotency-Key`: taken before, it is answered `duplicate` and nothing runs twice."""
-        after = live.seq
-        if key is not None and not await asyncio.to_thread(_first_post, profile, live, key):
-            return Posted(status="duplicate", after=after)
-        try:
-            if live.conversation.steer(body.content):
-                return Posted(status="steered", after=after)
-            if live.task is not None and not live.task.done():  # its reply is in, only saving: a new turn
-                await asyncio.gather(live.task, return_exceptions=True)
-            profile.start_turn(live, body.content)
-        except BaseException:  # not taken (a 429 over limits): the same key may be posted again
-            if key is not None:
-                await asyncio.to_thread(profile.agent.bindings.forget, "message", _post_key(live, key))
-            raise
-        return Posted(status="started", after=after)
+        async with live.posting:  # a post and its copy under the same key: one after the other
+            after = live.seq
+            if key is not None and await asyncio.to_thread(seen_before, profile, live, key, body.content):
+                return Posted(status="duplicate", after=after)
+            try:
+                if live.conversation.steer(body.content):
+                    return Posted(status="steered", after=after)
+                if live.task is not None and not live.task.done():  # its reply is in, only saving: a new turn
+                    await asyncio.gather(live.task, return_exceptions=True)
+                profile.start_turn(live, body.content)
+            except BaseException:  # not taken (a 429 over limits): the same key may be posted again
+                if key is not None:
+                    await asyncio.to_thread(forget_key, profile, live, key)
+                raise
+            return Posted(status="started", after=after)
 
     @app.post("/sessions/{session_id}/interrupt", responses=errors(401, 404))
     def interrupt(live: Live) -> dict[str, bool]:
@@ -314,19 +317,6 @@ def create_app(
 
     app.openapi = _public_marked(app.openapi)  # type: ignore[method-assign]
     return app
-
-
-KEPT_MESSAGE_KEYS = 100_000
-"""Idempotency keys of posted messages remembered per profile (the least recently posted forgotten first)."""
-
-
-def _post_key(live: LiveSession, key: str) -> str:
-    return f"{live.conversation.id}:{key}"
-
-
-def _first_post(profile: Profile, live: LiveSession, key: str) -> bool:
-    bindings = profile.agent.bindings
-    return bindings.claim("message", _post_key(live, key), live.conversation.id, keep=KEPT_MESSAGE_KEYS)
 
 
 def _followed(profile: Auth, session_id: Annotated[SessionId, Path()]) -> LiveSession | None:

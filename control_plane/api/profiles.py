@@ -53,6 +53,8 @@ class LiveSession:
         self._wake = asyncio.Event()
         self.task: asyncio.Task[Any] | None = None
         self.followers = 0
+        self.posting = asyncio.Lock()
+        """Held while a posted message is checked (its idempotency key) and taken."""
 
     def publish(self, event: Event) -> None:
         """Called on the event loop: number the event and wake every follower."""

@@ -12,6 +12,9 @@ from api_client import auth, sse_events
 from served_app import scripted_profiles
 
 from control_plane.api.app import create_app
+from control_plane.config.settings import load_settings
+from control_plane.store import Store
+from control_plane.store.bindings import Bindings
 
 
 def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:
@@ -130,42 +133,45 @@ def test_a_second_message_steers_the_running_one(api: tuple[str, dict[str, str]]
 
 
 def test_a_message_posted_again_under_its_idempotency_key_runs_once(
-    api: tuple[str, dict[str, str]], fake_llm: Any
+    api: tuple[str, dict[str, str]], fake_llm: Any, tmp_path: Path
 ) -> None:
     url, tokens = api
-    fake_llm.load([{"text": "answered"}, {"text": "answered again"}])
+    fake_llm.load([{"text": "answered"}, {"text": "answered elsewhere"}, {"text": "answered at last"}])
     with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
         session = client.post("/sessions").json()["id"]
         other = client.post("/sessions").json()["id"]
 
-        def post(to: str, key: str) -> dict[str, Any]:
+        def post(to: str, key: str, content: str = "hi") -> dict[str, Any]:
             sent = client.post(
-                f"/sessions/{to}/messages", json={"content": "hi"}, headers={"Idempotency-Key": key}
+                f"/sessions/{to}/messages", json={"content": content}, headers={"Idempotency-Key": key}
             )
             assert sent.status_code == 202, sent.text
             return dict(sent.json())
 
+        def answer(to: str, posted: dict[str, Any]) -> str:
+            url = f"/sessions/{to}/events?after={posted['after']}&until_turn_end=true"
+            return str(sse_events(client, url, tokens["alpha"])[-1]["data"]["content"])
+
         first = post(session, "k-1")
-        assert first["status"] == "started"
-        events = sse_events(
-            client, f"/sessions/{session}/events?after={first['after']}&until_turn_end=true", tokens["alpha"]
-        )
-        assert events[-1]["data"]["content"] == "answered"
+        assert first["status"] == "started" and answer(session, first) == "answered"
         assert post(session, "k-1")["status"] == "duplicate"  # as a client unsure of the first would send it
         elsewhere = post(other, "k-1")
         assert elsewhere["status"] == "started"  # a key is one session's
-        sse_events(
-            client,
-            f"/sessions/{other}/events?after={elsewhere['after']}&until_turn_end=true",
-            tokens["alpha"],
-        )
+        assert answer(other, elsewhere) == "answered elsewhere"
+
+        # a key bound by a post whose replica died before it saved the message holds nothing back
+        with Store(str(load_settings("alpha", root=tmp_path).database_url)) as store:
+            Bindings(store.engine, "alpha").claim("message", f"{session}:k-lost", session, keep=10)
+        lost = post(session, "k-lost", "hi again")
+        assert lost["status"] == "started" and answer(session, lost) == "answered at last"
+
         long_key = client.post(
             f"/sessions/{session}/messages", json={"content": "hi"}, headers={"Idempotency-Key": "k" * 65}
         )
         assert long_key.status_code == 422
     detail = httpx.get(f"{url}/sessions/{session}", headers=auth(tokens["alpha"])).json()
-    assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == ["hi"]
-    assert len(fake_llm.requests) == 2
+    assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == ["hi", "hi again"]
+    assert len(fake_llm.requests) == 3
 
 
 def test_out_of_bounds_input_is_a_clear_422_and_errors_are_documented(
