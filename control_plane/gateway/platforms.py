@@ -3,6 +3,8 @@ target string (`telegram:CHAT` or `telegram:CHAT:THREAD`), for deliveries such a
 
 from __future__ import annotations
 
+import importlib
+
 from ..agent.agent import Agent
 from ..config.settings import Settings
 from ..tools import TOOLS, Registry
@@ -17,62 +19,32 @@ class UnknownTarget(ValueError):
     """A target string that names no configured platform, or is not `platform:chat[:thread]`."""
 
 
+ADAPTERS: dict[str, tuple[str, bool]] = {
+    "telegram": ("TelegramAdapter", True),
+    "slack": ("SlackAdapter", True),
+    "discord": ("DiscordAdapter", True),
+    "irc": ("IrcAdapter", False),
+    "xmpp": ("XmppAdapter", False),
+    "email": ("EmailAdapter", True),
+    "mattermost": ("MattermostAdapter", True),
+    "matrix": ("MatrixAdapter", True),
+    "whatsapp": ("WhatsAppAdapter", False),
+    "wecom": ("WeComAdapter", False),
+    "dingtalk": ("DingTalkAdapter", False),
+    "teams": ("TeamsAdapter", True),
+    "webhook": ("WebhookAdapter", False),
+}
+"""Each platform's adapter class (in the module of the platform's name) and whether it takes the gateway's
+store (for what it keeps between runs: a poll offset, a sync token, a conversation's service URL)."""
+
+
 def build_adapters(settings: Settings, store: GatewayStore) -> list[Adapter]:
-    """One adapter per configured platform (imported only when configured)."""
+    """One adapter per configured platform (its module imported only when configured)."""
     adapters: list[Adapter] = []
-    config = settings.gateway
-    if config.telegram is not None:
-        from .telegram import TelegramAdapter
-
-        adapters.append(TelegramAdapter(config.telegram, store))
-    if config.slack is not None:
-        from .slack import SlackAdapter
-
-        adapters.append(SlackAdapter(config.slack, store))
-    if config.discord is not None:
-        from .discord import DiscordAdapter
-
-        adapters.append(DiscordAdapter(config.discord, store))
-    if config.irc is not None:
-        from .irc import IrcAdapter
-
-        adapters.append(IrcAdapter(config.irc))
-    if config.xmpp is not None:
-        from .xmpp import XmppAdapter
-
-        adapters.append(XmppAdapter(config.xmpp))
-    if config.email is not None:
-        from .email import EmailAdapter
-
-        adapters.append(EmailAdapter(config.email, store))
-    if config.mattermost is not None:
-        from .mattermost import MattermostAdapter
-
-        adapters.append(MattermostAdapter(config.mattermost, store))
-    if config.matrix is not None:
-        from .matrix import MatrixAdapter
-
-        adapters.append(MatrixAdapter(config.matrix, store))
-    if config.whatsapp is not None:
-        from .whatsapp import WhatsAppAdapter
-
-        adapters.append(WhatsAppAdapter(config.whatsapp))
-    if config.wecom is not None:
-        from .wecom import WeComAdapter
-
-        adapters.append(WeComAdapter(config.wecom))
-    if config.dingtalk is not None:
-        from .dingtalk import DingTalkAdapter
-
-        adapters.append(DingTalkAdapter(config.dingtalk))
-    if config.teams is not None:
-        from .teams import TeamsAdapter
-
-        adapters.append(TeamsAdapter(config.teams, store))
-    if config.webhook is not None:
-        from .webhook import WebhookAdapter
-
-        adapters.append(WebhookAdapter(config.webhook))
+    for name, config in settings.gateway.platforms.items():
+        class_name, stored = ADAPTERS[name]
+        adapter_class = getattr(importlib.import_module(f"{__package__}.{name}"), class_name)
+        adapters.append(adapter_class(config, store) if stored else adapter_class(config))
     return adapters
 
 

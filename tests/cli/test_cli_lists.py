@@ -19,6 +19,7 @@ from control_plane.api.app import create_app
 from control_plane.cli.main import app as cli_app
 from control_plane.config.chat import PLATFORMS
 from control_plane.config.settings import SkillsSettings, load_settings
+from control_plane.gateway.platforms import ADAPTERS
 from control_plane.models.fake_llm import FakeLLM
 from control_plane.skills.install import Installer
 from control_plane.skills.library import SkillLibrary
@@ -167,7 +168,7 @@ def test_help_names_every_platform_backend_and_toolset_the_code_has() -> None:
         "telegram", "slack", "discord", "irc", "xmpp", "email", "mattermost", "matrix", "whatsapp", "wecom",
         "dingtalk", "teams", "webhook",
     )  # fmt: skip
-    assert expected == PLATFORMS
+    assert expected == PLATFORMS == tuple(ADAPTERS)  # each platform configurable has its adapter
     assert f"one agent reached from {', '.join(PLATFORMS)}" in gateway
     backends = f"{', '.join(BACKEND_NAMES[:-1])} or {BACKEND_NAMES[-1]}"
     assert "modal" in backends
