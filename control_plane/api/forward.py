@@ -136,7 +136,7 @@ async def forward(
         log.info("replica %s at %s does not answer (%s): waiting for its lease", holder.owner, url, exc)
         return Forwarded.NOT_TAKEN
     except httpx.TransportError as exc:  # it had the request and stopped: taken or not, nobody knows
-        log.info("replica %s at %s stopped while answering (%s)", holder.owner, url, exc)
+        log.warning("replica %s at %s stopped while answering (%s)", holder.owner, url, exc)
         if scope["method"] in _SAFE:
             return Forwarded.NOT_TAKEN  # asking again changes nothing
         await _answer(send, 502, _LOST, retry=5)
