@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import logging
 import tempfile
 import threading
 import time
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--platform", choices=["all", "telegram", "office", *REAL_SERVERS], default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    # Warnings only, as the CLI configures it: else wordllama's import-time basicConfig(INFO) would have
+    # every client library log each event to stderr, a cost the served gateway does not pay
+    logging.basicConfig(level=logging.WARNING)
     if args.platform in ("all", "telegram", "office"):
         results = collect(args.chats, args.messages, args.singles) if args.platform != "office" else {}
         if args.platform in ("all", "office"):

@@ -1,9 +1,10 @@
 """The Matrix rows of `python -m bench.gateway` (alone: `python -m bench.gateway_matrix [--chats ...]`): the
 gateway's matrix-nio client on a real Synapse (tests/support/synapse_server.py) with the scripted model,
 people as client-server API clients, each in a direct chat (a room of two) with the bot. The time from a
-person's message leaving their client to the agent's first model request, one chat one message at a time
-and N chats x M messages at once (each person sends the next when the last answer is in), and those
-messages answered in full (the reply streamed as edits) per second."""
+person's message leaving their client to the agent's first model request (and, for scale, to Synapse's
+answer to that send), one chat one message at a time and N chats x M messages at once (each person sends
+the next when the last answer is in), and those messages answered in full (the reply streamed as edits)
+per second."""
 
 from __future__ import annotations
 
@@ -55,9 +56,11 @@ def collect(chats: int, messages: int, singles: int) -> Results:
                 first.say(room, "warm up")  # the first turn pays one-time imports: not sampled
                 _answered(answers, room, 1)
                 alone: dict[str, float] = {}
+                accepted = []  # Synapse's own share: its answer to the person's send
                 for n in range(2, singles + 2):
-                    alone[f"question {n}"] = time.perf_counter()
+                    alone[f"question {n}"] = sent = time.perf_counter()
                     first.say(room, f"question {n}")
+                    accepted.append(time.perf_counter() - sent)
                     _answered(answers, room, n)
                 together: dict[str, float] = {}
 
@@ -79,6 +82,7 @@ def collect(chats: int, messages: int, singles: int) -> Results:
             server.close()
     many = f"gateway matrix: {chats} chats x {messages} messages, message"
     return {
+        "gateway matrix: a person's send answered by Synapse (for scale)": accepted,
         "gateway matrix: message -> first model request": llm.to_model(alone),
         f"{many} -> first model request": llm.to_model(together),
         f"{many} -> answered": throughput(latencies, took),

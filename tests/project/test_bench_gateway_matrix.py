@@ -28,6 +28,7 @@ def test_the_matrix_benchmark_runs_with_tiny_counts_and_writes_its_samples(tmp_p
     assert data["extra"] == {"section": "gateway-matrix"}
     figures = data["figures"]
     counts = {
+        "gateway matrix: a person's send answered by Synapse (for scale)": 2,
         "gateway matrix: message -> first model request": 2,
         "gateway matrix: 2 chats x 2 messages, message -> first model request": 4,
         "gateway matrix: 2 chats x 2 messages, message -> answered": 4,
