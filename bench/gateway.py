@@ -1,11 +1,12 @@
-"""`python -m bench.gateway [--platform all|telegram|irc|xmpp|email|office]`: the messaging gateway over
-the Telegram stand-in (tests/standins/telegram_standin.py, python-telegram-bot as the client) with the
+"""`python -m bench.gateway [--platform all|telegram|office|irc|xmpp|matrix|email]`: the messaging gateway
+over the Telegram stand-in (tests/standins/telegram_standin.py, python-telegram-bot as the client) with the
 scripted model: time from an inbound update to the agent's first model request, from the model's last
 token to the final edit, and N chats x M messages at once
 (each chat sends its next message when the last answer is in): throughput and latency. The IRC rows,
 against a real ngIRCd, are bench/gateway_irc.py's, the XMPP rows, against a real Prosody,
-bench/gateway_xmpp.py's, the email rows, against a real Postfix and Dovecot, bench/gateway_email.py's;
-the office platforms' rows (bench/gateway_office.py) each run over its own stand-in.
+bench/gateway_xmpp.py's, the Matrix rows, against a real Synapse, bench/gateway_matrix.py's, the email
+rows, against a real Postfix and Dovecot, bench/gateway_email.py's; the office platforms' rows
+(bench/gateway_office.py) each run over its own stand-in.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import logging
 import tempfile
 import threading
 import time
@@ -31,6 +34,13 @@ from . import gateway_office
 from .stats import Figure, Results, report
 
 T = TypeVar("T")
+REAL_SERVERS = {
+    "irc": "IRC on a real ngIRCd",
+    "xmpp": "XMPP on a real Prosody",
+    "matrix": "Matrix on a real Synapse",
+    "email": "email on a real Postfix and Dovecot",
+}
+"""The platforms benchmarked against a real server, each by its module bench/gateway_<platform>.py."""
 REPLY = "Here is the answer you asked for, written out over a few words, done."
 
 
@@ -164,16 +174,17 @@ def collect(chats: int, messages: int, singles: int) -> Results:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("-n", "--singles", type=int, default=30, help="one-chat samples for the first two")
-    parser.add_argument(
-        "--platform", choices=["all", "telegram", "irc", "xmpp", "email", "office"], default="all"
-    )
+    parser.add_argument("--platform", choices=["all", "telegram", "office", *REAL_SERVERS], default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # Warnings only, as the CLI configures it: else wordllama's import-time basicConfig(INFO) would have
+    # every client library log each event to stderr, a cost the served gateway does not pay
+    logging.basicConfig(level=logging.WARNING)
     if args.platform in ("all", "telegram", "office"):
         results = collect(args.chats, args.messages, args.singles) if args.platform != "office" else {}
         if args.platform in ("all", "office"):
@@ -184,30 +195,13 @@ def main() -> None:
             args.out,
             {"section": "gateway"},
         )
-    if args.platform in ("all", "irc"):
-        from . import gateway_irc
-
-        results = gateway_irc.collect(args.chats, args.messages, args.singles)
-        report(
-            "gateway (IRC on a real ngIRCd, scripted model)", results, args.out, {"section": "gateway-irc"}
-        )
-    if args.platform in ("all", "xmpp"):
-        from . import gateway_xmpp
-
-        results = gateway_xmpp.collect(args.chats, args.messages, args.singles)
-        report(
-            "gateway (XMPP on a real Prosody, scripted model)", results, args.out, {"section": "gateway-xmpp"}
-        )
-    if args.platform in ("all", "email"):
-        from . import gateway_email
-
-        results = gateway_email.collect(args.chats, args.messages, args.singles)
-        report(
-            "gateway (email on a real Postfix and Dovecot, scripted model)",
-            results,
-            args.out,
-            {"section": "gateway-email"},
-        )
+    for platform, where in REAL_SERVERS.items():
+        if args.platform in ("all", platform):
+            rows = importlib.import_module(f".gateway_{platform}", __package__)
+            results = rows.collect(args.chats, args.messages, args.singles)
+            report(
+                f"gateway ({where}, scripted model)", results, args.out, {"section": f"gateway-{platform}"}
+            )
 
 
 if __name__ == "__main__":

@@ -46,6 +46,16 @@ class TimedLLM(FakeLLM):
             self.arrived[number] = at
         return number, turn
 
+    def to_model(self, sent: dict[str, float]) -> list[float]:
+        """Each text's seconds from `sent` to the first request whose last user message it is (requests
+        of chats at once arrive in any order, so they are told apart by their text)."""
+        latencies, waiting = [], dict(sent)
+        for number, body in enumerate(self.requests, start=1):
+            text = next((m["content"] for m in reversed(body["messages"]) if m["role"] == "user"), "")
+            if text in waiting:
+                latencies.append(self.arrived[number] - waiting.pop(text))
+        return latencies
+
 
 @dataclass
 class Platform:
@@ -183,12 +193,7 @@ def collect_one(name: str, chats: int, messages: int) -> Figure:
             gateway.agent.close()
             gateway.store.close()
             standin.close()
-        latencies = []
-        for number, body in enumerate(llm.requests, start=1):
-            text = next((m["content"] for m in reversed(body["messages"]) if m["role"] == "user"), "")
-            if text in sent:
-                latencies.append(llm.arrived[number] - sent.pop(text))
-    return Figure(latencies, note=f"{chats} chats x {messages} messages")
+    return Figure(llm.to_model(sent), note=f"{chats} chats x {messages} messages")
 
 
 def collect(chats: int, messages: int) -> Results:
