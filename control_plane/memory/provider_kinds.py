@@ -44,7 +44,9 @@ class HonchoProvider(MemoryProvider):
 
     def __init__(self, settings: HonchoProviderSettings) -> None:
         from honcho import Honcho
+        from honcho.http.exceptions import TimeoutError as HonchoTimeout
 
+        self.timeouts = (HonchoTimeout, TimeoutError)
         self.settings = settings
         self.timeout, self.max_chars = settings.timeout, settings.max_chars
         key = settings.api_key.get_secret_value() if settings.api_key else None

@@ -44,6 +44,9 @@ class MemoryProvider:
     """Seconds each hook may take."""
     max_chars: int
     """Characters of turn-start text kept (cut beyond)."""
+    timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
+    """What the provider's own client raises when it gave up waiting: reported as the bound's miss, so the
+    notice is the same whichever timer fires first."""
 
     def turn_start(self, turn: TurnStart) -> str:
         """Text for the model at the start of this turn ("" for none)."""
@@ -160,10 +163,13 @@ def _bounded(provider: MemoryProvider, call: Callable[[], T]) -> Outcome:
     own thread, never the turn."""
     outcome = Outcome()
     finished = threading.Event()
+    missed = f"no answer within {provider.timeout:g} s"
 
     def run() -> None:
         try:
             outcome.value = call()
+        except provider.timeouts:
+            outcome.problem = missed
         except Exception as exc:  # any failure of a provider is its own, reported, never the turn's
             outcome.problem = (
                 f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -173,5 +179,5 @@ def _bounded(provider: MemoryProvider, call: Callable[[], T]) -> Outcome:
 
     threading.Thread(target=run, name=f"memory-provider-{provider.name}", daemon=True).start()
     if not finished.wait(provider.timeout):
-        return Outcome(problem=f"no answer within {provider.timeout:g} s")
+        return Outcome(problem=missed)
     return outcome

@@ -149,7 +149,7 @@ class Listener:
     def _reconnect(self) -> psycopg.Connection[tuple[object, ...]]:
         retrying = Retrying(
             retry=retry_if_exception_type(psycopg.OperationalError),
-            wait=wait_exponential_jitter(initial=0.1, max=5.0),
+            wait=wait_exponential_jitter(multiplier=0.1, max=5.0),
             stop=lambda _state: self._stop.is_set(),
             sleep=self._pause,
         )

@@ -17,7 +17,9 @@ from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
 from control_plane.api.app import create_app
+from control_plane.config.memory import HonchoProviderSettings
 from control_plane.config.settings import load_settings
+from control_plane.memory.provider_kinds import HonchoProvider
 from control_plane.memory.providers import FENCE, MemoryProvider, Providers, TurnStart
 from control_plane.memory.store import Op
 from control_plane.safety.redaction import Redactor
@@ -140,6 +142,21 @@ def test_a_hanging_honcho_never_blocks_the_turn(tmp_path: Path, fake_llm: Any) -
     notices = [e.message for e in events if e.type == "notice"]
     assert notices == ["memory provider honcho skipped this turn: no answer within 0.5 s"]
     assert [m["content"] for m in fake_llm.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
+
+
+def test_honcho_giving_up_first_reads_as_the_same_miss() -> None:
+    """The SDK's own request timeout and the provider's bound are the same 0.5 s: whichever fires first, the
+    notice is the same (the tracker's CI once saw the SDK's TimeoutError text instead)."""
+    with HonchoStandin() as honcho:
+        honcho.delay.clear()
+        spec = HonchoProviderSettings(base_url=honcho.url, api_key=honcho.api_key, timeout=0.5)
+        provider = HonchoProvider(spec)
+        provider.timeout = 30.0  # the bound far beyond the SDK's 0.5 s: the SDK gives up first, every time
+        try:
+            _, notices = Providers([provider]).turn_start(TURN)
+        finally:
+            honcho.delay.set()
+    assert notices == ["memory provider honcho skipped this turn: no answer within 30 s"]
 
 
 def test_the_providers_health_over_http(tmp_path: Path, fake_llm: Any) -> None:
