@@ -111,8 +111,9 @@ class MattermostStandin(StandinServer):
     # -- the server ------------------------------------------------------------------------
 
     def _new_post(
-        self, channel: str, text: str, user: str, root_id: str, at: float | None = None
-    ) -> dict[str, Any]:
+        self, channel: str, text: str, user: str, root_id: str, at: float | None = None,
+        props: dict[str, Any] | None = None, file_ids: list[str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         with self._changed:
             now = int((at if at is not None else time.time()) * 1000)
             if at is None:
@@ -120,7 +121,7 @@ class MattermostStandin(StandinServer):
             post = {
                 "id": uuid.uuid4().hex[:26], "create_at": now, "update_at": now, "delete_at": 0,
                 "user_id": user, "channel_id": channel, "root_id": root_id, "message": text, "type": "",
-                "props": {}, "file_ids": [], "edits": 0,
+                "props": props or {}, "file_ids": file_ids or [], "edits": 0,
             }  # fmt: skip
             self.posts[post["id"]] = post
             self._changed.notify_all()
@@ -211,12 +212,12 @@ class MattermostStandin(StandinServer):
             found.sort(key=lambda p: -p["create_at"])
             return _json({"order": [p["id"] for p in found], "posts": {p["id"]: p for p in found}})
         if method == "POST" and path == "/posts":
+            # the post is recorded whole, with its buttons, under one notify: a wait_for woken by a post
+            # without its props would sleep out its timeout (no later call arrives while a press is awaited)
             post = self._new_post(
-                body["channel_id"], body.get("message", ""), BOT["id"], body.get("root_id", "")
-            )
-            with self._changed:
-                post.update(props=body.get("props") or {}, file_ids=body.get("file_ids") or [])
-                post["props"]["from_bot"] = "true"
+                body["channel_id"], body.get("message", ""), BOT["id"], body.get("root_id", ""),
+                props={**(body.get("props") or {}), "from_bot": "true"}, file_ids=body.get("file_ids") or [],
+            )  # fmt: skip
             return _json(post, status=201)
         if parts[0] == "posts" and len(parts) >= 2:
             with self._changed:
