@@ -110,10 +110,10 @@ def database(dialect: str) -> Iterator[str | None]:
         with tempfile.TemporaryDirectory(prefix="hermetic-bench-") as tmp:
             yield f"sqlite:///{Path(tmp) / 'bench.db'}"
         return
-    from postgres import PostgresUnavailable, pgvector_bin_dir, start_postgres
+    from postgres import PostgresUnavailable, start_pgvector, start_postgres
 
     try:
-        server = start_postgres(bin_dir=pgvector_bin_dir() if dialect == "pgvector" else None)
+        server = start_pgvector() if dialect == "pgvector" else start_postgres()
     except PostgresUnavailable as exc:
         print(f"skipping {dialect}: {exc}")
         yield None

