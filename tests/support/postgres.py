@@ -150,9 +150,8 @@ def start_pgvector() -> LocalPostgres:
     server = start_postgres(bin_dir=pgvector_bin_dir())
     unit = "[" + ",".join(["0.0625"] * 256) + "]"  # a model-sized vector: the wide path is the one built so
     try:
-        with psycopg.connect(host="127.0.0.1", port=server.port, user=SUPERUSER, dbname="postgres") as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            conn.execute(f"SELECT '{unit}'::vector <=> '{unit}'::vector".encode())
+        server._admin("CREATE EXTENSION IF NOT EXISTS vector")
+        server._admin(f"SELECT '{unit}'::vector <=> '{unit}'::vector")
     except psycopg.OperationalError as exc:
         log = _crash_line(server)
         server.stop()
