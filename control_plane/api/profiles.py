@@ -133,6 +133,8 @@ class Profile:
         url = str(settings.database_url)
         self.replication = Replication(url, replica) if replica and replicated(url) else None
         """With PostgreSQL under `hermetic serve`: the leases and events shared with other replicas."""
+        if self.replication is not None:  # a turn that lost its lease saves nothing more
+            self.agent.store.fence = self.replication.leases.fence
 
     def session(self, session_id: str) -> LiveSession:
         """The live session, resumed from the database if needed. 404 when not this profile's; 409 when
@@ -225,7 +227,12 @@ class Profile:
         try:
             return await live.conversation.run(text, live.publish)
         finally:
-            await asyncio.to_thread(replication.leases.set_running, session_id, False)
+            if not await asyncio.to_thread(replication.leases.set_running, session_id, False):
+                log.warning(
+                    "session %s: its turn here ended after another replica took the session over "
+                    "(nothing of it was saved or sent from then on)",
+                    session_id,
+                )
 
     def release(self, session_id: str) -> None:
         """Let go of a session this server held (closed, or its lease lost)."""

@@ -69,7 +69,7 @@ class Replication:
         engine = open_engine(url)
         self.leases = Leases(engine, replica.id, replica.ttl)
         self.leases.register(replica.address)
-        self.events = EventTable(engine)
+        self.events = EventTable(engine, self.leases)
         self._followers: dict[str, set[asyncio.Event]] = {}
         self._listener = Listener(url, self._woken, self._woken_all)
 

@@ -7,13 +7,15 @@ when a lease lapses. PostgreSQL only: SQLite is one process (store/serve_lock.py
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlmodel import Field, SQLModel
 
 from .engine import create_tables
+from .errors import StoreError
 
 NOW = "extract(epoch from clock_timestamp())"
 
@@ -63,6 +65,8 @@ class Leases:
 
     def __init__(self, engine: Engine, me: str, ttl: float) -> None:
         self.engine, self.me, self.ttl = engine, me, ttl
+        self._leased: set[str] = set()
+        """Sessions this replica claimed and has not released (lost ones stay: their writes are fenced)."""
         create_tables(engine, _TABLES)
 
     def register(self, address: str) -> None:
@@ -88,7 +92,10 @@ class Leases:
                 {"id": session_id, "me": self.me, "ttl": self.ttl},
             )
             row = conn.execute(text(_HOLDER), {"id": session_id}).one()
-        return _holder(row)
+        holder = _holder(row)
+        if holder.owner == self.me:
+            self._leased.add(session_id)
+        return holder
 
     def holder(self, session_id: str) -> Holder | None:
         """The session's unexpired lease, if any (read only)."""
@@ -96,12 +103,32 @@ class Leases:
             row = conn.execute(text(f"{_HOLDER} AND l.expires_at >= {NOW}"), {"id": session_id}).first()
         return _holder(row) if row else None
 
-    def set_running(self, session_id: str, running: bool) -> None:
+    def set_running(self, session_id: str, running: bool) -> bool:
+        """Mark the session's turn running or not; False when its lease is not this replica's."""
         with self.engine.begin() as conn:
-            conn.execute(
+            done = conn.execute(
                 text("UPDATE session_leases SET running = :running WHERE session_id = :id AND owner = :me"),
                 {"id": session_id, "me": self.me, "running": running},
             )
+            return done.rowcount > 0
+
+    def fence(self, conn: Connection, session_id: str) -> None:
+        """Inside a write to the session (Store.fence): refuse it when another replica holds the
+        session's lease: this one lost it (it could not renew in time) while its turn went on, and the new
+        owner has ended that turn for its followers; a reply saved now would answer the user twice.
+        Sessions this replica never leased (the gateway's, which takes no leases) are not fenced."""
+        if session_id not in self._leased:
+            return
+        for _, owner in _locked(conn, [session_id], self.me):
+            raise StoreError(
+                f"session {session_id} is held by replica {owner} now: this replica lost its lease and "
+                "writes nothing more to it"
+            )
+
+    def held_elsewhere(self, conn: Connection, session_ids: Collection[str]) -> set[str]:
+        """Of `session_ids`, those another replica holds, read in the caller's write transaction as
+        `fence` reads them."""
+        return {session_id for session_id, _ in _locked(conn, session_ids, self.me)}
 
     def renew(self, held: list[str]) -> set[str]:
         """Push on this replica's own expiry and its leases of `held`; returns those of `held` it no
@@ -112,9 +139,10 @@ class Leases:
                 {"me": self.me, "ttl": self.ttl},
             )
             kept = conn.execute(
-                text(
-                    f"UPDATE session_leases SET expires_at = {NOW} + :ttl "
-                    "WHERE owner = :me AND session_id = ANY(:held) RETURNING session_id"
+                text(  # locked in session order, as _locked locks them: never a deadlock with a write
+                    f"UPDATE session_leases SET expires_at = {NOW} + :ttl WHERE session_id IN ("
+                    "SELECT session_id FROM session_leases WHERE owner = :me AND session_id = ANY(:held) "
+                    "ORDER BY session_id FOR UPDATE) RETURNING session_id"
                 ),
                 {"me": self.me, "ttl": self.ttl, "held": held},
             ).scalars()
@@ -130,6 +158,7 @@ class Leases:
             return list(rows)
 
     def release(self, session_id: str) -> None:
+        self._leased.discard(session_id)
         with self.engine.begin() as conn:
             conn.execute(
                 text("DELETE FROM session_leases WHERE session_id = :id AND owner = :me"),
@@ -148,6 +177,21 @@ class Leases:
                 text("DELETE FROM session_leases WHERE owner = :me AND NOT running"), {"me": self.me}
             )
             conn.execute(text("DELETE FROM replicas WHERE id = :me"), {"me": self.me})
+
+
+def _locked(conn: Connection, session_ids: Collection[str], me: str) -> list[tuple[str, str]]:
+    """(session, owner) of the sessions among `session_ids` leased to a replica other than `me`, read in
+    the caller's write transaction with their lease rows locked FOR SHARE: a takeover's claim (an update
+    of the row) waits for that write to commit, or the write sees the new owner; they never miss each
+    other. In session order, as renew locks rows."""
+    rows = conn.execute(
+        text(
+            "SELECT session_id, owner FROM session_leases WHERE session_id = ANY(:ids) "
+            "ORDER BY session_id FOR SHARE"
+        ),
+        {"ids": list(session_ids)},
+    ).all()
+    return [(session_id, owner) for session_id, owner in rows if owner != me]
 
 
 def _holder(row: Any) -> Holder:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import JSON, Column, Index
 from sqlmodel import Field, SQLModel
+
+from .errors import StoreError
 
 # none_as_null: a message without tool calls stores SQL NULL, not the JSON text 'null'.
 _JSON = JSON(none_as_null=True)
@@ -191,3 +193,20 @@ class ChatMessage(BaseModel):
     tool_calls: list[ChatToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+
+
+def message_row(message: Any, index: int) -> dict[str, Any]:
+    """The columns for one chat-format message, checked first; tool_calls are stored exactly as given."""
+    if not isinstance(message, dict):
+        raise StoreError(f"message {index} is a {type(message).__name__}, not a chat-format dict")
+    try:
+        checked = ChatMessage.model_validate(message)
+    except ValidationError as exc:
+        raise StoreError(f"message {index} is not a chat-format message: {exc}") from None
+    return {
+        "role": checked.role,
+        "content": checked.content,
+        "tool_calls": message.get("tool_calls"),
+        "tool_call_id": checked.tool_call_id,
+        "name": checked.name,
+    }

@@ -22,6 +22,7 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, wait_exponen
 
 from ..events import Event, EventAdapter
 from .engine import create_tables
+from .leases import Leases
 
 log = logging.getLogger(__name__)
 CHANNEL = "hermetic_events"
@@ -40,10 +41,12 @@ class SessionEventRecord(SQLModel, table=True):
 
 
 class EventTable:
-    """Writes (batched, on a thread of its own, off the event loop) and reads of the events table."""
+    """Writes (batched, on a thread of its own, off the event loop) and reads of the events table. The
+    replica of `leases` writes only events of sessions no other replica holds: one that lost a lease
+    while its turn went on must not tell the new owner's followers how that turn ended."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine, leases: Leases) -> None:
+        self.engine, self.leases = engine, leases
         create_tables(engine, [SQLModel.metadata.tables["session_events"]])
         self._queue: queue.SimpleQueue[tuple[str, int, bytes] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_batches, name="hermetic-events", daemon=True)
@@ -91,6 +94,13 @@ class EventTable:
             newest[session_id] = max(seq, newest.get(session_id, 0))
         try:
             with self.engine.begin() as conn:
+                lost = self.leases.held_elsewhere(conn, newest)
+                if lost:
+                    log.warning("not publishing events of sessions another replica holds now: %s", lost)
+                    batch = [item for item in batch if item[0] not in lost]
+                    newest = {s: n for s, n in newest.items() if s not in lost}
+                    if not batch:
+                        return
                 conn.execute(
                     text(
                         "INSERT INTO session_events (session_id, seq, data) VALUES (:id, :seq, :data) "

@@ -6,11 +6,10 @@ import logging
 import secrets
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
-from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, insert, text, update
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
@@ -23,13 +22,13 @@ from .indexing import BATCH, backlog, catch_up
 from .planner_stats import PlannerStats
 from .query import terms
 from .records import (
-    ChatMessage,
     EvalAttemptRecord,
     MessageRecord,
     SearchHit,
     SessionRecall,
     SessionRecord,
     ToolCallRecord,
+    message_row,
 )
 from .search import Filters, search_postgres, search_sqlite
 from .semantic import DEPTH, SearchMode, fuse, semantic_hits
@@ -81,6 +80,9 @@ class Store:
         self.indexer = VectorIndexer(self._engine, embedder, embed_batch) if embedder else None
         self._vectors = VectorCaches(self.dialect)
         self._planner = PlannerStats(self._engine) if self.dialect == "postgresql" else None
+        self.fence: Callable[[Connection, str], None] | None = None
+        """With replicas: called in each transaction that adds a session's messages, before they are
+        written; raises StoreError to refuse them (Leases.fence: the session is another replica's now)."""
         if self.indexer and background:
             self.indexer.start()
         # The indexer's thread holds the engine: a Store dropped without close() would keep its thread
@@ -182,6 +184,8 @@ class Store:
             )
             if done.rowcount == 0:
                 raise StoreError(f"no session {session_id!r}")
+            if self.fence is not None:
+                self.fence(conn, session_id)
 
     def delete_session(self, session_id: str, profile: str) -> bool:
         """Delete the session with its messages and tool calls; False when the profile has no such session."""
@@ -208,14 +212,14 @@ class Store:
     ) -> int:
         """Store one chat-format message (with the model's `reasoning`, if any); returns its id. The
         session's totals and activity time follow."""
-        row = _message_row(message, 0)
+        row = message_row(message, 0)
         row.update(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost)
         row["reasoning"] = reasoning or None
         return self._insert_messages(session_id, [row])[0]
 
     def add_messages(self, session_id: str, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Store many chat-format messages in one transaction; returns their ids in order."""
-        return self._insert_messages(session_id, [_message_row(m, i) for i, m in enumerate(messages)])
+        return self._insert_messages(session_id, [message_row(m, i) for i, m in enumerate(messages)])
 
     def _insert_messages(self, session_id: str, rows: list[dict[str, Any]]) -> list[int]:
         if not rows:
@@ -239,6 +243,8 @@ class Store:
             )
             if done.rowcount == 0:
                 raise StoreError(f"no session {session_id!r}")
+            if self.fence is not None:
+                self.fence(conn, session_id)
             # Core executemany (multi-row INSERT ... RETURNING per batch), not ORM objects: inserts are hot.
             ids = conn.execute(
                 insert(MessageRecord).returning(col(MessageRecord.id), sort_by_parameter_order=True), rows
@@ -480,20 +486,3 @@ class Store:
         # expire_on_commit=False: records stay readable after the session closes.
         with Session(self._engine, expire_on_commit=False) as db:
             yield db
-
-
-def _message_row(message: Any, index: int) -> dict[str, Any]:
-    """The columns for one chat-format message, checked first; tool_calls are stored exactly as given."""
-    if not isinstance(message, dict):
-        raise StoreError(f"message {index} is a {type(message).__name__}, not a chat-format dict")
-    try:
-        checked = ChatMessage.model_validate(message)
-    except ValidationError as exc:
-        raise StoreError(f"message {index} is not a chat-format message: {exc}") from None
-    return {
-        "role": checked.role,
-        "content": checked.content,
-        "tool_calls": message.get("tool_calls"),
-        "tool_call_id": checked.tool_call_id,
-        "name": checked.name,
-    }

@@ -244,6 +244,43 @@ def test_a_replica_killed_mid_turn_has_its_session_taken_over_and_the_turn_inter
         cluster.replicas[0].start().wait_healthy()  # restarted on its port: a new replica
 
 
+def test_a_replica_frozen_past_its_lease_saves_and_publishes_nothing_of_the_turn_it_lost(
+    cluster: Cluster,
+) -> None:
+    """Alive but silent past its lease (SIGSTOP), a replica has its session taken over and the turn ended
+    interrupted by another; woken, the reply it then reads from the model is neither saved nor sent to
+    followers (fenced: the lease is not its own any more), and the next turn is answered once."""
+    session = cluster.new_session(1)
+    cluster.model.load(
+        [{"text": "stale reply", "delay": 1.0, "match": "f1"}, {"text": "fresh reply", "match": "f1"}]
+    )
+    events: list[dict[str, Any]] = []
+    follower = follow(cluster, 2, session, 0, events)
+    with cluster.client(1) as client:
+        assert client.post(f"/sessions/{session}/messages", json={"content": "f1: go"}).status_code == 202
+    until(lambda: any("f1" in json.dumps(r["messages"]) for r in cluster.model.requests), "the model asked")
+    frozen = cluster.replicas[1]
+    frozen.freeze()
+    try:
+        follower.join(60)  # taken over by a replica that renews: it ends the turn for the followers
+        assert [e["data"]["reason"] for e in events if e["event"] == "turn_end"] == ["interrupted"]
+    finally:
+        frozen.thaw()
+    ended = f"session {session}: its turn here ended after another replica took the session over"
+    until(lambda: ended in "".join(frozen.said), "the woken replica's turn to end")
+
+    more: list[dict[str, Any]] = []
+    follower = follow(cluster, 0, session, events[-1]["id"], more)
+    with cluster.client(0) as client:
+        assert client.post(f"/sessions/{session}/messages", json={"content": "f1: again"}).status_code == 202
+    follower.join(60)
+    assert [(e["data"]["reason"], e["data"]["content"]) for e in more if e["event"] == "turn_end"] == [
+        ("done", "fresh reply")
+    ]  # the stale turn's own end (done, with its reply) never reached the stream
+    said = [(m["role"], m["content"]) for m in cluster.history(2, session)["messages"][1:]]
+    assert said == [("user", "f1: go"), ("user", "f1: again"), ("assistant", "fresh reply")]
+
+
 @pytest.fixture(scope="module")
 def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
     proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])

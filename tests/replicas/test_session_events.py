@@ -12,6 +12,7 @@ from postgres import LocalPostgres
 
 from control_plane.events import Notice
 from control_plane.store.engine import open_engine
+from control_plane.store.leases import Leases
 from control_plane.store.session_events import CHANNEL, EventTable, Listener
 
 
@@ -36,7 +37,8 @@ def _listeners_cut(url: str) -> int:
 
 def test_the_listener_listens_again_after_its_connection_is_cut(database: str) -> None:
     woken: queue.Queue[str] = queue.Queue()
-    table = EventTable(open_engine(database))
+    engine = open_engine(database)
+    table = EventTable(engine, Leases(engine, "r1", 5.0))
     listener = Listener(database, woken.put, lambda: woken.put("<missed>"))
     try:
         table.put("s1", 1, Notice(message="before"))

@@ -70,6 +70,15 @@ class ReplicaProcess:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 
+    def freeze(self) -> None:
+        """SIGSTOP: alive but silent (as in a long pause or on a starved CPU), its leases left to lapse."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
