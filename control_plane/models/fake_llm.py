@@ -130,6 +130,7 @@ class FakeLLM:
         self.require_key = require_key
         """When set, a request without `Authorization: Bearer <this>` gets the 401 a provider sends."""
         self._lock = threading.Lock()
+        self._asked = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[dict[str, Any]] = []
@@ -164,6 +165,13 @@ class FakeLLM:
             self.requests = []
             self.timeline = []
 
+    def wait_requests(self, count: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+        """Wait until `count` requests have come (woken by each one, never polled); the requests."""
+        with self._asked:
+            if not self._asked.wait_for(lambda: len(self.requests) >= count, timeout):
+                raise AssertionError(f"{len(self.requests)} of {count} model requests within {timeout} s")
+            return list(self.requests)
+
     def stop(self) -> None:
         """Stop serving, wake delayed answers and drop open connections (their clients see them close)."""
         self._stopping.set()
@@ -187,6 +195,7 @@ class FakeLLM:
         first_user = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "user"), "")
         with self._lock:
             self.requests.append(body)
+            self._asked.notify_all()
             number = len(self.requests)
             for index, turn in enumerate(self._turns):
                 if index not in self._used and (turn.match is None or turn.match in str(first_user)):

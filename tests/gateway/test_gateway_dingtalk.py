@@ -237,7 +237,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     kill_9_while_replying(
         env,
         lambda: dt.wait_for(lambda: dt.connections) and dt.user_says(USER, "question one"),
-        lambda: dt.wait_for(lambda: len(fake_llm.requests) >= 1),
+        lambda: fake_llm.wait_requests(1),
     )
     dt.user_says(USER, "sent while the gateway was down")  # not ACKed: pushed again on the next connection
     answered_once_after_restart(env, "dingtalk", lambda: _texts(dt, USER), dt.wait_for, fake_llm)

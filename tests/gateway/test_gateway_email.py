@@ -268,7 +268,7 @@ def test_a_kill_9_mid_turn_and_a_mail_sent_while_down_are_each_answered_once(
         alice.write(bot.address, "one", "question one")
 
     # killed while the turn runs: its reply is not out yet
-    kill_9_while_replying(env, ask, lambda: wait_for(lambda: fake_llm.requests))
+    kill_9_while_replying(env, ask, lambda: fake_llm.wait_requests(1))
     alice.write(bot.address, "two", "question two")  # kept in the mailbox while no gateway runs
     with restarted(env) as again:
         replies = alice.receive(2)

@@ -222,7 +222,7 @@ def test_a_kill_9_mid_turn_is_answered_once_after_the_restart(
     try:
         alice.wait_online(bot)
         alice.say(bot, "question one")
-        wait_for(lambda: fake_llm.requests)  # the turn runs: its reply is still being written
+        fake_llm.wait_requests(1)  # the turn runs: its reply is still being written
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     finally:

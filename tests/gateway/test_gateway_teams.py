@@ -185,7 +185,7 @@ def test_an_approval_card_is_answered_by_the_owner_and_refused_to_anyone_else(
         teams.user_says(OWNER, "", conversation=GROUP, group=True, value=forged)  # a signature for other data
         assert len(fake_llm.requests) == 1, "neither press answered the approval"
         teams.user_says(OWNER, "", conversation=GROUP, group=True, value=value)
-        teams.wait_for(lambda: len(fake_llm.requests) == 2)
+        fake_llm.wait_requests(2)
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
         teams.wait_for(lambda: "Opened." in teams.texts(GROUP))
         (answered,) = [m for m in teams.messages(GROUP) if m["id"] == card["id"]]

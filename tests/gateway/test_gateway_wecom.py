@@ -214,7 +214,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     kill_9_while_replying(
         env,
         lambda: wecom.user_says(USER, "question one"),  # retried until the gateway listens and stores
-        lambda: wecom.wait_for(lambda: len(fake_llm.requests) >= 1),
+        lambda: fake_llm.wait_requests(1),
     )
     # sent while no gateway listens: the callback is retried until the restarted gateway answers 200
     later = threading.Thread(target=wecom.user_says, args=(USER, "sent while the gateway was down"))

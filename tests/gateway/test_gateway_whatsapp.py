@@ -149,7 +149,7 @@ def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     kill_9_while_replying(
         env,
         lambda: wa.user_says(USER, "question one"),  # redelivered until the gateway listens and stores
-        lambda: wa.wait_for(lambda: len(fake_llm.requests) >= 1),
+        lambda: fake_llm.wait_requests(1),
     )
     # sent while no gateway listens: WhatsApp redelivers it until the restarted gateway answers 200
     later = threading.Thread(target=wa.user_says, args=(USER, "sent while the gateway was down"))

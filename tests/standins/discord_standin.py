@@ -365,6 +365,7 @@ class DiscordStandin(StandinServer):
             edited["content"] = content
             edited["components"] = body.get("components", edited["components"])
             edited["edited_timestamp"] = datetime.datetime.now(datetime.UTC).isoformat()
+            self._changed.notify_all()  # a wait on the history's content (components) wakes too
             return _json(dict(edited))
 
     def _callback(self, interaction_id: str, token: str, body: dict[str, Any], query: Any) -> web.Response:

@@ -287,6 +287,7 @@ class TelegramStandin(StandinServer):
                 "allowed_updates": params.get("allowed_updates"),
                 "max_connections": int(params.get("max_connections") or 40),
             }  # fmt: skip
+            self._changed.notify_all()  # a test waiting for the webhook to be set
         self._wake()
         return _ok(True)
 
@@ -295,6 +296,7 @@ class TelegramStandin(StandinServer):
             if str(params.get("drop_pending_updates")).lower() == "true":
                 self._updates.clear()
             self.webhook = None
+            self._changed.notify_all()
         return _ok(True)
 
     async def _m_getWebhookInfo(self, params: dict[str, Any]) -> web.Response:
