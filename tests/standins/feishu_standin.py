@@ -182,6 +182,8 @@ class FeishuStandin(StandinServer):
         }  # fmt: skip
         with self._changed:
             self._user_messages[event["message"]["message_id"]] = event["message"]["chat_id"]
+            if thread:
+                self._user_messages.setdefault(thread, event["message"]["chat_id"])
         return self.push("im.message.receive_v1", event)
 
     def press(self, message_id: str, user: str, value: dict[str, Any]) -> dict[str, Any]:
