@@ -55,8 +55,8 @@ class FeishuAdapter(Adapter):
         self.api = FeishuApi(settings)
         self.bot = ""
         """The bot's open id, as mentions name it."""
-        self._cards: dict[str, tuple[str, set[str]]] = {}
-        """message id -> the chat of a card with buttons, and its buttons' data."""
+        self._cards: dict[str, tuple[str, str | None, set[str]]] = {}
+        """message id -> the chat (and thread) of a card with buttons, and its buttons' data."""
         self._direct: dict[str, bool] = {}
         """chat id -> whether it is a 1:1 chat, as its messages said (a card's callback does not)."""
 
@@ -77,7 +77,7 @@ class FeishuAdapter(Adapter):
         self.bot = await self.api.bot_open_id()  # checks app_id and app_secret on the way
 
     async def disconnect(self) -> None:
-        """Nothing held: the SDK's REST calls each open their own client."""
+        await self.api.close()
 
     async def receive(self, deliver: Deliver) -> None:
         gateway = asyncio.get_running_loop()
@@ -127,33 +127,33 @@ class FeishuAdapter(Adapter):
         message_id = str(getattr(event.context, "open_message_id", "") or "")
         value = (getattr(event.action, "value", None) or {}) if event.action is not None else {}
         pressed = str(value.get("data", "")) if isinstance(value, dict) else ""
-        chat, issued = self._cards.get(message_id, ("", set()))
+        chat, thread, issued = self._cards.get(message_id, ("", None, set()))
         if pressed not in issued:
             log.warning("feishu: refused a card callback for data this gateway did not put on %r", message_id)
             return None
         user = str(getattr(event.operator, "open_id", "") or "")
         return Inbound(
             platform=self.platform, chat=chat, message_id=f"card:{message_id}:{pressed}", user=user,
-            direct=self._direct.get(chat, False), button=pressed,
+            direct=self._direct.get(chat, False), thread=thread, button=pressed,
         )  # fmt: skip
 
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
         sent = await self.api.send(chat, "interactive", _card(text, buttons or []), thread=thread)
-        self._issued(chat, sent, buttons)
+        self._issued(chat, thread, sent, buttons)
         return sent
 
     async def edit(
         self, chat: str, message_id: str, text: str, *, buttons: list[Button] | None = None
     ) -> None:
-        self._issued(chat, message_id, buttons)
+        self._issued(chat, self._cards.get(message_id, ("", None))[1], message_id, buttons)
         await self.api.patch(message_id, _card(text, buttons or []))
 
-    def _issued(self, chat: str, message_id: str, buttons: list[Button] | None) -> None:
+    def _issued(self, chat: str, thread: str | None, message_id: str, buttons: list[Button] | None) -> None:
         """A card's buttons noted (a press of other data is refused); none: no press of it is taken."""
         if buttons:
-            self._cards[message_id] = (chat, {b.data for b in buttons})
+            self._cards[message_id] = (chat, thread, {b.data for b in buttons})
         else:
             self._cards.pop(message_id, None)
 

@@ -204,7 +204,7 @@ def test_the_long_connection_pings_and_reconnects_after_the_socket_is_closed(
     fake_llm.load([{"text": "one"}, {"text": "two"}])
     with Running(_settings(tmp_path, fake_llm.url, fs)) as gateway:
         fs.wait_for(lambda: fs.connections)
-        fs.wait_for(lambda: fs.pings), "the SDK pings once connected"
+        fs.wait_for(lambda: fs.pings)  # the SDK pings once connected
         fs.user_says(USER, "before")
         wait_answered(gateway, 1)
         fs.drop()  # the server closes the socket: the SDK asks for a new endpoint and connects again
@@ -213,6 +213,8 @@ def test_the_long_connection_pings_and_reconnects_after_the_socket_is_closed(
         wait_answered(gateway, 2)
         assert fs.texts(CHAT) == ["one", "two"]
         assert len(fs.called("POST", "/callback/ws/endpoint")) >= 2, "a new ticket each time"
+    assert not [t for t in threading.enumerate() if t.name == "feishu-ws"], "the SDK's thread ended"
+    fs.wait_for(lambda: fs.open_connections() == 0)  # its socket closed
 
 
 def test_files_and_images_the_user_sends_land_in_the_sandbox_uploads(

@@ -234,6 +234,10 @@ class FeishuStandin(StandinServer):
         """Close the open connections (the client reconnects by itself)."""
         self._run(self._close_all())
 
+    def open_connections(self) -> int:
+        with self._changed:
+            return sum(1 for s in self._sockets if not s.closed)
+
     def wait_answer(self, event: dict[str, Any]) -> dict[str, Any]:
         """The client's last answer to the frames that pushed `event` (once one came)."""
         return self.wait_for(lambda: self.responses.get(event["header"]["event_id"]))[-1]
