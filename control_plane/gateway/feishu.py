@@ -1,5 +1,5 @@
 """Feishu / Lark through the official SDK (lark-oapi): events over its long connection (a WebSocket the
-SDK opens to the platform, so no public endpoint), replies, cards and files through its REST client
+SDK opens to the platform, so no public endpoint); replies, cards and files through the REST API
 (feishu_api.py). `domain` picks open.feishu.cn or open.larksuite.com.
 
 An event is answered only after the handler returned: the message is stored by then. A handler that
@@ -35,6 +35,7 @@ from .feishu_api import FeishuApi
 from .text import FENCE
 
 log = logging.getLogger("hermetic.gateway.feishu")
+logging.getLogger("Lark").handlers.clear()  # the SDK's own handler prints to stdout: its lines go with ours
 TEXT_LIMIT = 28_000
 """Bytes of a reply's markdown as it travels (JSON in a JSON body): Feishu takes 30 KB of a card's
 request body, and the rest of the card needs well under 2 KB."""

@@ -2,7 +2,7 @@
 (https://open.feishu.cn/document/server-docs/event-subscription-guide/event-subscription-configure-/
 request-url-configuration-case, the im/v1 message, image, file and message-resource references, the
 card callback reference, and the long-connection protocol the official SDKs speak), for the official
-lark-oapi SDK (its ws.Client and its REST client) to talk to. It records what it was sent.
+lark-oapi SDK's ws.Client and the adapter's httpx client to talk to. It records what it was sent.
 
 The long connection: POST /callback/ws/endpoint `{AppID, AppSecret}` answers `{code: 0, data: {URL,
 ClientConfig: {ReconnectCount, ReconnectInterval, ReconnectNonce, PingInterval}}}`; the WebSocket at URL
