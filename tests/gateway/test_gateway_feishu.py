@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 from feishu_standin import FeishuStandin, card_buttons, card_markdown
-from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_harness import (
+    Running,
+    asking_registry,
+    gateway_settings,
+    store_fails_once,
+    stored_in_order,
+    wait_answered,
+)
 from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 
 from control_plane.config.chat import FeishuSettings
@@ -70,18 +77,9 @@ def test_an_event_is_answered_only_once_stored_and_a_malformed_one_without_stopp
         message = {"message_id": "om_bad", "chat_type": "p2p", "message_type": "text", "content": "{not JSON"}
         broken = fs.push("im.message.receive_v1", {"sender": sender, "message": message})
         assert fs.wait_answer(broken)["code"] == 200, "answered: pushing it again cannot help"
-        store, receive = gateway.store, gateway.store.receive
-        failed = threading.Event()
-
-        def fails_once(*args: Any) -> Any:
-            if not failed.is_set():
-                failed.set()
-                raise OSError("disk full")
-            return receive(*args)
-
-        store.receive = fails_once  # type: ignore[method-assign]
+        failed = store_fails_once(gateway)
         message = fs.user_says(USER, "stored first")
-        assert fs.wait_answer(message)["code"] == 500, "not stored: Feishu is to push it again"
+        assert fs.wait_answer(message)["code"] == 500 and failed.is_set(), "not stored: to be pushed again"
         fs.redeliver()
         fs.wait_for(lambda: len(fs.responses[message["header"]["event_id"]]) == 2)
         assert fs.wait_answer(message)["code"] == 200
@@ -95,20 +93,13 @@ def test_an_event_is_answered_only_once_stored_and_a_malformed_one_without_stopp
 def test_a_chats_messages_pushed_at_once_are_stored_in_the_order_they_came(
     tmp_path: Path, fake_llm: Any, fs: FeishuStandin
 ) -> None:
-    from sqlalchemy import select
-
-    from control_plane.gateway.records import InboundRecord
-
     fake_llm.load([{"text": f"answer {i}"} for i in range(8)])
     with Running(_settings(tmp_path, fake_llm.url, fs)) as gateway:
         fs.wait_for(lambda: fs.connections)
         pushed = [fs.user_says(USER, f"message {i}") for i in range(8)]  # none waits for the last's answer
         for event in pushed:
             fs.wait_answer(event)
-        query = select(InboundRecord.message_id).order_by(InboundRecord.id)  # type: ignore[arg-type]
-        with gateway.store._engine.connect() as conn:
-            stored = list(conn.scalars(query))
-        assert stored == [e["event"]["message"]["message_id"] for e in pushed]
+        assert stored_in_order(gateway) == [e["event"]["message"]["message_id"] for e in pushed]
 
 
 def test_a_stranger_gets_a_pairing_code_a_command_needs_no_model_and_a_group_only_a_mention(
