@@ -164,16 +164,22 @@ def test_a_long_reply_is_split_under_feishus_card_limit_without_breaking_a_code_
         assert words == [w for w in reply.split() if not w.startswith("```")], "code keeps its < and >"
 
 
+@pytest.mark.parametrize("where", ["1:1", "topic"])
 def test_an_approval_is_a_card_whose_button_callback_answers_it_and_a_forged_one_is_refused(
-    tmp_path: Path, fake_llm: Any, fs: FeishuStandin
+    tmp_path: Path, fake_llm: Any, fs: FeishuStandin, where: str
 ) -> None:
     fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
-    settings = _settings(tmp_path, fake_llm.url, fs).model_copy(update={"toolsets": ["files", "test"]})
+    settings = _settings(tmp_path, fake_llm.url, fs, allow_chats=[GROUP])
+    settings = settings.model_copy(update={"toolsets": ["files", "test"]})
     # the question waits longer than any wait below: a slow machine fails a wait, not the answer
     with Running(settings, asking_registry(timeout=300)) as gateway:
         fs.wait_for(lambda: fs.connections)
-        fs.user_says(USER, "open 9000")
+        if where == "topic":  # asked and answered in the topic's thread, whose session it is
+            fs.user_says(USER, "open 9000", group=GROUP, mention_bot=True, thread="om_topic9")
+        else:
+            fs.user_says(USER, "open 9000")
         (asking,) = fs.wait_for(lambda: [i for i, m in fs.messages.items() if card_buttons(m["content"])])
+        assert fs.messages[asking]["reply_to"] == ("om_topic9" if where == "topic" else None)
         buttons = card_buttons(fs.messages[asking]["content"])
         assert [b["text"]["content"] for b in buttons] == ["once", "always", "no"]
         data = [b["behaviors"][0]["value"]["data"] for b in buttons]
