@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dingtalk_standin import DingTalkStandin
+from feishu_standin import FeishuStandin
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
 from teams_standin import TeamsStandin
@@ -114,6 +115,13 @@ PLATFORMS: dict[str, Platform] = {
         ready=lambda s: s.wait_for(lambda: s.connections),
         say=lambda s, n, text: s.user_says(f"staff{n}", text),
         chat=lambda n: f"staff{n}",
+    ),
+    "feishu": Platform(
+        start=FeishuStandin,
+        config=lambda s, users: s.gateway_config([f"ou_{u[1:]}" for u in users]),
+        ready=lambda s: s.wait_for(lambda: s.connections),
+        say=lambda s, n, text: s.user_says(f"ou_{n}", text),
+        chat=lambda n: f"oc_p2p_ou_{n}",
     ),
     "teams": Platform(
         start=TeamsStandin,

@@ -360,6 +360,38 @@ class DingTalkSettings(ChatAccess):
         return _from_env(value)
 
 
+class FeishuSettings(ChatAccess):
+    app_id: str = Field(min_length=1)
+    """The app's App ID (cli_...), from the Feishu / Lark developer console (a self-built app)."""
+    app_secret: SecretStr
+    """The app's App Secret (`${FEISHU_APP_SECRET}`)."""
+    domain: str = "feishu"
+    """Which service: `feishu` (open.feishu.cn), `lark` (open.larksuite.com), or an https URL (an
+    http one only on loopback: a test stand-in)."""
+
+    @field_validator("app_secret", mode="before")
+    @classmethod
+    def _secret(cls, value: Any) -> Any:
+        return _from_env(value)
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        if value in ("feishu", "lark"):
+            return value
+        found = re.fullmatch(r"(https?)://([^/?#@]+)/?", value)
+        loopback = found is not None and found.group(2).split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
+        if found is None or (found.group(1) == "http" and not loopback):
+            raise ValueError("domain: feishu, lark, or an https://host[:port] URL")
+        return value.rstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        """The open platform's origin every call goes to."""
+        named = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+        return named.get(self.domain, self.domain)
+
+
 class TeamsSettings(ChatAccess):
     app_id: str
     """The bot's Microsoft App ID (Azure Bot resource): the audience every inbound token must carry."""
@@ -415,6 +447,7 @@ class GatewaySettings(BaseModel):
     whatsapp: WhatsAppSettings | None = None
     wecom: WeComSettings | None = None
     dingtalk: DingTalkSettings | None = None
+    feishu: FeishuSettings | None = None
     teams: TeamsSettings | None = None
     webhook: WebhookSettings | None = None
     in_serve: bool = False

@@ -31,6 +31,7 @@ ADAPTERS: dict[str, tuple[str, bool]] = {
     "whatsapp": ("WhatsAppAdapter", False),
     "wecom": ("WeComAdapter", False),
     "dingtalk": ("DingTalkAdapter", False),
+    "feishu": ("FeishuAdapter", False),
     "teams": ("TeamsAdapter", True),
     "webhook": ("WebhookAdapter", False),
 }

@@ -50,15 +50,22 @@ class LiveMessage:
         self.message_id = message_id
         self.on_sent = on_sent
         self._wanted = ""
+        self._over: str | None = None
+        """The text that first went over the limit (its first part is what shows while it grows)."""
         self._shown: str | None = None
         self._dirty = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     def show(self, text: str) -> None:
-        """The text so far (shown within the limit, cut with an ellipsis while it is longer)."""
+        """The text so far (shown within the limit, cut with an ellipsis while it is longer). Once cut, the
+        text that grows on the cut part shows the same cut: it is not split again at every token (the
+        final split is `finish`'s)."""
+        if self._over is not None and text.startswith(self._over):
+            return
         limit = self.adapter.text_limit
         if self.adapter.length(text) > limit:
+            self._over = text
             text = split(text, limit - 2, self.adapter.length)[0] + " …"
         self._wanted = text
         self._dirty.set()

@@ -5,7 +5,6 @@ like test_gateway_crash.py's."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,15 @@ from typing import Any
 
 import pytest
 from dingtalk_standin import DingTalkStandin
-from gateway_harness import SEND_A_FILE, Running, asking_registry, gateway_settings, wait_answered
+from gateway_harness import (
+    SEND_A_FILE,
+    Running,
+    asking_registry,
+    gateway_settings,
+    store_fails_once,
+    stored_in_order,
+    wait_answered,
+)
 from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 
 from control_plane.gateway.dingtalk import TEXT_LIMIT, DingTalkAdapter, to_markdown
@@ -70,16 +77,7 @@ def test_a_frame_is_acked_only_once_stored_and_a_malformed_one_is_refused_withou
         dt.wait_for(lambda: dt.connections)
         broken = dt.push("/v1.0/im/bot/messages/get", {"msgId": "m-bad", "msgtype": "text"})  # no "text"
         assert dt.wait_ack(broken)["code"] == 400, "ACKed as a bad request: pushing it again cannot help"
-        store, receive = gateway.store, gateway.store.receive
-        failed = threading.Event()
-
-        def fails_once(*args: Any) -> Any:
-            if not failed.is_set():
-                failed.set()
-                raise OSError("disk full")
-            return receive(*args)
-
-        store.receive = fails_once  # type: ignore[method-assign]
+        failed = store_fails_once(gateway)
         message = dt.user_says(USER, "stored first")
         assert failed.wait(60)
         dt.redeliver()  # DingTalk pushes a frame that got no ACK again
@@ -96,20 +94,13 @@ def test_a_frame_is_acked_only_once_stored_and_a_malformed_one_is_refused_withou
 def test_a_chats_messages_pushed_at_once_are_stored_in_the_order_they_came(
     tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
 ) -> None:
-    from sqlalchemy import select
-
-    from control_plane.gateway.records import InboundRecord
-
     fake_llm.load([{"text": f"answer {i}"} for i in range(8)])
     with Running(_settings(tmp_path, fake_llm.url, dt)) as gateway:
         dt.wait_for(lambda: dt.connections)
         pushed = [dt.user_says(USER, f"message {i}") for i in range(8)]  # none waits for the last's ACK
         for message in pushed:
             dt.wait_acked(message)
-        query = select(InboundRecord.message_id).order_by(InboundRecord.id)  # type: ignore[arg-type]
-        with gateway.store._engine.connect() as conn:
-            stored = list(conn.scalars(query))
-        assert stored == [m["msgId"] for m in pushed]
+        assert stored_in_order(gateway) == [m["msgId"] for m in pushed]
 
 
 def test_a_stranger_gets_a_pairing_code_and_a_group_is_answered_only_when_the_robot_is_mentioned(

@@ -102,6 +102,32 @@ def wait_answered(gateway: Gateway, count: int, timeout: float = 120) -> None:
         time.sleep(0.02)
 
 
+def stored_in_order(gateway: Gateway) -> list[str]:
+    """The platform ids of the stored messages, in the order they were stored."""
+    from sqlalchemy import select
+
+    from control_plane.gateway.records import InboundRecord
+
+    query = select(InboundRecord.message_id).order_by(InboundRecord.id)  # type: ignore[call-overload]
+    with gateway.store._engine.connect() as conn:
+        return list(conn.scalars(query))
+
+
+def store_fails_once(gateway: Gateway) -> threading.Event:
+    """The gateway's next store of an inbound message fails (disk full); the event is set when it did."""
+    store, receive = gateway.store, gateway.store.receive
+    failed = threading.Event()
+
+    def fails_once(*args: Any) -> Any:
+        if not failed.is_set():
+            failed.set()
+            raise OSError("disk full")
+        return receive(*args)
+
+    store.receive = fails_once  # type: ignore[method-assign,assignment]
+    return failed
+
+
 APPROVE_THEN_SEND_FILE: list[dict[str, Any]] = [
     {"tool_calls": [{"name": "open_port", "arguments": {"port": 7000}}]},
     {"tool_calls": [{"name": "write_file", "arguments": {"path": "n.md", "content": "# n\n"}}]},
