@@ -241,11 +241,19 @@ class MattermostSettings(Backfilled):
     """Where the gateway listens for the server's button presses (interactive message actions)."""
     actions_url: str | None = None
     """The URL the Mattermost server POSTs a press to (default http://actions_host:actions_port/actions)."""
+    command_tokens: list[SecretStr] = []
+    """The tokens of the custom slash commands registered for the bot (`${MATTERMOST_COMMAND_TOKEN}`; one
+    per command), whose requests the listener takes at /commands; none: slash-command requests are refused."""
 
     @field_validator("token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
         return _from_env(value)
+
+    @field_validator("command_tokens", mode="before")
+    @classmethod
+    def _command_tokens(cls, value: Any) -> Any:
+        return [_from_env(token) for token in value] if isinstance(value, list) else value
 
 
 class MatrixSettings(Backfilled):
