@@ -163,9 +163,9 @@ class XmppSettings(ChatAccess):
     nick: str = Field("hermetic", min_length=1)
     """The bot's nickname in MUC rooms."""
     file_hosts: list[str] = []
-    """HTTP hosts (`host` or `host:port`) files are taken from: a message whose XEP-0066 URL (or whole
-    body) is on one is downloaded into uploads/. Usually the server's HTTP File Upload host; none: no
-    file is taken, and a user who sends one is told."""
+    """HTTP hosts (`host`, `host:port`, or `.domain` for any host under it) files are taken from: a
+    message whose XEP-0066 URL (or whole body) is on one is downloaded into uploads/. Usually the
+    server's HTTP File Upload host; none: no file is taken, and a user who sends one is told."""
 
     @field_validator("password", mode="before")
     @classmethod
@@ -173,7 +173,8 @@ class XmppSettings(ChatAccess):
         return _from_env(value)
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
+    """Whether `host` names this machine (a name or an address)."""
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -220,7 +221,7 @@ class EmailSettings(ChatAccess):
             ("imap", self.imap_host, self.imap_security),
             ("smtp", self.smtp_host, self.smtp_security),
         ):
-            if security == "none" and not _loopback(host):
+            if security == "none" and not loopback(host):
                 raise ValueError(
                     f"{kind}_security: none sends the password in clear: only for a loopback host"
                 )
@@ -383,6 +384,9 @@ class TeamsSettings(ChatAccess):
     port: int = Field(3978, ge=0, le=65535)
     path: str = "/api/messages"
     """The messaging endpoint's path (the Azure Bot's messaging endpoint, through a reverse proxy)."""
+    file_hosts: list[str] = [".sharepoint.com"]
+    """Where files are read from and uploaded to, over https (http only on a loopback host): `host`,
+    `host:port`, or `.domain` for any host under it. Teams keeps them in OneDrive for Business."""
 
     @field_validator("app_password", mode="before")
     @classmethod
