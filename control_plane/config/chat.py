@@ -331,8 +331,8 @@ class WeComSettings(ChatAccess):
     port: int = Field(8771, ge=0, le=65535)
     path: str = "/wecom"
     message_format: Literal["text", "markdown"] = "text"
-    """Replies as text messages (shown everywhere, the Markdown as typed) or markdown messages (rendered
-    by the WeCom app, not shown in WeChat)."""
+    """Replies as text messages (shown everywhere; the model's Markdown becomes plain text) or markdown
+    messages (rendered by the WeCom app, not shown in WeChat)."""
 
     @field_validator("secret", "token", "encoding_aes_key", mode="before")
     @classmethod
