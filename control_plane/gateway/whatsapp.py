@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import mimetypes
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from whatsapp_formatter import convert_markdown_to_whatsapp
 
 from ..config.chat import WhatsAppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .files import TooLarge
 from .listener import listen
 
 log = logging.getLogger("hermetic.gateway.whatsapp")
@@ -156,6 +158,8 @@ class WhatsAppAdapter(Adapter):
     async def fetch(self, attachment: Attachment) -> bytes:
         try:
             found = await self.wa.get_media_url(attachment.ref)
+            if found.file_size > self.settings.max_file_bytes:  # said before it is downloaded
+                raise TooLarge(attachment.name, self.settings.max_file_bytes)
             return await self.wa.get_media_bytes(found.url)
         except WhatsAppError as exc:
             raise AdapterError(f"WhatsApp refused the file: {exc}") from exc
@@ -197,10 +201,12 @@ class WhatsAppAdapter(Adapter):
 
 
 def _inbound(msg: Message) -> Inbound:
-    media = msg.document or msg.image
+    media = msg.document or msg.image or msg.video or msg.audio or msg.sticker  # a voice note is audio
     files = []
     if media is not None:
-        name = getattr(media, "filename", None) or f"{media.id}.{(media.mime_type or 'bin').rsplit('/')[-1]}"
+        kind = (media.mime_type or "").split(";")[0].strip()  # "audio/ogg; codecs=opus"
+        extension = ".ogg" if kind == "audio/ogg" else mimetypes.guess_extension(kind) or ".bin"
+        name = getattr(media, "filename", None) or f"{media.id}{extension}"
         files.append(Attachment(name=name, ref=str(media.id)))
     user = str(msg.from_user.preferred_id)
     return Inbound(

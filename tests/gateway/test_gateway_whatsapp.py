@@ -136,6 +136,25 @@ def test_a_document_the_user_sends_lands_in_the_sandbox_uploads(
         assert "uploads/data.csv" in fake_llm.requests[0]["messages"][-1]["content"]
 
 
+def test_a_voice_note_is_taken_and_a_video_over_the_cap_is_refused_before_it_is_downloaded(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "heard you"}, {"text": "no video then"}])
+    voice, video = wa.upload("voice", b"OggS voice note"), wa.upload("clip", b"\0" * 5000)
+    config = _config(wa) | {"max_file_bytes": 1000}
+    with Running(gateway_settings(tmp_path, fake_llm.url, None, gateway={"whatsapp": config})) as gateway:
+        note = {"id": voice, "mime_type": "audio/ogg; codecs=opus", "sha256": "0", "voice": True}
+        wa.user_says(USER, message={"type": "audio", "audio": note})
+        wait_answered(gateway, 1)
+        assert f"uploads/{voice}.ogg (15 bytes)" in fake_llm.requests[0]["messages"][-1]["content"]
+        clip = {"id": video, "mime_type": "video/mp4", "sha256": "0", "caption": "look at this"}
+        wa.user_says(USER, message={"type": "video", "video": clip})
+        wait_answered(gateway, 2)
+    assert any(t.startswith(f"I could not take your file {video}.mp4") for t in wa.texts(USER))
+    assert wa.called("GET", video) and not wa.called("GET", f"download/{video}"), "refused by its size"
+    assert fake_llm.requests[1]["messages"][-1]["content"].startswith("look at this")
+
+
 def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:

@@ -175,6 +175,9 @@ class WhatsAppStandin(StandinServer):
         return request.headers.get("Authorization") == f"Bearer {TOKEN}"
 
     async def _download(self, request: web.Request) -> web.Response:
+        with self._changed:
+            self.calls.append(("GET", f"download/{request.match_info['media']}", {}))
+            self._changed.notify_all()
         if not self._authorized(request) or request.match_info["media"] not in self.media:
             return self._error(401, 190, "Invalid OAuth access token.")
         return web.Response(body=self.media[request.match_info["media"]][1])
