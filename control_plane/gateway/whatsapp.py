@@ -7,7 +7,8 @@ redelivers a webhook that fails, and the stored message id (`wamid...`) recognis
 (pywa's own in-memory duplicate skipping is off: it would answer a redelivery of a failed store 200).
 
 WhatsApp cannot edit a message: a reply is one message when done, after a typing indicator; the model's
-Markdown becomes WhatsApp's *bold* _italic_ ~strike~ (py-whatsapp-formatter). Outside
+Markdown becomes WhatsApp's *bold* _italic_ ~strike~ (py-whatsapp-formatter). A question's choices
+are reply buttons, or a list message when there are more than three. Outside
 the 24-hour customer-service window only a template may be sent; when a reply is refused for that
 (error 131047), the configured template tells the user an answer waits and that writing reopens the
 chat. pywa sets the Graph API host on the httpx client it is given; the adapter sets that client's
@@ -27,9 +28,9 @@ import httpx
 from aiohttp import web
 from pywa_async import WhatsApp
 from pywa_async.errors import ReEngagementMessage, ThrottlingError, WhatsAppError
-from pywa_async.handlers import CallbackButtonHandler, MessageHandler
+from pywa_async.handlers import CallbackButtonHandler, CallbackSelectionHandler, MessageHandler
 from pywa_async.types import Button as WaButton
-from pywa_async.types import CallbackButton, Message
+from pywa_async.types import CallbackButton, CallbackSelection, Message, Section, SectionList, SectionRow
 from pywa_async.types.templates import TemplateLanguage
 from whatsapp_formatter import convert_markdown_to_whatsapp
 
@@ -43,6 +44,8 @@ TEXT_LIMIT = 4096
 """Characters of one text message's body."""
 BUTTON_BODY_LIMIT = 1024
 """Characters of an interactive message's body (at most three reply buttons, titles of 20)."""
+MAX_REPLY_BUTTONS = 3
+"""Reply buttons one message may have: more choices go as a list message."""
 _failed: contextvars.ContextVar[list[Exception]] = contextvars.ContextVar("whatsapp_failed")
 
 
@@ -98,12 +101,14 @@ class WhatsAppAdapter(Adapter):
         async def on_message(_: Any, msg: Message) -> None:
             await store(_inbound(msg))
 
-        async def on_button(_: Any, press: CallbackButton) -> None:
+        async def on_button(_: Any, press: CallbackButton | CallbackSelection) -> None:
             user = str(press.from_user.preferred_id)
             await store(Inbound(platform=self.platform, chat=user, message_id=press.id, user=user,
                                 user_name=press.from_user.name or "", button=str(press.data)))  # fmt: skip
 
-        self.wa.add_handlers(MessageHandler(on_message), CallbackButtonHandler(on_button))
+        self.wa.add_handlers(
+            MessageHandler(on_message), CallbackButtonHandler(on_button), CallbackSelectionHandler(on_button)
+        )
         app = web.Application(client_max_size=1_000_000)
         app.router.add_get(self.settings.path, self._challenge)
         app.router.add_post(self.settings.path, self._update)
@@ -137,11 +142,11 @@ class WhatsAppAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
-        choices = [WaButton(title=b.label[:20], callback_data=b.data) for b in (buttons or [])[:3]]
+        choices = _choices(buttons or [])
         formatted = convert_markdown_to_whatsapp(text) if text else " "
         if len(formatted) > (BUTTON_BODY_LIMIT if choices else TEXT_LIMIT):  # cut for the source's length
             formatted = text
-        sent = await self._call(self.wa.send_message(to=chat, text=formatted, buttons=choices or None), chat)
+        sent = await self._call(self.wa.send_message(to=chat, text=formatted, buttons=choices), chat)
         return str(sent.id)
 
     async def edit(
@@ -198,6 +203,15 @@ class WhatsAppAdapter(Adapter):
             )
         except (WhatsAppError, httpx.HTTPError) as exc:
             log.error("whatsapp: the window-closed template to %s failed: %s", chat, exc)
+
+
+def _choices(buttons: list[Button]) -> list[WaButton] | SectionList | None:
+    """Up to three choices as reply buttons (titles of 20); more as a list message (up to ten rows,
+    titles of 24), whose chosen row comes back like a press."""
+    if len(buttons) <= MAX_REPLY_BUTTONS:
+        return [WaButton(title=b.label[:20], callback_data=b.data) for b in buttons] or None
+    rows = [SectionRow(title=b.label[:24], callback_data=b.data) for b in buttons]
+    return SectionList(button_title="Choose", sections=[Section(title="Answers", rows=rows)])
 
 
 def _inbound(msg: Message) -> Inbound:

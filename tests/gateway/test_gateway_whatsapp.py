@@ -111,6 +111,29 @@ def test_an_approval_is_reply_buttons_and_a_press_answers_it(
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
 
 
+def test_a_question_of_more_than_three_choices_is_a_list_message_whose_row_answers_it(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    colours = ["red", "green", "blue", "yellow", "a very long colour name, cut"]
+    ask = {"name": "clarify", "arguments": {"question": "Which **colour**?", "choices": colours}}
+    fake_llm.load([{"tool_calls": [ask]}, {"text": "Yellow it is."}])
+    settings = _settings(tmp_path, fake_llm.url, wa).model_copy(update={"toolsets": ["clarify"]})
+    with Running(settings) as gateway:
+        wa.user_says(USER, "paint it")
+        (asked,) = wa.wait_for(lambda: [m for m in wa.messages_to(USER) if m["type"] == "interactive"])
+        assert (
+            asked["interactive"]["type"] == "list"
+            and asked["interactive"]["body"]["text"] == "Which *colour*?"
+        )
+        (section,) = asked["interactive"]["action"]["sections"]
+        titles = [row["title"] for row in section["rows"]]
+        assert titles == colours[:4] + ["a very long colour name,"], "every choice, titles of 24"
+        wa.press(USER, asked["id"], section["rows"][3]["id"], "yellow", kind="list_reply")
+        wait_answered(gateway, 2)
+    assert fake_llm.requests[1]["messages"][-1]["content"] == "the user answered: yellow"
+    assert wa.texts(USER)[-1] == "Yellow it is."
+
+
 def test_a_reply_outside_the_24_hour_window_sends_the_template_that_explains_it(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:

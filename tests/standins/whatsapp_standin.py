@@ -81,12 +81,15 @@ class WhatsAppStandin(StandinServer):
         self.deliver(user, entry)
         return entry
 
-    def press(self, user: str, replied_to: str, button_id: str, title: str) -> dict[str, Any]:
+    def press(
+        self, user: str, replied_to: str, button_id: str, title: str, kind: str = "button_reply"
+    ) -> dict[str, Any]:
+        """A press of a reply button, or (`kind="list_reply"`) the choice of a list message's row."""
         return self.user_says(
             user,
             message={
                 "type": "interactive", "context": {"from": PHONE_ID, "id": replied_to},
-                "interactive": {"type": "button_reply", "button_reply": {"id": button_id, "title": title}},
+                "interactive": {"type": kind, kind: {"id": button_id, "title": title}},
             },
         )  # fmt: skip
 
