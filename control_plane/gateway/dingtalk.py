@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from dingtalk_stream import (
     AckMessage,
     CallbackHandler,
@@ -43,6 +44,7 @@ from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 from ..config.chat import DingTalkSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .dingtalk_api import DingTalkApi, is_group
+from .files import download
 from .text import FENCE
 
 log = logging.getLogger("hermetic.gateway.dingtalk")
@@ -171,7 +173,10 @@ class DingTalkAdapter(Adapter):
         return sent
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        return await self.api.download(attachment.ref)
+        """Read from the URL DingTalk gives for it, no more than max_file_bytes (no token goes there)."""
+        url = await self.api.download_url(attachment.ref)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            return await download(session, url, self.settings.max_file_bytes, attachment.name)
 
 
 class _Client(DingTalkStreamClient):
