@@ -5,6 +5,7 @@ stand-in posting JWT-signed activities to the gateway's messaging endpoint, the 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 from teams_standin import TeamsStandin
 
 from control_plane.gateway import Gateway, send_message
@@ -220,3 +222,21 @@ def test_a_bot_token_about_to_expire_is_fetched_afresh(
         teams.user_says(OWNER, "second")
         wait_answered(gateway, 2)
         assert len(teams.tokens) > before >= 2 and teams.texts(f"a:{OWNER}") == ["one", "two"]
+
+
+def test_a_kill_9_mid_reply_and_a_message_sent_while_down_are_each_answered_once(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load(SCRIPT)
+    env = gateway_profile(tmp_path, fake_llm.url, "teams", teams.gateway_config([OWNER]))
+    kill_9_while_replying(
+        env,
+        lambda: teams.user_says(OWNER, "question one"),  # POSTed until the gateway listens and stores
+        lambda: teams.wait_for(lambda: any(a["method"] == "PUT" for a in teams.activities)),
+    )
+    # sent while no gateway listens: POSTed again until the restarted gateway answers 200
+    later = threading.Thread(target=teams.user_says, args=(OWNER, "sent while the gateway was down"))
+    later.start()
+    answered_once_after_restart(env, "teams", lambda: teams.texts(f"a:{OWNER}"), teams.wait_for, fake_llm)
+    later.join(60)
