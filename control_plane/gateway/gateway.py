@@ -28,6 +28,9 @@ from .stream import LiveMessage
 from .turn import Chat, Turn
 
 log = logging.getLogger("hermetic.gateway")
+TYPING_RENEWAL = 20.0
+"""Seconds between typing indicators while a reply that cannot stream is written (WhatsApp drops one
+after 25 s): the chat shows the reply coming until it arrives whole."""
 CLOSED = "This question is no longer open here (answered, timed out, or not yours)."
 """What a press that changed nothing tells the presser, where the platform lets only them see it."""
 
@@ -332,6 +335,7 @@ class Gateway:
             lambda path: adapter.send_file(message.chat, path, thread=message.thread),
         )
         await adapter.typing(message.chat, thread=message.thread)
+        typing = None if adapter.streams else asyncio.create_task(_renew_typing(adapter, message))
         try:
             end = await conversation.run(
                 text.strip() or "(an empty message)", turn.on_event, send_file=send_file
@@ -340,6 +344,9 @@ class Gateway:
             conversation.steer(text)
             chat.steered.append(inbound_id)
             return
+        finally:
+            if typing is not None:
+                typing.cancel()
         await turn.finish(end)
         done, chat.steered = [inbound_id, *chat.steered], []
         for answered in done:
@@ -353,6 +360,14 @@ class Gateway:
             await LiveMessage(adapter, message.chat, thread=message.thread).finish(text)
         except (AdapterError, ConnectionLost) as exc:
             log.warning("%s chat %s: cannot send: %s", message.platform, message.chat, exc)
+
+
+async def _renew_typing(adapter: Adapter, message: Inbound) -> None:
+    """The typing indicator shown again every TYPING_RENEWAL seconds until cancelled: for a reply that
+    cannot stream (a streamed one shows itself coming)."""
+    while True:
+        await asyncio.sleep(TYPING_RENEWAL)
+        await adapter.typing(message.chat, thread=message.thread)
 
 
 def _worth_retrying(error: BaseException) -> bool:

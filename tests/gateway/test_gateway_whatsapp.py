@@ -28,6 +28,7 @@ from gateway_process import (
 )
 from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
 
+from control_plane.gateway import gateway as gateway_module
 from control_plane.gateway.base import Inbound
 from control_plane.gateway.records import GatewayStore
 
@@ -65,6 +66,21 @@ def test_a_message_is_answered_once_in_whatsapps_formatting_after_a_typing_indic
         wa.user_says(USER, "and again")
         wait_answered(gateway, 2)
         assert wa.texts(USER)[1:] == ["second"] and len(fake_llm.requests) == 2
+
+
+def test_the_typing_indicator_is_shown_again_while_a_long_reply_is_written(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WhatsApp drops a typing indicator after 25 s; a reply that takes longer shows it again."""
+    monkeypatch.setattr(gateway_module, "TYPING_RENEWAL", 0.2)
+    fake_llm.load([{"text": "thought long", "delay": 1.5}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        asked = wa.user_says(USER, "think hard")
+        wait_answered(gateway, 1)
+        shown = [m for m in wa.sent if m.get("status") == "read"]
+        assert len(shown) >= 3 and {m["message_id"] for m in shown} == {asked["id"]}
+        count = len(shown)
+    assert len([m for m in wa.sent if m.get("status") == "read"]) == count, "none after the reply"
 
 
 def test_an_unsigned_or_forged_webhook_is_refused_and_the_subscription_check_needs_the_verify_token(
