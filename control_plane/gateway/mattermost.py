@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -71,6 +72,8 @@ class MattermostAdapter(Adapter):
         )  # fmt: skip
         self._bot_user = ""
         self._mention = ""
+        self._addressed = re.compile(r"(?!)")
+        """`self._mention` where it is a mention (compiled at login)."""
         self._runner: web.AppRunner | None = None
         self.actions_port: int | None = None
         """The port the button listener is on (settings.actions_port 0 picks a free one)."""
@@ -82,6 +85,7 @@ class MattermostAdapter(Adapter):
     async def connect(self) -> None:
         me = await _call(self.driver.login)
         self._bot_user, self._mention = str(me["id"]), "@" + str(me.get("username", ""))
+        self._addressed = _mention(self._mention)
 
     async def disconnect(self) -> None:
         if self.driver.websocket is not None:
@@ -199,9 +203,9 @@ class MattermostAdapter(Adapter):
         if (post.get("props") or {}).get("from_bot") == "true":
             return None
         if not direct:
-            if self._mention not in text:
+            if not self._addressed.search(text):
                 return None  # in a channel the bot answers only when addressed
-            text = text.replace(self._mention, "").strip()
+            text = self._addressed.sub("", text).strip()
         files = ((post.get("metadata") or {}).get("files")) or [{"id": i} for i in post.get("file_ids") or []]
         return Inbound(
             platform=self.platform,
@@ -275,6 +279,12 @@ class MattermostAdapter(Adapter):
     async def fetch(self, attachment: Attachment) -> bytes:
         response = await _call(self.driver.files.get_file, attachment.ref)
         return bytes(response.content)
+
+
+def _mention(handle: str) -> re.Pattern[str]:
+    """`@name` as Mattermost reads a mention: not part of a longer name (`@name-ci`, `@name.bot`), while a
+    trailing dot, comma or colon is punctuation (`thanks @name.`)."""
+    return re.compile(rf"(?<![\w@]){re.escape(handle)}(?![\w-]|\.\w)")
 
 
 def _ephemeral(text: str) -> web.Response:

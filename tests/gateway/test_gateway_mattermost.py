@@ -62,6 +62,7 @@ def test_a_stranger_gets_a_pairing_code_and_a_channel_post_is_answered_only_when
         (told,) = mm.wait_for(lambda: mm.texts("d200"))
         assert "hermetic gateway pair" in told
         mm.user_says("town", "chatter among people")
+        mm.user_says("town", "@hermetic-ci rerun the build, and cc email@hermetic.dev")  # other names
         asked = mm.user_says("town", "@hermetic what is up?")
         wait_answered(gateway, 1)
         (answer,) = mm.bot_posts("town")
