@@ -44,6 +44,9 @@ TEXT_LIMIT = 4096
 """Characters of one text message's body."""
 BUTTON_BODY_LIMIT = 1024
 """Characters of an interactive message's body (at most three reply buttons, titles of 20)."""
+IMAGE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
+"""The images WhatsApp shows in the chat (image messages: JPEG and PNG, up to IMAGE_LIMIT bytes)."""
+IMAGE_LIMIT = 5 * 1024 * 1024
 MAX_REPLY_BUTTONS = 3
 """Reply buttons one message may have: more choices go as a list message."""
 _failed: contextvars.ContextVar[list[Exception]] = contextvars.ContextVar("whatsapp_failed")
@@ -155,10 +158,13 @@ class WhatsAppAdapter(Adapter):
         raise AdapterError("WhatsApp messages cannot be edited")  # never asked: streams is False
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
-        sent = await self._call(
-            self.wa.send_document(to=chat, document=path, filename=path.name, caption=caption or None), chat
-        )
-        return str(sent.id)
+        """A JPEG or PNG of up to 5 MB as an image (shown in the chat), any other file as a document."""
+        kind, said = IMAGE_TYPES.get(path.suffix.lower()), caption or None
+        if kind is not None and path.stat().st_size <= IMAGE_LIMIT:
+            sending = self.wa.send_image(to=chat, image=path, caption=said, mime_type=kind)
+        else:
+            sending = self.wa.send_document(to=chat, document=path, filename=path.name, caption=said)
+        return str((await self._call(sending, chat)).id)
 
     async def fetch(self, attachment: Attachment) -> bytes:
         try:

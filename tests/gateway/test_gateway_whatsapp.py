@@ -227,6 +227,19 @@ def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
         assert wa.media[document["document"]["id"]] == ("r.txt", b"numbers\n")
 
 
+def test_an_image_the_agent_sends_is_an_image_message_shown_in_the_chat(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    write = {"name": "write_file", "arguments": {"path": "chart.png", "content": "pixels"}}
+    send = {"name": "send_file", "arguments": {"path": "chart.png"}}
+    fake_llm.load([{"tool_calls": [write]}, {"tool_calls": [send]}, {"text": "There."}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "a chart please")
+        wait_answered(gateway, 1)
+        (image,) = [m for m in wa.messages_to(USER) if m["type"] == "image"]
+        assert wa.media[image["image"]["id"]] == ("chart.png", b"pixels")
+
+
 def test_a_kill_9_after_whatsapp_took_the_reply_but_before_it_was_recorded_does_not_answer_twice(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:
