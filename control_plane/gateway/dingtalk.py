@@ -5,8 +5,8 @@ the OpenAPI (dingtalk_api.py).
 
 A robot message (topic /v1.0/im/bot/messages/get) is ACKed only after it was stored: a handler that
 raises sends no ACK and DingTalk pushes the frame again, and the stored msgId recognises a redelivery.
-The SDK handles each frame in a task of its own; a lock per chat, taken in arrival order, keeps a
-chat's messages stored in the order they came. In a group DingTalk pushes only messages that @mention
+The SDK handles each frame in a task of its own; a lock per chat, taken in arrival order (order.py),
+keeps a chat's messages stored in the order they came. In a group DingTalk pushes only messages that @mention
 the robot (isInAtList), and only those are taken.
 
 A question's buttons are an interactive card (the configured template, callbackType STREAM): a press
@@ -45,6 +45,7 @@ from ..config.chat import DingTalkSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .dingtalk_api import DingTalkApi, is_group
 from .files import download
+from .order import ArrivalOrder
 from .text import FENCE
 
 log = logging.getLogger("hermetic.gateway.dingtalk")
@@ -68,8 +69,7 @@ class DingTalkAdapter(Adapter):
         DingTalkStreamClient.OPEN_CONNECTION_API = opening  # the SDK reads the class's, not the instance's
         self._cards: dict[str, tuple[str, set[str]]] = {}
         """outTrackId -> the chat of a card sent, and its buttons' data (a press of other data is refused)."""
-        self._chats: dict[str, tuple[asyncio.Lock, int]] = {}
-        """chat -> the lock its frames are stored under, and how many hold or wait for it."""
+        self._order = ArrivalOrder()
 
     @staticmethod
     def length(text: str) -> int:
@@ -87,21 +87,11 @@ class DingTalkAdapter(Adapter):
 
     async def receive(self, deliver: Deliver) -> None:
         async def in_order(message: Inbound | None) -> None:
-            """Stored in arrival order within its chat: the SDK starts a task per frame, and a task
-            runs up to its first wait in the order started, so it queues for the lock in that order."""
+            """Stored in arrival order within its chat (the SDK starts a task per frame)."""
             if message is None:
                 return
-            lock, users = self._chats.get(message.chat, (asyncio.Lock(), 0))
-            self._chats[message.chat] = (lock, users + 1)
-            try:
-                async with lock:
-                    await deliver(message)
-            finally:
-                lock, users = self._chats[message.chat]
-                if users == 1:
-                    del self._chats[message.chat]
-                else:
-                    self._chats[message.chat] = (lock, users - 1)
+            async with self._order.turn(message.chat):
+                await deliver(message)
 
         def on_message(data: dict[str, Any]) -> Awaitable[None]:
             try:

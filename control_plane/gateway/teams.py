@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from ..config.chat import TeamsSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
+from .order import ArrivalOrder
 from .records import GatewayStore
 from .teams_files import TeamsFiles
 
@@ -75,6 +76,7 @@ class TeamsAdapter(Adapter):
         self.port: int | None = None
         self.files = TeamsFiles(settings, self._bot_token)
         self._uploads: set[asyncio.Task[None]] = set()
+        self._order = ArrivalOrder()
 
     @staticmethod
     def length(text: str) -> int:
@@ -112,6 +114,13 @@ class TeamsAdapter(Adapter):
             activity = None  # the token is checked first all the same: an unsigned caller learns nothing
         if activity is not None and not activity.service_url:
             activity = None  # without one the token's serviceurl claim could not be checked
+        if activity is None:
+            return await self._checked(request, None, deliver)
+        async with self._order.turn(activity.conversation.id):  # the check runs in a thread: keep order
+            return await self._checked(request, activity, deliver)
+
+    async def _checked(self, request: web.Request, activity: Any, deliver: Deliver) -> web.Response:
+        """The activity (None: not one) once its token is checked: stored, or answered."""
         scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
         service_url = activity.service_url if activity is not None else None
         try:
