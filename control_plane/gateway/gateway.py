@@ -22,6 +22,7 @@ from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
 from .files import chat_sender, take_file
+from .order import ArrivalOrder
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
@@ -49,6 +50,7 @@ class Gateway:
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
         self._chats: dict[str, Chat] = {}
+        self._arrivals = ArrivalOrder()
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[str] = []
 
@@ -168,7 +170,12 @@ class Gateway:
 
     async def _deliver(self, adapter: Adapter, message: Inbound) -> bool:
         """Store the message (the adapter acknowledges it once this returns), then route it. False for a
-        message stored before (a redelivery)."""
+        message stored before (a redelivery). A chat's messages delivered at once (webhooks, a task per
+        frame) are stored and routed in the order they came: the store runs in a worker thread."""
+        async with self._arrivals.turn(f"{message.platform}:{message.chat}"):
+            return await self._store_and_route(adapter, message)
+
+    async def _store_and_route(self, adapter: Adapter, message: Inbound) -> bool:
         stored = await asyncio.to_thread(
             self.store.receive, message.platform, message.chat, message.message_id, message.model_dump()
         )

@@ -83,6 +83,44 @@ def test_the_typing_indicator_is_shown_again_while_a_long_reply_is_written(
     assert len([m for m in wa.sent if m.get("status") == "read"]) == count, "none after the reply"
 
 
+def test_a_chats_messages_are_answered_in_the_order_they_came_while_storing_one_is_slow(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """Meta may POST a user's webhooks at once; the store runs in a worker thread, so while the first
+    message's write is slow (held here) the second waits its turn instead of being answered first."""
+    fake_llm.load([{"text": "one"}, {"text": "two"}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        real, writing, release = gateway.store.receive, threading.Event(), threading.Event()
+
+        def held_receive(platform: str, chat: str, message_id: str, payload: dict[str, Any]) -> Any:
+            if payload.get("text") == "first":
+                writing.set()
+                release.wait(60)
+            return real(platform, chat, message_id, payload)
+
+        gateway.store.receive = held_receive  # type: ignore[method-assign]
+        posts = [threading.Thread(target=wa.user_says, args=(USER, "first"))]
+        posts[0].start()
+        assert writing.wait(60)
+        posts.append(threading.Thread(target=wa.user_says, args=(USER, "second")))
+        posts[1].start()
+        arrivals = gateway._arrivals._chats
+        _until(lambda: not posts[1].is_alive() or arrivals.get(f"whatsapp:{USER}", (None, 0))[1] == 2)
+        release.set()
+        for post in posts:
+            post.join(60)
+        wait_answered(gateway, 2)
+    assert [r["messages"][-1]["content"] for r in fake_llm.requests] == ["first", "second"]
+    assert wa.texts(USER) == ["one", "two"]
+
+
+def _until(check: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never came to pass"
+        time.sleep(0.02)
+
+
 def test_an_unsigned_or_forged_webhook_is_refused_and_the_subscription_check_needs_the_verify_token(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:
