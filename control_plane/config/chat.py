@@ -163,9 +163,9 @@ class XmppSettings(ChatAccess):
     nick: str = Field("hermetic", min_length=1)
     """The bot's nickname in MUC rooms."""
     file_hosts: list[str] = []
-    """HTTP hosts (`host` or `host:port`) files are taken from: a message whose XEP-0066 URL (or whole
-    body) is on one is downloaded into uploads/. Usually the server's HTTP File Upload host; none: no
-    file is taken, and a user who sends one is told."""
+    """HTTP hosts (`host`, `host:port`, or `.domain` for any host under it) files are taken from: a
+    message whose XEP-0066 URL (or whole body) is on one is downloaded into uploads/. Usually the
+    server's HTTP File Upload host; none: no file is taken, and a user who sends one is told."""
 
     @field_validator("password", mode="before")
     @classmethod
@@ -173,7 +173,8 @@ class XmppSettings(ChatAccess):
         return _from_env(value)
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
+    """Whether `host` names this machine (a name or an address)."""
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -220,7 +221,7 @@ class EmailSettings(ChatAccess):
             ("imap", self.imap_host, self.imap_security),
             ("smtp", self.smtp_host, self.smtp_security),
         ):
-            if security == "none" and not _loopback(host):
+            if security == "none" and not loopback(host):
                 raise ValueError(
                     f"{kind}_security: none sends the password in clear: only for a loopback host"
                 )
@@ -241,11 +242,19 @@ class MattermostSettings(Backfilled):
     """Where the gateway listens for the server's button presses (interactive message actions)."""
     actions_url: str | None = None
     """The URL the Mattermost server POSTs a press to (default http://actions_host:actions_port/actions)."""
+    command_tokens: list[SecretStr] = []
+    """The tokens of the custom slash commands registered for the bot (`${MATTERMOST_COMMAND_TOKEN}`; one
+    per command), whose requests the listener takes at /commands; none: slash-command requests are refused."""
 
     @field_validator("token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
         return _from_env(value)
+
+    @field_validator("command_tokens", mode="before")
+    @classmethod
+    def _command_tokens(cls, value: Any) -> Any:
+        return [_from_env(token) for token in value] if isinstance(value, list) else value
 
 
 class MatrixSettings(Backfilled):
@@ -322,8 +331,8 @@ class WeComSettings(ChatAccess):
     port: int = Field(8771, ge=0, le=65535)
     path: str = "/wecom"
     message_format: Literal["text", "markdown"] = "text"
-    """Replies as text messages (shown everywhere, the Markdown as typed) or markdown messages (rendered
-    by the WeCom app, not shown in WeChat)."""
+    """Replies as text messages (shown everywhere; the model's Markdown becomes plain text) or markdown
+    messages (rendered by the WeCom app, not shown in WeChat)."""
 
     @field_validator("secret", "token", "encoding_aes_key", mode="before")
     @classmethod
@@ -407,6 +416,9 @@ class TeamsSettings(ChatAccess):
     port: int = Field(3978, ge=0, le=65535)
     path: str = "/api/messages"
     """The messaging endpoint's path (the Azure Bot's messaging endpoint, through a reverse proxy)."""
+    file_hosts: list[str] = [".sharepoint.com"]
+    """Where files are read from and uploaded to, over https (http only on a loopback host): `host`,
+    `host:port`, or `.domain` for any host under it. Teams keeps them in OneDrive for Business."""
 
     @field_validator("app_password", mode="before")
     @classmethod

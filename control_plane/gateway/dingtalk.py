@@ -5,9 +5,9 @@ the OpenAPI (dingtalk_api.py).
 
 A robot message (topic /v1.0/im/bot/messages/get) is ACKed only after it was stored: a handler that
 raises sends no ACK and DingTalk pushes the frame again, and the stored msgId recognises a redelivery.
-The SDK handles each frame in a task of its own; a lock per chat, taken in arrival order, keeps a
-chat's messages stored in the order they came. In a group DingTalk pushes only messages that @mention
-the robot (isInAtList), and only those are taken.
+The SDK handles each frame in a task of its own; the gateway stores a chat's messages in the order
+those tasks began (a lock per chat taken in arrival order, order.py). In a group DingTalk pushes only
+messages that @mention the robot (isInAtList), and only those are taken.
 
 A question's buttons are an interactive card (the configured template, callbackType STREAM): a press
 arrives as a CALLBACK frame on /v1.0/card/instances/callback over the same authenticated connection,
@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from dingtalk_stream import (
     AckMessage,
     CallbackHandler,
@@ -43,6 +44,7 @@ from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 from ..config.chat import DingTalkSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
 from .dingtalk_api import DingTalkApi, is_group
+from .files import download
 from .text import FENCE
 
 log = logging.getLogger("hermetic.gateway.dingtalk")
@@ -66,8 +68,6 @@ class DingTalkAdapter(Adapter):
         DingTalkStreamClient.OPEN_CONNECTION_API = opening  # the SDK reads the class's, not the instance's
         self._cards: dict[str, tuple[str, set[str]]] = {}
         """outTrackId -> the chat of a card sent, and its buttons' data (a press of other data is refused)."""
-        self._chats: dict[str, tuple[asyncio.Lock, int]] = {}
-        """chat -> the lock its frames are stored under, and how many hold or wait for it."""
 
     @staticmethod
     def length(text: str) -> int:
@@ -84,32 +84,19 @@ class DingTalkAdapter(Adapter):
         await self.api.close()
 
     async def receive(self, deliver: Deliver) -> None:
-        async def in_order(message: Inbound | None) -> None:
-            """Stored in arrival order within its chat: the SDK starts a task per frame, and a task
-            runs up to its first wait in the order started, so it queues for the lock in that order."""
-            if message is None:
-                return
-            lock, users = self._chats.get(message.chat, (asyncio.Lock(), 0))
-            self._chats[message.chat] = (lock, users + 1)
-            try:
-                async with lock:
-                    await deliver(message)
-            finally:
-                lock, users = self._chats[message.chat]
-                if users == 1:
-                    del self._chats[message.chat]
-                else:
-                    self._chats[message.chat] = (lock, users - 1)
+        async def take(message: Inbound | None) -> None:
+            if message is not None:  # the gateway stores a chat's frames in the order their tasks began
+                await deliver(message)
 
         def on_message(data: dict[str, Any]) -> Awaitable[None]:
             try:
                 message = _inbound(ChatbotMessage.from_dict(data))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise _Malformed(f"not a robot message: {exc!r}") from exc
-            return in_order(message)
+            return take(message)
 
         def on_card(data: dict[str, Any]) -> Awaitable[None]:
-            return in_order(self._pressed(data))
+            return take(self._pressed(data))
 
         self.client.register_callback_handler(ChatbotMessage.TOPIC, _Handler(on_message))
         self.client.register_callback_handler(Card_Callback_Router_Topic, _Handler(on_card))
@@ -171,7 +158,10 @@ class DingTalkAdapter(Adapter):
         return sent
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        return await self.api.download(attachment.ref)
+        """Read from the URL DingTalk gives for it, no more than max_file_bytes (no token goes there)."""
+        url = await self.api.download_url(attachment.ref)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            return await download(session, url, self.settings.max_file_bytes, attachment.name)
 
 
 class _Client(DingTalkStreamClient):

@@ -88,17 +88,13 @@ class DingTalkApi:
         }  # fmt: skip
         await self._call("PUT", "/v1.0/card/instances", json=body)
 
-    async def download(self, code: str) -> bytes:
-        """A file a user sent: its downloadCode exchanged for a short-lived URL, then that URL read."""
+    async def download_url(self, code: str) -> str:
+        """Where a file a user sent is read (briefly): its downloadCode exchanged for a URL."""
         asked = {"downloadCode": code, "robotCode": self.robot_code}
         found = await self._call("POST", "/v1.0/robot/messageFiles/download", json=asked)
-        try:
-            response = await self._http.get(str(found["downloadUrl"]))
-        except httpx.HTTPError as exc:
-            raise ConnectionLost(f"DingTalk unreachable: {exc}") from exc
-        if response.status_code != 200:
-            raise AdapterError(f"DingTalk refused the file download: {response.status_code}")
-        return response.content
+        if not found.get("downloadUrl"):
+            raise AdapterError("DingTalk answered no downloadUrl for the file")
+        return str(found["downloadUrl"])
 
     async def upload(self, path: Path) -> str:
         """A file uploaded as media (the legacy POST /media/upload on oapi_base); its media_id."""

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
@@ -70,28 +71,63 @@ async def take_file(
     return f"\n[the user sent a file: {path} ({len(data):,} bytes) in your workspace]", None
 
 
+def listed_host(url: str, hosts: list[str]) -> bool:
+    """Whether `url` is http(s) on one of `hosts`: a host name, `host:port`, or `.domain` for any host
+    under that domain."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        return False
+    listed = {h.lower() for h in hosts}
+    return (
+        host in listed
+        or f"{host}:{parts.port}" in listed
+        or any(h.startswith(".") and host.endswith(h) for h in listed)
+    )
+
+
+MAX_REDIRECTS = 5
+
+
 async def download(
-    session: aiohttp.ClientSession, url: str, limit: int, name: str, headers: dict[str, str] | None = None
-) -> bytes:
-    """GET `url` whole, reading no more than `limit` bytes. Redirects are not followed: one would carry
-    `headers` (a token) to wherever it points."""
+    session: aiohttp.ClientSession, url: str, limit: int, name: str, headers: dict[str, str] | None = None,
+    *, follow: Callable[[str], bool] | None = None,
+) -> bytes:  # fmt: skip
+    """GET `url` whole, reading no more than `limit` bytes. A redirect is followed only to a URL that
+    `follow` accepts (none without it), and `headers` (a token) go only to `url`'s own origin."""
+    origin = urlsplit(url)[:2]
     try:
-        async with session.get(url, headers=headers, allow_redirects=False) as response:
-            if response.status != 200:
-                if response.status >= 500:
-                    raise ConnectionLost(f"the file server answered {response.status}")
-                moved = " (a redirect, not followed)" if 300 <= response.status < 400 else ""
-                raise AdapterError(f"the file server answered {response.status}{moved}, not the file")
-            if (response.content_length or 0) > limit:
-                raise TooLarge(name, limit)
-            data = bytearray()
-            async for chunk in response.content.iter_chunked(65536):
-                data += chunk
-                if len(data) > limit:
-                    raise TooLarge(name, limit)
-            return bytes(data)
+        for _ in range(MAX_REDIRECTS + 1):
+            sent = headers if urlsplit(url)[:2] == origin else None
+            async with session.get(url, headers=sent, allow_redirects=False) as response:
+                if 300 <= response.status < 400 and follow is not None:
+                    target = urljoin(url, response.headers.get("Location", ""))
+                    if not follow(target):
+                        raise AdapterError(
+                            f"the file server redirected to {target[:200]}, which is not allowed"
+                        )
+                    url = target
+                    continue
+                return await _whole(response, limit, name)
+        raise AdapterError(f"the file server redirected more than {MAX_REDIRECTS} times")
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ConnectionLost(f"the file server is unreachable: {exc!r}") from exc
+
+
+async def _whole(response: aiohttp.ClientResponse, limit: int, name: str) -> bytes:
+    if response.status != 200:
+        if response.status >= 500:
+            raise ConnectionLost(f"the file server answered {response.status}")
+        moved = " (a redirect, not followed)" if 300 <= response.status < 400 else ""
+        raise AdapterError(f"the file server answered {response.status}{moved}, not the file")
+    if (response.content_length or 0) > limit:
+        raise TooLarge(name, limit)
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(65536):
+        data += chunk
+        if len(data) > limit:
+            raise TooLarge(name, limit)
+    return bytes(data)
 
 
 def chat_sender(loop: asyncio.AbstractEventLoop, send: Sender) -> SendFile:

@@ -22,12 +22,16 @@ from .access import decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
 from .files import chat_sender, take_file
+from .order import ArrivalOrder
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
 from .turn import Chat, Turn
 
 log = logging.getLogger("hermetic.gateway")
+TYPING_RENEWAL = 20.0
+"""Seconds between typing indicators while a reply that cannot stream is written (WhatsApp drops one
+after 25 s): the chat shows the reply coming until it arrives whole."""
 CLOSED = "This question is no longer open here (answered, timed out, or not yours)."
 """What a press that changed nothing tells the presser, where the platform lets only them see it."""
 
@@ -46,6 +50,7 @@ class Gateway:
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
         self._chats: dict[str, Chat] = {}
+        self._arrivals = ArrivalOrder()
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[str] = []
 
@@ -165,7 +170,12 @@ class Gateway:
 
     async def _deliver(self, adapter: Adapter, message: Inbound) -> bool:
         """Store the message (the adapter acknowledges it once this returns), then route it. False for a
-        message stored before (a redelivery)."""
+        message stored before (a redelivery). A chat's messages delivered at once (webhooks, a task per
+        frame) are stored and routed in the order they came: the store runs in a worker thread."""
+        async with self._arrivals.turn(f"{message.platform}:{message.chat}"):
+            return await self._store_and_route(adapter, message)
+
+    async def _store_and_route(self, adapter: Adapter, message: Inbound) -> bool:
         stored = await asyncio.to_thread(
             self.store.receive, message.platform, message.chat, message.message_id, message.model_dump()
         )
@@ -332,6 +342,7 @@ class Gateway:
             lambda path: adapter.send_file(message.chat, path, thread=message.thread),
         )
         await adapter.typing(message.chat, thread=message.thread)
+        typing = None if adapter.streams else asyncio.create_task(_renew_typing(adapter, message))
         try:
             end = await conversation.run(
                 text.strip() or "(an empty message)", turn.on_event, send_file=send_file
@@ -340,6 +351,9 @@ class Gateway:
             conversation.steer(text)
             chat.steered.append(inbound_id)
             return
+        finally:
+            if typing is not None:
+                typing.cancel()
         await turn.finish(end)
         done, chat.steered = [inbound_id, *chat.steered], []
         for answered in done:
@@ -353,6 +367,14 @@ class Gateway:
             await LiveMessage(adapter, message.chat, thread=message.thread).finish(text)
         except (AdapterError, ConnectionLost) as exc:
             log.warning("%s chat %s: cannot send: %s", message.platform, message.chat, exc)
+
+
+async def _renew_typing(adapter: Adapter, message: Inbound) -> None:
+    """The typing indicator shown again every TYPING_RENEWAL seconds until cancelled: for a reply that
+    cannot stream (a streamed one shows itself coming)."""
+    while True:
+        await asyncio.sleep(TYPING_RENEWAL)
+        await adapter.typing(message.chat, thread=message.thread)
 
 
 def _worth_retrying(error: BaseException) -> bool:

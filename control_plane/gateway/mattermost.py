@@ -1,5 +1,6 @@
 """Mattermost through mattermostdriver: its WebSocket client in (`posted` events), its REST client out
-(API v4: posts, patches for streaming, files), and a small HTTP listener for interactive message buttons.
+(API v4: posts, patches for streaming, files), and a small HTTP listener for interactive message buttons
+and custom slash commands.
 
 The WebSocket has no acknowledgement and mattermostdriver reconnects on its own (`keepalive`); what
 a dropped connection or a stopped gateway missed is read on each `hello` from the channels' posts
@@ -9,6 +10,11 @@ A button is an attachment action whose integration URL is this listener: the Mat
 `{user_id, channel_id, post_id, context}` to it when a user presses. Mattermost does not sign that
 request, so the context carries an HMAC (under the bot token) of the button's data, and only data the
 gateway issued is taken; the listener should be reachable by the Mattermost server only.
+
+The Mattermost client keeps a leading `/` for its own commands, so the gateway's (/new, /stop...) come as
+custom slash commands: the server POSTs each to the same listener (/commands), form-encoded with the
+command's token, checked in constant time against `command_tokens`; the command is stored and routed
+like a typed one, and its answer is the bot's post (the request's own response is empty).
 
 mattermostdriver's REST client is synchronous (requests): each call runs in a worker thread.
 """
@@ -20,6 +26,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
+import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +39,7 @@ import requests
 from aiohttp import web
 from mattermostdriver import Driver
 
+from ..agent.commands import is_command
 from ..config.chat import MattermostSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
@@ -62,6 +72,8 @@ class MattermostAdapter(Adapter):
         )  # fmt: skip
         self._bot_user = ""
         self._mention = ""
+        self._addressed = re.compile(r"(?!)")
+        """`self._mention` where it is a mention (compiled at login)."""
         self._runner: web.AppRunner | None = None
         self.actions_port: int | None = None
         """The port the button listener is on (settings.actions_port 0 picks a free one)."""
@@ -73,6 +85,7 @@ class MattermostAdapter(Adapter):
     async def connect(self) -> None:
         me = await _call(self.driver.login)
         self._bot_user, self._mention = str(me["id"]), "@" + str(me.get("username", ""))
+        self._addressed = _mention(self._mention)
 
     async def disconnect(self) -> None:
         if self.driver.websocket is not None:
@@ -101,7 +114,7 @@ class MattermostAdapter(Adapter):
         await asyncio.Event().wait()
 
     async def _listen(self, deliver: Deliver) -> None:
-        """The listener the Mattermost server POSTs button presses to."""
+        """The listener the Mattermost server POSTs to: button presses, custom slash commands."""
         if self._runner is not None:
             return
 
@@ -130,11 +143,54 @@ class MattermostAdapter(Adapter):
             )  # fmt: skip
             return web.json_response({})  # stored: the gateway edits the post itself
 
+        async def commanded(request: web.Request) -> web.Response:
+            return await self._slash_command(request, deliver)
+
         app = web.Application(client_max_size=100_000)
         app.router.add_post("/actions", pressed)
+        app.router.add_post("/commands", commanded)
         self._runner, self.actions_port = await listen(
             app, self.settings.actions_host, self.settings.actions_port
         )
+
+    async def _slash_command(self, request: web.Request, deliver: Deliver) -> web.Response:
+        """A custom slash command's request (form-encoded; its token in the form and in `Authorization:
+        Token`), stored as the command it names, then answered 200 with an empty ephemeral response (which
+        Mattermost shows nobody): the command's answer is the bot's post, as on every platform."""
+        form = await request.post()
+        token = str(form.get("token", ""))
+        known = [
+            hmac.compare_digest(token.encode(), t.get_secret_value().encode())
+            for t in self.settings.command_tokens
+        ]  # fmt: skip  (every token compared: constant time)
+        if not token or not any(known):
+            log.warning("refused a slash-command request whose token is not one of command_tokens")
+            return web.json_response({"error": "unknown command token"}, status=401)
+        trigger, words = str(form.get("command", "")).lstrip("/"), str(form.get("text", "")).split(maxsplit=1)
+        if is_command(f"/{trigger}"):  # a command registered under its own name: /new, /status...
+            text = f"/{trigger} {' '.join(words)}".strip()
+        else:  # one command for all: /hermetic status, /hermetic model gpt-5
+            text = "/" + " ".join(words).lstrip("/") if words else ""
+        if not is_command(text):
+            return _ephemeral(f"Not a command I know. Try /{trigger} help." if trigger else "Not a command.")
+        chat = str(form.get("channel_id", ""))
+        try:  # the request does not say the channel's kind
+            channel = await _call(self.driver.channels.get_channel, chat)
+        except (AdapterError, ConnectionLost) as exc:
+            return _ephemeral(f"I cannot see this channel: {exc}")
+        direct = channel.get("type") == "D"
+        if direct and self._bot_user not in str(channel.get("name", "")).split("__"):
+            return _ephemeral(f"Send that in your direct chat with {self._mention} or in a channel I am in.")
+        stamp = int(time.time() * 1000)  # where a backfill resumes when this is the chat's last message
+        await deliver(
+            Inbound(
+                platform=self.platform, chat=chat,
+                message_id=f"cmd:{stamp}:{str(form.get('trigger_id') or '') or uuid.uuid4().hex}",
+                user=str(form.get("user_id", "")), user_name=str(form.get("user_name", "")), text=text,
+                direct=direct,
+            )
+        )  # fmt: skip
+        return _ephemeral("")
 
     def _sign(self, data: str) -> str:
         return hmac.new(self._token.encode(), data.encode(), hashlib.sha256).hexdigest()
@@ -147,9 +203,9 @@ class MattermostAdapter(Adapter):
         if (post.get("props") or {}).get("from_bot") == "true":
             return None
         if not direct:
-            if self._mention not in text:
+            if not self._addressed.search(text):
                 return None  # in a channel the bot answers only when addressed
-            text = text.replace(self._mention, "").strip()
+            text = self._addressed.sub("", text).strip()
         files = ((post.get("metadata") or {}).get("files")) or [{"id": i} for i in post.get("file_ids") or []]
         return Inbound(
             platform=self.platform,
@@ -165,9 +221,13 @@ class MattermostAdapter(Adapter):
     async def _read_history(self, seen: Inbound, since: float, limit: int) -> list[Inbound]:
         """The newest `limit` users' posts of the chat (or its thread) after `seen` and `since`, oldest
         first."""
-        anchor = seen.message_id.split(":")[1] if seen.button else seen.message_id  # a press: its post
-        last = await _call(self.driver.posts.get_post, anchor)
-        oldest = max(int(last.get("create_at", 0)), int(since * 1000))
+        kind, _, rest = seen.message_id.partition(":")
+        if kind == "cmd":  # a slash command: no post, its time (less a minute of clock skew: ids dedupe)
+            after = int(rest.split(":")[0]) - 60_000
+        else:
+            anchor = rest.split(":")[0] if seen.button else seen.message_id  # a press: its post
+            after = int((await _call(self.driver.posts.get_post, anchor)).get("create_at", 0))
+        oldest = max(after, int(since * 1000))
         page = await _call(self.driver.posts.get_posts_for_channel, seen.chat, {"since": oldest})
         posts = sorted((page.get("posts") or {}).values(), key=lambda p: int(p.get("create_at", 0)))
         later = [
@@ -219,6 +279,17 @@ class MattermostAdapter(Adapter):
     async def fetch(self, attachment: Attachment) -> bytes:
         response = await _call(self.driver.files.get_file, attachment.ref)
         return bytes(response.content)
+
+
+def _mention(handle: str) -> re.Pattern[str]:
+    """`@name` as Mattermost reads a mention: not part of a longer name (`@name-ci`, `@name.bot`), while a
+    trailing dot, comma or colon is punctuation (`thanks @name.`)."""
+    return re.compile(rf"(?<![\w@]){re.escape(handle)}(?![\w-]|\.\w)")
+
+
+def _ephemeral(text: str) -> web.Response:
+    """A slash command's response, for the user who sent it only (empty text: none is shown)."""
+    return web.json_response({"response_type": "ephemeral", "text": text})
 
 
 _REST = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mattermost-rest")

@@ -13,7 +13,8 @@ scheduled delivery know it), with a bot token from the token endpoint (client cr
 shortly before it expires). msal, which the SDK's App uses for that token, accepts only https
 authorities, so the token request is one httpx POST here. A reply streams by updating the message
 (PUT); buttons are an Adaptive Card with Action.Submit, whose press comes back as a message activity
-with `value`: in a group chat it counts only from a user in allow_users or admitted by pairing.
+with `value`: in a group chat it counts only from a user in allow_users or admitted by pairing. Files
+both ways (download URLs, pasted images, consent cards and uploads) are teams_files.py's.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ import httpx
 import jwt
 from aiohttp import web
 from microsoft_teams.api.activities import ActivityTypeAdapter
+from microsoft_teams.api.activities.invoke.file_consent import FileConsentInvokeActivity
 from microsoft_teams.api.activities.message.message import MessageActivity, MessageActivityInput
 from microsoft_teams.api.activities.typing import TypingActivityInput
 from microsoft_teams.api.auth.cloud_environment import PUBLIC, with_overrides
+from microsoft_teams.api.models import FileConsentCardResponse
 from microsoft_teams.apps.auth.token_validator import TokenValidator
 from microsoft_teams.cards import AdaptiveCard, SubmitAction, TextBlock
 from microsoft_teams.common.http import Client, ClientOptions
@@ -41,7 +44,9 @@ from pydantic import ValidationError
 from ..config.chat import TeamsSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
+from .order import ArrivalOrder
 from .records import GatewayStore
+from .teams_files import TeamsFiles
 
 log = logging.getLogger("hermetic.gateway.teams")
 TEXT_LIMIT = 24000
@@ -69,6 +74,9 @@ class TeamsAdapter(Adapter):
         """conversation -> its latest user activity: a reply is a Reply to Activity of it."""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.files = TeamsFiles(settings, self._bot_token)
+        self._uploads: set[asyncio.Task[None]] = set()
+        self._order = ArrivalOrder()
 
     @staticmethod
     def length(text: str) -> int:
@@ -86,6 +94,9 @@ class TeamsAdapter(Adapter):
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        for task in list(self._uploads):
+            task.cancel()
+        self.files.close()
 
     async def receive(self, deliver: Deliver) -> None:
         async def on_post(request: web.Request) -> web.Response:
@@ -103,6 +114,13 @@ class TeamsAdapter(Adapter):
             activity = None  # the token is checked first all the same: an unsigned caller learns nothing
         if activity is not None and not activity.service_url:
             activity = None  # without one the token's serviceurl claim could not be checked
+        if activity is None:
+            return await self._checked(request, None, deliver)
+        async with self._order.turn(activity.conversation.id):  # the check runs in a thread: keep order
+            return await self._checked(request, activity, deliver)
+
+    async def _checked(self, request: web.Request, activity: Any, deliver: Deliver) -> web.Response:
+        """The activity (None: not one) once its token is checked: stored, or answered."""
         scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
         service_url = activity.service_url if activity is not None else None
         try:
@@ -115,6 +133,8 @@ class TeamsAdapter(Adapter):
             return web.Response(text="unauthorized", status=401)
         if activity is None or service_url is None:
             return web.Response(text="not a Bot Framework activity", status=400)
+        if isinstance(activity, FileConsentInvokeActivity):
+            return self._file_consent(activity)
         if not isinstance(activity, MessageActivity):
             return web.Response(status=200)  # conversation updates, reactions...: nothing to answer
         try:
@@ -130,8 +150,9 @@ class TeamsAdapter(Adapter):
         """The activity as the gateway's message; None when it is not for the bot (or a forged press)."""
         chat = activity.conversation.id
         direct = activity.conversation.conversation_type in (None, "personal")
-        if await asyncio.to_thread(self.store.get_state, f"teams:service:{chat}") != service_url:
-            await asyncio.to_thread(self.store.set_state, f"teams:service:{chat}", service_url)
+        for key, value in (("service", service_url), ("scope", "personal" if direct else "group")):
+            if await asyncio.to_thread(self.store.get_state, f"teams:{key}:{chat}") != value:
+                await asyncio.to_thread(self.store.set_state, f"teams:{key}:{chat}", value)
         user = activity.from_.aad_object_id or activity.from_.id
         common = {"platform": self.platform, "chat": chat, "message_id": activity.id, "user": user,
                   "user_name": activity.from_.name or "", "direct": direct}  # fmt: skip
@@ -154,7 +175,8 @@ class TeamsAdapter(Adapter):
                 return None  # in a group chat or channel the bot answers only when @mentioned
             activity = activity.strip_mentions_text()
         self._latest[chat] = activity.id
-        return Inbound(**common, text=(activity.text or "").strip())
+        files = self.files.attachments(activity, service_url)
+        return Inbound(**common, text=(activity.text or "").strip(), files=files)
 
     def _approver(self, user: str) -> bool:
         return user in self.settings.allow_users or self.store.admitted(self.platform, user)
@@ -202,11 +224,13 @@ class TeamsAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
-        chat = _joined(chat, thread)
+        return await self._post(_joined(chat, thread), self._message(text, buttons))
+
+    async def _post(self, chat: str, message: MessageActivityInput) -> str:
         url = await self._service(chat)
         if chat in self._latest:  # threads under the user's message in a channel
             url = f"{url}/{self._latest[chat]}"
-        body = self._message(text, buttons).model_dump(by_alias=True, exclude_none=True)
+        body = message.model_dump(by_alias=True, exclude_none=True)
         return str((await self._call(self._http.post(url, json=body)))["id"])
 
     async def edit(
@@ -225,10 +249,57 @@ class TeamsAdapter(Adapter):
             log.debug("teams: no typing indicator: %s", exc)
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
-        raise AdapterError("sending files to Teams is not supported by this gateway yet")
+        """A small image inside a message (any chat); another file, in a personal chat only, offered
+        with a file consent card (uploaded when the user accepts: `_file_consent`)."""
+        chat = _joined(chat, thread)
+        image = await asyncio.to_thread(self.files.inline_image, path)
+        if image is not None:
+            return await self._post(chat, MessageActivityInput(text=caption or None).add_attachments(image))
+        if await asyncio.to_thread(self.store.get_state, f"teams:scope:{chat}") != "personal":
+            raise AdapterError(
+                "Teams takes a file from a bot only in a personal chat (group chats and channels keep "
+                "files in SharePoint, reached only through Microsoft Graph, which this gateway does not use)"
+            )
+        card = await asyncio.to_thread(self.files.consent_card, path, caption)
+        return await self._post(chat, MessageActivityInput().add_attachments(card))
+
+    def _file_consent(self, invoke: FileConsentInvokeActivity) -> web.Response:
+        """The user accepted or declined a consent card: answered at once (an invoke must be answered
+        within seconds), the upload and the card's new text follow."""
+        chat, card, answer = invoke.conversation.id, invoke.reply_to_id, invoke.value
+        task = asyncio.create_task(self._settle_upload(chat, card, self.files.taken(answer.context), answer))
+        self._uploads.add(task)
+        task.add_done_callback(self._uploads.discard)
+        return web.json_response({})
+
+    async def _settle_upload(
+        self, chat: str, card: str | None, offered: tuple[Path, str] | None, answer: FileConsentCardResponse
+    ) -> None:
+        info = answer.upload_info
+        if offered is None:
+            name = (info.name if info else None) or "That file"
+            note = f"{name} is no longer here to send (the gateway restarted since it was offered)."
+        elif answer.action != "accept" or info is None:
+            offered[0].unlink(missing_ok=True)
+            note = f"Not sent: {offered[1]} (declined)."
+        else:
+            try:
+                sent = await self.files.upload(offered[0], info)
+                await self._post(chat, MessageActivityInput().add_attachments(sent))
+                note = f"Sent: {offered[1]}."
+            except (AdapterError, ConnectionLost) as exc:
+                log.warning("teams: %s not uploaded to %s: %s", offered[1], chat, exc)
+                note = f"{offered[1]} could not be sent: {exc}"
+        try:
+            if card is not None:
+                await self.edit(chat, card, note)
+            else:
+                await self._post(chat, MessageActivityInput(text=note))
+        except (AdapterError, ConnectionLost) as exc:
+            log.warning("teams: cannot say %r in %s: %s", note, chat, exc)
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        raise AdapterError("files sent on Teams are not taken by this gateway yet")
+        return await self.files.fetch(attachment)
 
     async def _call(self, call: Any) -> dict[str, Any]:
         """A connector call with its errors in the gateway's terms; the JSON it answered."""

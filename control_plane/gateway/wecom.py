@@ -7,7 +7,9 @@ when the callback URL is saved (`echostr`) is answered with its decrypted text. 
 only after its message was stored: WeCom retries a callback that fails (three times), and the stored
 MsgId recognises a retry (an event, which has none, is known by its sender and CreateTime).
 
-WeCom cannot edit a sent message: a reply is one message when done, split at 2,048 bytes. Approvals
+WeCom cannot edit a sent message: a reply is one message when done, split at 2,048 bytes; a text
+message (message_format: text, the default) shows no markup, so the model's Markdown becomes plain
+text (plain.py), while markdown messages carry it as it is. Approvals
 are `button_interaction` template cards; a press comes back as a `template_card_event`, and the card's
 buttons are then greyed out with the answer (update_template_card, with the press's response_code).
 """
@@ -27,6 +29,7 @@ from defusedxml.ElementTree import fromstring
 from ..config.chat import WeComSettings
 from .base import Adapter, AdapterError, Attachment, Button, Deliver, Inbound
 from .listener import listen
+from .plain import to_plain
 from .wecom_api import WeComApi
 from .wecom_crypto import CallbackCipher, Refused
 
@@ -163,13 +166,15 @@ class WeComAdapter(Adapter):
         if buttons:
             return await self._card(chat, text, buttons)
         kind = self.settings.message_format
-        return await self._message(chat, {"msgtype": kind, kind: {"content": text or " "}})
+        content = to_plain(text) if kind == "text" else text  # a text message shows no markup
+        return await self._message(chat, {"msgtype": kind, kind: {"content": content or " "}})
 
     async def _card(self, chat: str, text: str, buttons: list[Button]) -> str:
         """The buttons as a button_interaction card (a long question is sent as text before it)."""
-        if len(text) > CARD_TEXT_LIMIT:
+        if len(to_plain(text)) > CARD_TEXT_LIMIT:
             await self.send(chat, text)
             text = "Choose an answer below."
+        text = to_plain(text)  # a card shows no markup
         first = text.strip().splitlines()[0] if text.strip() else "Choose"
         title = first if len(first) <= TITLE_LIMIT else first[: TITLE_LIMIT - 1] + "…"
         task = f"hermetic-{uuid.uuid4().hex}"

@@ -7,7 +7,8 @@ redelivers a webhook that fails, and the stored message id (`wamid...`) recognis
 (pywa's own in-memory duplicate skipping is off: it would answer a redelivery of a failed store 200).
 
 WhatsApp cannot edit a message: a reply is one message when done, after a typing indicator; the model's
-Markdown becomes WhatsApp's *bold* _italic_ ~strike~ (py-whatsapp-formatter). Outside
+Markdown becomes WhatsApp's *bold* _italic_ ~strike~ (py-whatsapp-formatter). A question's choices
+are reply buttons, or a list message when there are more than three. Outside
 the 24-hour customer-service window only a template may be sent; when a reply is refused for that
 (error 131047), the configured template tells the user an answer waits and that writing reopens the
 chat. pywa sets the Graph API host on the httpx client it is given; the adapter sets that client's
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import mimetypes
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +28,15 @@ import httpx
 from aiohttp import web
 from pywa_async import WhatsApp
 from pywa_async.errors import ReEngagementMessage, ThrottlingError, WhatsAppError
-from pywa_async.handlers import CallbackButtonHandler, MessageHandler
+from pywa_async.handlers import CallbackButtonHandler, CallbackSelectionHandler, MessageHandler
 from pywa_async.types import Button as WaButton
-from pywa_async.types import CallbackButton, Message
+from pywa_async.types import CallbackButton, CallbackSelection, Message, Section, SectionList, SectionRow
 from pywa_async.types.templates import TemplateLanguage
 from whatsapp_formatter import convert_markdown_to_whatsapp
 
 from ..config.chat import WhatsAppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .files import TooLarge
 from .listener import listen
 
 log = logging.getLogger("hermetic.gateway.whatsapp")
@@ -41,6 +44,11 @@ TEXT_LIMIT = 4096
 """Characters of one text message's body."""
 BUTTON_BODY_LIMIT = 1024
 """Characters of an interactive message's body (at most three reply buttons, titles of 20)."""
+IMAGE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
+"""The images WhatsApp shows in the chat (image messages: JPEG and PNG, up to IMAGE_LIMIT bytes)."""
+IMAGE_LIMIT = 5 * 1024 * 1024
+MAX_REPLY_BUTTONS = 3
+"""Reply buttons one message may have: more choices go as a list message."""
 _failed: contextvars.ContextVar[list[Exception]] = contextvars.ContextVar("whatsapp_failed")
 
 
@@ -96,12 +104,14 @@ class WhatsAppAdapter(Adapter):
         async def on_message(_: Any, msg: Message) -> None:
             await store(_inbound(msg))
 
-        async def on_button(_: Any, press: CallbackButton) -> None:
+        async def on_button(_: Any, press: CallbackButton | CallbackSelection) -> None:
             user = str(press.from_user.preferred_id)
             await store(Inbound(platform=self.platform, chat=user, message_id=press.id, user=user,
                                 user_name=press.from_user.name or "", button=str(press.data)))  # fmt: skip
 
-        self.wa.add_handlers(MessageHandler(on_message), CallbackButtonHandler(on_button))
+        self.wa.add_handlers(
+            MessageHandler(on_message), CallbackButtonHandler(on_button), CallbackSelectionHandler(on_button)
+        )
         app = web.Application(client_max_size=1_000_000)
         app.router.add_get(self.settings.path, self._challenge)
         app.router.add_post(self.settings.path, self._update)
@@ -135,11 +145,11 @@ class WhatsAppAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
-        choices = [WaButton(title=b.label[:20], callback_data=b.data) for b in (buttons or [])[:3]]
+        choices = _choices(buttons or [])
         formatted = convert_markdown_to_whatsapp(text) if text else " "
         if len(formatted) > (BUTTON_BODY_LIMIT if choices else TEXT_LIMIT):  # cut for the source's length
             formatted = text
-        sent = await self._call(self.wa.send_message(to=chat, text=formatted, buttons=choices or None), chat)
+        sent = await self._call(self.wa.send_message(to=chat, text=formatted, buttons=choices), chat)
         return str(sent.id)
 
     async def edit(
@@ -148,14 +158,19 @@ class WhatsAppAdapter(Adapter):
         raise AdapterError("WhatsApp messages cannot be edited")  # never asked: streams is False
 
     async def send_file(self, chat: str, path: Path, *, thread: str | None = None, caption: str = "") -> str:
-        sent = await self._call(
-            self.wa.send_document(to=chat, document=path, filename=path.name, caption=caption or None), chat
-        )
-        return str(sent.id)
+        """A JPEG or PNG of up to 5 MB as an image (shown in the chat), any other file as a document."""
+        kind, said = IMAGE_TYPES.get(path.suffix.lower()), caption or None
+        if kind is not None and path.stat().st_size <= IMAGE_LIMIT:
+            sending = self.wa.send_image(to=chat, image=path, caption=said, mime_type=kind)
+        else:
+            sending = self.wa.send_document(to=chat, document=path, filename=path.name, caption=said)
+        return str((await self._call(sending, chat)).id)
 
     async def fetch(self, attachment: Attachment) -> bytes:
         try:
             found = await self.wa.get_media_url(attachment.ref)
+            if found.file_size > self.settings.max_file_bytes:  # said before it is downloaded
+                raise TooLarge(attachment.name, self.settings.max_file_bytes)
             return await self.wa.get_media_bytes(found.url)
         except WhatsAppError as exc:
             raise AdapterError(f"WhatsApp refused the file: {exc}") from exc
@@ -196,11 +211,22 @@ class WhatsAppAdapter(Adapter):
             log.error("whatsapp: the window-closed template to %s failed: %s", chat, exc)
 
 
+def _choices(buttons: list[Button]) -> list[WaButton] | SectionList | None:
+    """Up to three choices as reply buttons (titles of 20); more as a list message (up to ten rows,
+    titles of 24), whose chosen row comes back like a press."""
+    if len(buttons) <= MAX_REPLY_BUTTONS:
+        return [WaButton(title=b.label[:20], callback_data=b.data) for b in buttons] or None
+    rows = [SectionRow(title=b.label[:24], callback_data=b.data) for b in buttons]
+    return SectionList(button_title="Choose", sections=[Section(title="Answers", rows=rows)])
+
+
 def _inbound(msg: Message) -> Inbound:
-    media = msg.document or msg.image
+    media = msg.document or msg.image or msg.video or msg.audio or msg.sticker  # a voice note is audio
     files = []
     if media is not None:
-        name = getattr(media, "filename", None) or f"{media.id}.{(media.mime_type or 'bin').rsplit('/')[-1]}"
+        kind = (media.mime_type or "").split(";")[0].strip()  # "audio/ogg; codecs=opus"
+        extension = ".ogg" if kind == "audio/ogg" else mimetypes.guess_extension(kind) or ".bin"
+        name = getattr(media, "filename", None) or f"{media.id}{extension}"
         files.append(Attachment(name=name, ref=str(media.id)))
     user = str(msg.from_user.preferred_id)
     return Inbound(

@@ -30,7 +30,7 @@ from slixmpp.plugins.xep_0363.http_upload import FileUploadError, UploadServiceN
 
 from ..config.chat import XmppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
-from .files import download
+from .files import download, listed_host
 from .plain import addressed, to_plain
 
 LOGIN_TIMEOUT = 30.0
@@ -157,7 +157,7 @@ class XmppAdapter(Adapter):
             body = text
             occupant = self._occupant_jid(sender)
             user = occupant or str(sender)
-        if not url and _URL.fullmatch(body.strip()) and self._file_host(body.strip()):
+        if not url and _URL.fullmatch(body.strip()) and listed_host(body.strip(), self.settings.file_hosts):
             url = body.strip()  # a client without XEP-0066 sends the upload's URL alone
         if url and body.strip() == url:
             body = ""  # the body only repeats the URL (for clients without XEP-0066)
@@ -173,13 +173,6 @@ class XmppAdapter(Adapter):
             if url
             else [],
         )
-
-    def _file_host(self, url: str) -> bool:
-        """Whether `url` is on one of the hosts files are taken from."""
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        hosts = {h.lower() for h in self.settings.file_hosts}
-        return parts.scheme in ("http", "https") and (host in hosts or f"{host}:{parts.port}" in hosts)
 
     def _occupant_jid(self, sender: slixmpp.JID) -> str | None:
         """The real bare JID behind a room occupant, where the room shows it (non-anonymous rooms)."""
@@ -262,7 +255,7 @@ class XmppAdapter(Adapter):
         return str(message["id"])
 
     async def fetch(self, attachment: Attachment) -> bytes:
-        if not self._file_host(attachment.ref):
+        if not listed_host(attachment.ref, self.settings.file_hosts):
             hosts = ", ".join(self.settings.file_hosts) or "no host (file_hosts is empty)"
             raise AdapterError(f"files are taken only from {hosts}, not from {attachment.ref[:200]}")
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:

@@ -203,6 +203,22 @@ def test_a_file_the_user_sends_lands_in_the_sandbox_uploads(
         assert "uploads/data.csv" in fake_llm.requests[0]["messages"][-1]["content"]
 
 
+def test_a_file_over_max_file_bytes_is_refused_while_it_downloads_not_read_whole(
+    tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
+) -> None:
+    fake_llm.load([{"text": "no file then"}])
+    size = 64 * 1024 * 1024
+    code = dt.upload_large("dump.bin", size)  # streamed with no Content-Length: only reading tells its size
+    with Running(_settings(tmp_path, fake_llm.url, dt, max_file_bytes=100_000)) as gateway:
+        dt.wait_for(lambda: dt.connections)
+        dt.user_says(
+            USER, message={"msgtype": "file", "content": {"downloadCode": code, "fileName": "dump.bin"}}
+        )
+        wait_answered(gateway, 1)
+        assert any(t.startswith("I could not take your file dump.bin") for t in dt.texts(USER))
+    assert dt.streamed[code] < size // 2, "the download stopped at the cap, not at the end of the file"
+
+
 def test_a_file_the_agent_sends_is_uploaded_as_media_and_sent_as_a_file_message(
     tmp_path: Path, fake_llm: Any, dt: DingTalkStandin
 ) -> None:

@@ -5,6 +5,7 @@ test_gateway_crash.py's."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -61,6 +62,7 @@ def test_a_stranger_gets_a_pairing_code_and_a_channel_post_is_answered_only_when
         (told,) = mm.wait_for(lambda: mm.texts("d200"))
         assert "hermetic gateway pair" in told
         mm.user_says("town", "chatter among people")
+        mm.user_says("town", "@hermetic-ci rerun the build, and cc email@hermetic.dev")  # other names
         asked = mm.user_says("town", "@hermetic what is up?")
         wait_answered(gateway, 1)
         (answer,) = mm.bot_posts("town")
@@ -170,3 +172,64 @@ def test_a_file_the_agent_sends_is_uploaded_and_posted(
         wait_answered(gateway, 1)
         (posted,) = [p for p in mm.bot_posts("d100") if p["file_ids"]]
         assert mm.files[posted["file_ids"][0]] == ("r.txt", b"numbers\n")
+
+
+COMMAND_TOKEN = "mm-command-token"
+"""The token Mattermost shows for a custom slash command (one per command)."""
+
+
+def _commands_url(gateway: Any) -> str:
+    adapter = gateway.adapters["mattermost"]
+    deadline = time.monotonic() + 30
+    while adapter.actions_port in (None, 0):
+        assert time.monotonic() < deadline, "the listener never listened"
+        time.sleep(0.02)
+    return f"http://127.0.0.1:{adapter.actions_port}/commands"
+
+
+def test_slash_commands_are_taken_from_custom_slash_command_requests_and_a_bad_token_is_401(
+    tmp_path: Path, fake_llm: Any, mm: MattermostStandin
+) -> None:
+    """The Mattermost client keeps `/new`, `/stop`... for itself: they reach the bot as custom slash
+    commands, each registered under its own trigger or all under one (`/hermetic stop`)."""
+    fake_llm.load([{"text": " ".join(f"w{i}" for i in range(400)), "pace": 0.05}])
+    tokens = [COMMAND_TOKEN, "mm-hermetic-command-token"]
+    with Running(_settings(tmp_path, fake_llm.url, mm, command_tokens=tokens)) as gateway:
+        mm.wait_for(mm.connected)
+        url = _commands_url(gateway)
+        status, _ = mm.slash(url, "a-forged-token", "d100", "/status")
+        assert status == 401 and gateway.store.last_inbound("mattermost") is None
+        nothing_shown = {"response_type": "ephemeral", "text": ""}
+        assert mm.slash(url, COMMAND_TOKEN, "d100", "/help") == (200, nothing_shown)
+        (helped,) = mm.wait_for(lambda: mm.texts("d100"))
+        assert "/new" in helped and "/stop" in helped and fake_llm.requests == []
+        mm.user_says("d100", "tell me a long story")
+        mm.wait_for(lambda: len(mm.texts("d100")) == 2 and mm.called("PUT", "/posts/"))
+        assert mm.slash(url, tokens[1], "d100", "/hermetic", "stop")[0] == 200
+        mm.wait_for(lambda: "Stopping." in mm.texts("d100"))
+        wait_answered(gateway, 3)
+        assert len(fake_llm.requests) == 1, "the commands never reached the model"
+        assert mm.slash(url, tokens[1], "d100", "/hermetic", "what is up?") == (
+            200, {"response_type": "ephemeral", "text": "Not a command I know. Try /hermetic help."}
+        )  # fmt: skip
+        status, told = mm.slash(url, COMMAND_TOKEN, "dx7", "/status")  # a direct chat between two people
+        assert status == 200 and "your direct chat with @hermetic" in told["text"]
+        assert not mm.texts("dx7")
+
+
+def test_a_slash_command_in_a_channel_obeys_allow_chats_and_a_backfill_resumes_after_it(
+    tmp_path: Path, fake_llm: Any, mm: MattermostStandin
+) -> None:
+    fake_llm.load([{"text": "answered after the restart"}])
+    settings = _settings(tmp_path, fake_llm.url, mm, allow_chats=["town"], command_tokens=[COMMAND_TOKEN])
+    with Running(settings) as gateway:
+        mm.wait_for(mm.connected)
+        url = _commands_url(gateway)
+        assert mm.slash(url, COMMAND_TOKEN, "elsewhere", "/status")[0] == 200
+        assert mm.slash(url, COMMAND_TOKEN, "town", "/status")[0] == 200
+        (status,) = mm.wait_for(lambda: mm.texts("town"))
+        assert status.startswith("session ") and not mm.texts("elsewhere")
+    mm.user_says("town", "@hermetic sent while no gateway ran", live=False)
+    with Running(settings) as gateway:  # the command is the channel's last record: no post to start from
+        wait_answered(gateway, 2)
+    assert fake_llm.requests[0]["messages"][-1]["content"] == "sent while no gateway ran"

@@ -5,6 +5,7 @@ stand-in posting JWT-signed activities to the gateway's messaging endpoint, the 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import SCRIPT, answered_once_after_restart, gateway_profile, kill_9_while_replying
 from teams_standin import TeamsStandin
 
 from control_plane.gateway import Gateway, send_message
@@ -220,3 +222,67 @@ def test_a_bot_token_about_to_expire_is_fetched_afresh(
         teams.user_says(OWNER, "second")
         wait_answered(gateway, 2)
         assert len(teams.tokens) > before >= 2 and teams.texts(f"a:{OWNER}") == ["one", "two"]
+
+
+def test_a_kill_9_mid_reply_and_a_message_sent_while_down_are_each_answered_once(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load(SCRIPT)
+    env = gateway_profile(tmp_path, fake_llm.url, "teams", teams.gateway_config([OWNER]))
+    kill_9_while_replying(
+        env,
+        lambda: teams.user_says(OWNER, "question one"),  # POSTed until the gateway listens and stores
+        lambda: teams.wait_for(lambda: any(a["method"] == "PUT" for a in teams.activities)),
+    )
+    # sent while no gateway listens: POSTed again until the restarted gateway answers 200
+    later = threading.Thread(target=teams.user_says, args=(OWNER, "sent while the gateway was down"))
+    later.start()
+    answered_once_after_restart(env, "teams", lambda: teams.texts(f"a:{OWNER}"), teams.wait_for, fake_llm)
+    later.join(60)
+
+
+def test_a_chats_messages_are_stored_in_the_order_they_came_while_a_token_check_waits(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    """Each token is checked in a worker thread; when the first message's check is slow (held here: a
+    key set fetched afresh, a loaded machine), the chat's next message waits its turn, not past it."""
+    fake_llm.load([{"text": "one"}, {"text": "two"}])
+    with Running(_settings(tmp_path, fake_llm.url, teams)) as gateway:
+        _listening(gateway)
+        adapter: Any = gateway.adapters["teams"]
+        first, second = teams.activity(OWNER, "first"), teams.activity(OWNER, "second")
+        held, checking, release = teams.sign(jti="held"), threading.Event(), threading.Event()
+        real = adapter._validator.validate_token
+
+        async def held_check(raw: str, service_url: str | None = None) -> Any:
+            if raw == held:  # runs in the worker thread: only this check waits
+                checking.set()
+                release.wait(60)
+            return await real(raw, service_url)
+
+        adapter._validator.validate_token = held_check
+        posts = [threading.Thread(target=teams.post, args=(first, held))]
+        posts[0].start()
+        assert checking.wait(60)
+        posts.append(threading.Thread(target=teams.post, args=(second,)))
+        posts[1].start()
+        _until(lambda: gateway.store.last_inbound("teams") or _queued(adapter, f"a:{OWNER}") == 2)
+        release.set()
+        for post in posts:
+            post.join(60)
+        wait_answered(gateway, 2)
+    assert [r["messages"][-1]["content"] for r in fake_llm.requests] == ["first", "second"]
+    assert teams.texts(f"a:{OWNER}") == ["one", "two"]
+
+
+def _queued(adapter: Any, chat: str) -> int:
+    """How many messages of `chat` are being checked and stored, or wait for their turn."""
+    return int(adapter._order._chats.get(chat, (None, 0))[1])
+
+
+def _until(check: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never came to pass"
+        time.sleep(0.02)

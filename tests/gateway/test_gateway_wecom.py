@@ -58,7 +58,7 @@ def test_the_url_check_is_answered_and_unsigned_or_foreign_callbacks_are_refused
 def test_a_message_is_stored_before_the_200_answered_once_and_a_command_needs_no_model(
     tmp_path: Path, fake_llm: Any, wecom: WeComStandin
 ) -> None:
-    fake_llm.load([{"text": "hello from the agent"}])
+    fake_llm.load([{"text": "**hello** from the _agent_, see [the docs](https://example.org/d)"}])
     with Running(_settings(tmp_path, fake_llm.url, wecom)) as gateway:
         message = wecom.user_says(USER, "hello from wecom")
         stored = gateway.store.last_inbound("wecom")
@@ -66,7 +66,9 @@ def test_a_message_is_stored_before_the_200_answered_once_and_a_command_needs_no
         wait_answered(gateway, 1)
         (sent,) = wecom.messages_to(USER)
         assert sent["msgtype"] == "text" and sent["agentid"] == 1000002
-        assert sent["text"]["content"] == "hello from the agent"
+        assert sent["text"]["content"] == "hello from the agent, see the docs (https://example.org/d)", (
+            "a text message shows no markup: the model's Markdown goes as plain text"
+        )
         wecom.deliver(message)  # WeCom's retry of the same MsgId: 200, not answered again
         wecom.user_says(USER, "/help")
         wait_answered(gateway, 2)

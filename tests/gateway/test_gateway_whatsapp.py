@@ -28,6 +28,7 @@ from gateway_process import (
 )
 from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
 
+from control_plane.gateway import gateway as gateway_module
 from control_plane.gateway.base import Inbound
 from control_plane.gateway.records import GatewayStore
 
@@ -65,6 +66,59 @@ def test_a_message_is_answered_once_in_whatsapps_formatting_after_a_typing_indic
         wa.user_says(USER, "and again")
         wait_answered(gateway, 2)
         assert wa.texts(USER)[1:] == ["second"] and len(fake_llm.requests) == 2
+
+
+def test_the_typing_indicator_is_shown_again_while_a_long_reply_is_written(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WhatsApp drops a typing indicator after 25 s; a reply that takes longer shows it again."""
+    monkeypatch.setattr(gateway_module, "TYPING_RENEWAL", 0.2)
+    fake_llm.load([{"text": "thought long", "delay": 1.5}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        asked = wa.user_says(USER, "think hard")
+        wait_answered(gateway, 1)
+        shown = [m for m in wa.sent if m.get("status") == "read"]
+        assert len(shown) >= 3 and {m["message_id"] for m in shown} == {asked["id"]}
+        count = len(shown)
+    assert len([m for m in wa.sent if m.get("status") == "read"]) == count, "none after the reply"
+
+
+def test_a_chats_messages_are_answered_in_the_order_they_came_while_storing_one_is_slow(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    """Meta may POST a user's webhooks at once; the store runs in a worker thread, so while the first
+    message's write is slow (held here) the second waits its turn instead of being answered first."""
+    fake_llm.load([{"text": "one"}, {"text": "two"}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        real, writing, release = gateway.store.receive, threading.Event(), threading.Event()
+
+        def held_receive(platform: str, chat: str, message_id: str, payload: dict[str, Any]) -> Any:
+            if payload.get("text") == "first":
+                writing.set()
+                release.wait(60)
+            return real(platform, chat, message_id, payload)
+
+        gateway.store.receive = held_receive  # type: ignore[method-assign]
+        posts = [threading.Thread(target=wa.user_says, args=(USER, "first"))]
+        posts[0].start()
+        assert writing.wait(60)
+        posts.append(threading.Thread(target=wa.user_says, args=(USER, "second")))
+        posts[1].start()
+        arrivals = gateway._arrivals._chats
+        _until(lambda: not posts[1].is_alive() or arrivals.get(f"whatsapp:{USER}", (None, 0))[1] == 2)
+        release.set()
+        for post in posts:
+            post.join(60)
+        wait_answered(gateway, 2)
+    assert [r["messages"][-1]["content"] for r in fake_llm.requests] == ["first", "second"]
+    assert wa.texts(USER) == ["one", "two"]
+
+
+def _until(check: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never came to pass"
+        time.sleep(0.02)
 
 
 def test_an_unsigned_or_forged_webhook_is_refused_and_the_subscription_check_needs_the_verify_token(
@@ -111,6 +165,29 @@ def test_an_approval_is_reply_buttons_and_a_press_answers_it(
         assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
 
 
+def test_a_question_of_more_than_three_choices_is_a_list_message_whose_row_answers_it(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    colours = ["red", "green", "blue", "yellow", "a very long colour name, cut"]
+    ask = {"name": "clarify", "arguments": {"question": "Which **colour**?", "choices": colours}}
+    fake_llm.load([{"tool_calls": [ask]}, {"text": "Yellow it is."}])
+    settings = _settings(tmp_path, fake_llm.url, wa).model_copy(update={"toolsets": ["clarify"]})
+    with Running(settings) as gateway:
+        wa.user_says(USER, "paint it")
+        (asked,) = wa.wait_for(lambda: [m for m in wa.messages_to(USER) if m["type"] == "interactive"])
+        assert (
+            asked["interactive"]["type"] == "list"
+            and asked["interactive"]["body"]["text"] == "Which *colour*?"
+        )
+        (section,) = asked["interactive"]["action"]["sections"]
+        titles = [row["title"] for row in section["rows"]]
+        assert titles == colours[:4] + ["a very long colour name,"], "every choice, titles of 24"
+        wa.press(USER, asked["id"], section["rows"][3]["id"], "yellow", kind="list_reply")
+        wait_answered(gateway, 2)
+    assert fake_llm.requests[1]["messages"][-1]["content"] == "the user answered: yellow"
+    assert wa.texts(USER)[-1] == "Yellow it is."
+
+
 def test_a_reply_outside_the_24_hour_window_sends_the_template_that_explains_it(
     tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
 ) -> None:
@@ -134,6 +211,25 @@ def test_a_document_the_user_sends_lands_in_the_sandbox_uploads(
         wait_answered(gateway, 1)
         assert wa.called("GET", media)
         assert "uploads/data.csv" in fake_llm.requests[0]["messages"][-1]["content"]
+
+
+def test_a_voice_note_is_taken_and_a_video_over_the_cap_is_refused_before_it_is_downloaded(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "heard you"}, {"text": "no video then"}])
+    voice, video = wa.upload("voice", b"OggS voice note"), wa.upload("clip", b"\0" * 5000)
+    config = _config(wa) | {"max_file_bytes": 1000}
+    with Running(gateway_settings(tmp_path, fake_llm.url, None, gateway={"whatsapp": config})) as gateway:
+        note = {"id": voice, "mime_type": "audio/ogg; codecs=opus", "sha256": "0", "voice": True}
+        wa.user_says(USER, message={"type": "audio", "audio": note})
+        wait_answered(gateway, 1)
+        assert f"uploads/{voice}.ogg (15 bytes)" in fake_llm.requests[0]["messages"][-1]["content"]
+        clip = {"id": video, "mime_type": "video/mp4", "sha256": "0", "caption": "look at this"}
+        wa.user_says(USER, message={"type": "video", "video": clip})
+        wait_answered(gateway, 2)
+    assert any(t.startswith(f"I could not take your file {video}.mp4") for t in wa.texts(USER))
+    assert wa.called("GET", video) and not wa.called("GET", f"download/{video}"), "refused by its size"
+    assert fake_llm.requests[1]["messages"][-1]["content"].startswith("look at this")
 
 
 def test_a_kill_9_mid_turn_and_a_message_sent_while_down_are_each_answered_once(
@@ -167,6 +263,19 @@ def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(
         wait_answered(gateway, 1)
         (document,) = [m for m in wa.messages_to(USER) if m["type"] == "document"]
         assert wa.media[document["document"]["id"]] == ("r.txt", b"numbers\n")
+
+
+def test_an_image_the_agent_sends_is_an_image_message_shown_in_the_chat(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    write = {"name": "write_file", "arguments": {"path": "chart.png", "content": "pixels"}}
+    send = {"name": "send_file", "arguments": {"path": "chart.png"}}
+    fake_llm.load([{"tool_calls": [write]}, {"tool_calls": [send]}, {"text": "There."}])
+    with Running(_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "a chart please")
+        wait_answered(gateway, 1)
+        (image,) = [m for m in wa.messages_to(USER) if m["type"] == "image"]
+        assert wa.media[image["image"]["id"]] == ("chart.png", b"pixels")
 
 
 def test_a_kill_9_after_whatsapp_took_the_reply_but_before_it_was_recorded_does_not_answer_twice(

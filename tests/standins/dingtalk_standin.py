@@ -19,8 +19,9 @@ POST /v1.0/robot/oToMessages/batchSend `{robotCode, userIds, msgKey, msgParam}` 
 POST /v1.0/robot/groupMessages/send `{robotCode, openConversationId, msgKey, msgParam}` ->
 `{processQueryKey}`; POST /v1.0/card/instances/createAndDeliver and PUT /v1.0/card/instances;
 POST /v1.0/robot/messageFiles/download `{downloadCode, robotCode}` -> `{downloadUrl}` (GET it for the
-bytes); and the legacy POST /media/upload?access_token=&type= (multipart `media`) ->
-`{errcode: 0, media_id}`. Errors are `{code, message, requestid}`.
+bytes; a file made by `upload_large` is streamed in chunks with no Content-Length, and `streamed` counts
+what went out before the reader hung up); and the legacy POST /media/upload?access_token=&type=
+(multipart `media`) -> `{errcode: 0, media_id}`. Errors are `{code, message, requestid}`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class DingTalkStandin(StandinServer):
         """frame messageId -> the client's ACKs of it"""
         self.connections = 0
         self.files: dict[str, tuple[str, bytes]] = {}
+        self.large: dict[str, int] = {}
+        """downloadCode -> the size of a file streamed when downloaded"""
+        self.streamed: dict[str, int] = {}
+        """downloadCode of a large file -> the bytes of it sent so far"""
         self.tokens: set[str] = set()
         self._tickets: set[str] = set()
         self._pending: dict[str, dict[str, Any]] = {}
@@ -96,6 +101,14 @@ class DingTalkStandin(StandinServer):
         with self._changed:
             self._frame_of[data["msgId"]] = frame
         return data
+
+    def upload_large(self, name: str, size: int) -> str:
+        """A large file a user sent, streamed when downloaded (no Content-Length): its downloadCode."""
+        code = f"dc{uuid.uuid4().hex}"
+        with self._changed:
+            self.large[code] = size
+            self.streamed[code] = 0
+        return code
 
     def upload(self, name: str, data: bytes) -> str:
         """A file a user sent: its downloadCode."""
@@ -225,8 +238,21 @@ class DingTalkStandin(StandinServer):
                 self._changed.notify_all()
         return socket
 
-    async def _download(self, request: web.Request) -> web.Response:
+    async def _download(self, request: web.Request) -> web.StreamResponse:
         code = request.match_info["code"]
+        if code in self.large:
+            response = web.StreamResponse()
+            await response.prepare(request)
+            chunk = b"\0" * 65536
+            try:
+                while self.streamed[code] < self.large[code]:
+                    await response.write(chunk)
+                    with self._changed:
+                        self.streamed[code] += len(chunk)
+            except (ConnectionResetError, ConnectionError):
+                return response  # the reader hung up
+            await response.write_eof()
+            return response
         if code not in self.files:
             return _error(404, "NotFound", "no such file")
         return web.Response(body=self.files[code][1])
@@ -280,7 +306,7 @@ class DingTalkStandin(StandinServer):
                 self._changed.notify_all()
             return web.json_response({"success": True, "result": True})
         if path == "/v1.0/robot/messageFiles/download":
-            if body.get("downloadCode") not in self.files:
+            if body.get("downloadCode") not in self.files and body.get("downloadCode") not in self.large:
                 return _error(400, "InvalidDownloadCode", "downloadCode is invalid")
             return web.json_response({"downloadUrl": f"{self.api_base}/downloads/{body['downloadCode']}"})
         return _error(404, "NotFound", f"no {method} {path}")

@@ -10,7 +10,12 @@ X-Ratelimit-Reset when told to limit; GET /posts/{id}; GET /channels/{id}/posts?
 or changed after `since` ms, as `{"order", "posts"}`); POST /files (multipart channel_id + files,
 answering `file_infos`) and GET /files/{id}. A press of a button is what the server does on one: a POST
 of `{user_id, user_name, channel_id, post_id, trigger_id, context}` to the action's integration URL.
-Errors are the API's `{"id", "message", "status_code"}`.
+A custom slash command is what the server does on one (api.mattermost.com, "Slash commands"; the server's
+DoCommandRequest): a form-encoded POST of `{token, team_id, team_domain, channel_id, channel_name,
+user_id, user_name, command, text, trigger_id, response_url}` with `Authorization: Token <token>` to the
+command's URL. Errors are the API's `{"id", "message", "status_code"}`. Direct channels (d...) are named
+`<user>__botuser`, as the server names a direct channel after its two members, except dx... ones,
+between two people (`u1__u2`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from typing import Any
@@ -85,6 +92,34 @@ class MattermostStandin(StandinServer):
         )
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (loopback)
             return int(response.status)
+
+    def slash(
+        self, url: str, token: str, channel: str, command: str, text: str = "", user: str = "u1"
+    ) -> tuple[int, Any]:
+        """Run the custom slash command `command` (`/new`, `/hermetic`) in `channel` as `user`, as the
+        server does: its request POSTed to `url`; the status and JSON it was answered with."""
+        form = {
+            "token": token, "team_id": "team1", "team_domain": "test", "channel_id": channel,
+            "channel_name": self._channel(channel)["name"], "user_id": user, "user_name": user,
+            "command": command, "text": text, "trigger_id": uuid.uuid4().hex,
+            "response_url": f"{self.url}/hooks/commands/{uuid.uuid4().hex[:26]}",
+        }  # fmt: skip
+        headers = {"Authorization": f"Token {token}", "Accept": "application/json",
+                   "Content-Type": "application/x-www-form-urlencoded"}  # fmt: skip
+        request = urllib.request.Request(url, urllib.parse.urlencode(form).encode(), headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (loopback)
+                return int(response.status), json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read() or b"null")
+
+    @staticmethod
+    def _channel(channel: str) -> dict[str, Any]:
+        if channel.startswith("dx"):
+            return {"id": channel, "type": "D", "name": "u1__u2"}
+        if channel.startswith("d"):
+            return {"id": channel, "type": "D", "name": f"{channel}user__{BOT['id']}"}
+        return {"id": channel, "type": "O", "name": channel}
 
     def connected(self) -> bool:
         with self._changed:
@@ -201,7 +236,7 @@ class MattermostStandin(StandinServer):
         if path == "/users/me":
             return _json(BOT)
         if method == "GET" and parts[0] == "channels" and len(parts) == 2:
-            return _json({"id": parts[1], "type": "D" if parts[1].startswith("d") else "O"})
+            return _json(self._channel(parts[1]))
         if method == "GET" and parts[0] == "channels" and parts[2:] == ["posts"]:
             since = int(request.query.get("since", "0"))
             with self._changed:

@@ -10,11 +10,22 @@ token endpoint (POST /{tenant}/oauth2/v2.0/token, grant_type=client_credentials,
 Update Activity (PUT .../activities/{activityId}), each refusing a bearer token it did not issue (401).
 The test's side plays Teams: `user_says` POSTs a message activity to the bot's messaging endpoint with
 a JWT signed by the key (issuer https://api.botframework.com, audience the app id, serviceurl claim).
+
+Files, from "Send and receive files using bot" and "Send and receive inline images" (Teams platform
+docs) and OneDrive's upload sessions (Graph, driveItem: createUploadSession): the user's OneDrive is
+played here too. A file a user sends is a `file.download.info` attachment whose `downloadUrl`
+(GET /drive/{id}/download?tempauth=..., optionally answering 302 to /drive/{id}/content or to another
+host) needs no token; a pasted image is an `image/png` attachment whose `contentUrl`
+(GET /v3/attachments/{id}/views/original) needs the bot token. `consent` plays the user pressing a file
+consent card: a `fileConsent/invoke` activity, with, when accepted, an upload session
+(PUT /upload/{id} with `Content-Range: bytes a-b/total`: 202 with `nextExpectedRanges` until the last
+range, then 201 with the driveItem). Every file request is kept in `file_requests`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import socket
 import time
@@ -44,6 +55,12 @@ class TeamsStandin(StandinServer):
         self.activities: list[dict[str, Any]] = []
         """every activity the connector took, with "id", "conversation", "method", "reply_to" """
         self.endpoint = ""
+        self.drive: dict[str, tuple[str, bytes]] = {}
+        """the user's OneDrive: file id -> (name, bytes); uploads land here when complete"""
+        self.sessions: dict[str, dict[str, Any]] = {}
+        """upload session id -> {"name", "received": bytearray, "ranges": [(first, last, total)]}"""
+        self.file_requests: list[tuple[str, str, str | None]] = []
+        """(method, path, its Authorization header) of every file request"""
         self.expires_in = 3599
         """the lifetime, in seconds, of the bot tokens the token endpoint issues"""
         super().__init__("teams-standin")
@@ -84,6 +101,7 @@ class TeamsStandin(StandinServer):
     def activity(
         self, user: str, text: str = "", *, conversation: str | None = None, group: bool = False,
         mention: bool = False, value: dict[str, Any] | None = None, name: str = "User",
+        attachments: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """A message activity from `user` (in a personal chat with them unless `group`)."""
         entities = []
@@ -102,7 +120,53 @@ class TeamsStandin(StandinServer):
         }  # fmt: skip
         if value is not None:
             found["value"] = value
+        if attachments is not None:
+            found["attachments"] = attachments
         return found
+
+    def file_attachment(self, name: str, data: bytes, redirect: str | None = None) -> dict[str, Any]:
+        """A file the user sends, kept in their OneDrive: its `file.download.info` attachment, whose
+        downloadUrl answers 302 to `redirect` ("content": the file's content URL here; else a URL)."""
+        file_id = uuid.uuid4().hex
+        with self._changed:
+            self.drive[file_id] = (name, data)
+        query = f"tempauth={secrets.token_urlsafe(8)}" + (f"&redirect={redirect}" if redirect else "")
+        return {
+            "contentType": "application/vnd.microsoft.teams.file.download.info",
+            "contentUrl": f"https://contoso.sharepoint.com/personal/user/Documents/{name}", "name": name,
+            "content": {"downloadUrl": f"{self.base_url}/drive/{file_id}/download?{query}",
+                        "uniqueId": file_id, "fileType": name.rsplit(".", 1)[-1]},
+        }  # fmt: skip
+
+    def image_attachment(self, data: bytes, host: str | None = None) -> dict[str, Any]:
+        """An image pasted into a message: its contentUrl on the connector (or on `host`)."""
+        file_id = uuid.uuid4().hex
+        with self._changed:
+            self.drive[file_id] = ("pasted.png", data)
+        base = f"http://{host}:{self.port}" if host else self.base_url
+        return {"contentType": "image/png", "contentUrl": f"{base}/v3/attachments/{file_id}/views/original"}
+
+    def consent(self, user: str, card: dict[str, Any], accept: bool = True) -> int:
+        """The user presses Allow (or Decline) on a file consent card the bot sent: the invoke Teams
+        POSTs, with an upload session in the user's OneDrive when allowed; the status answered."""
+        (attachment,) = card["attachments"]
+        content, name = attachment["content"], attachment["name"]
+        action = "accept" if accept else "decline"
+        context = content[f"{action}Context"]
+        value: dict[str, Any] = {"type": "fileUpload", "action": action, "context": context}
+        if accept:
+            session, file_id = uuid.uuid4().hex, uuid.uuid4().hex
+            with self._changed:
+                self.sessions[session] = {"name": name, "id": file_id, "received": bytearray(), "ranges": []}
+            value["uploadInfo"] = {
+                "contentUrl": f"https://contoso.sharepoint.com/personal/user/Documents/Applications/{name}",
+                "name": name, "uploadUrl": f"{self.base_url}/upload/{session}", "uniqueId": file_id,
+                "fileType": name.rsplit(".", 1)[-1],
+            }  # fmt: skip
+        invoke = self.activity(user) | {"type": "invoke", "name": "fileConsent/invoke", "value": value,
+                                        "replyToId": card["id"]}  # fmt: skip
+        invoke.pop("text")
+        return self.post(invoke)
 
     def post(self, activity: dict[str, Any], token: str | None = "") -> int:
         """POST `activity` to the bot's endpoint (signed validly unless `token` is given; None: no
@@ -154,7 +218,67 @@ class TeamsStandin(StandinServer):
         app.router.add_post("/v3/conversations/{conversation}/activities", self._send)
         app.router.add_post("/v3/conversations/{conversation}/activities/{activity}", self._send)
         app.router.add_put("/v3/conversations/{conversation}/activities/{activity}", self._update)
+        app.router.add_get("/v3/attachments/{file}/views/original", self._image)
+        app.router.add_get("/drive/{file}/download", self._download)
+        app.router.add_get("/drive/{file}/content", self._content)
+        app.router.add_put("/upload/{session}", self._upload)
         return app
+
+    def _file_request(self, request: web.Request) -> None:
+        with self._changed:
+            self.file_requests.append((request.method, request.path, request.headers.get("Authorization")))
+            self._changed.notify_all()
+
+    async def _image(self, request: web.Request) -> web.StreamResponse:
+        self._file_request(request)
+        if not self._authorized(request):
+            return web.json_response({"error": {"code": "Unauthorized"}}, status=401)
+        return self._bytes(request.match_info["file"])
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """A pre-authorized download URL: its tempauth is the credential; a bearer token is refused."""
+        self._file_request(request)
+        if "tempauth" not in request.query or "Authorization" in request.headers:
+            return web.json_response({"error": {"code": "accessDenied"}}, status=401)
+        redirect = request.query.get("redirect")
+        if redirect == "content":
+            raise web.HTTPFound(f"/drive/{request.match_info['file']}/content")
+        if redirect:
+            raise web.HTTPFound(redirect)
+        return self._bytes(request.match_info["file"])
+
+    async def _content(self, request: web.Request) -> web.StreamResponse:
+        self._file_request(request)
+        return self._bytes(request.match_info["file"])
+
+    def _bytes(self, file_id: str) -> web.StreamResponse:
+        with self._changed:
+            found = self.drive.get(file_id)
+        if found is None:
+            return web.json_response({"error": {"code": "itemNotFound"}}, status=404)
+        return web.Response(body=found[1], content_type="application/octet-stream")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """An upload session: each PUT a range of the file, in order; the last one completes it."""
+        self._file_request(request)
+        found = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", request.headers.get("Content-Range", ""))
+        data = await request.read()
+        with self._changed:
+            session = self.sessions.get(request.match_info["session"])
+            if session is None:
+                return web.json_response({"error": {"code": "itemNotFound"}}, status=404)
+            if found is None:
+                return web.json_response({"error": {"code": "invalidRange"}}, status=400)
+            first, last, total = (int(g) for g in found.groups())
+            if first != len(session["received"]) or last - first + 1 != len(data) or last >= total:
+                return web.json_response({"error": {"code": "invalidRange"}}, status=416)
+            session["received"] += data
+            session["ranges"].append((first, last, total))
+            self._changed.notify_all()
+            if len(session["received"]) < total:
+                return web.json_response({"nextExpectedRanges": [f"{last + 1}-"]}, status=202)
+            self.drive[session["id"]] = (session["name"], bytes(session["received"]))
+        return web.json_response({"id": session["id"], "name": session["name"], "size": total}, status=201)
 
     async def _metadata(self, request: web.Request) -> web.Response:
         return web.json_response({

@@ -81,12 +81,15 @@ class WhatsAppStandin(StandinServer):
         self.deliver(user, entry)
         return entry
 
-    def press(self, user: str, replied_to: str, button_id: str, title: str) -> dict[str, Any]:
+    def press(
+        self, user: str, replied_to: str, button_id: str, title: str, kind: str = "button_reply"
+    ) -> dict[str, Any]:
+        """A press of a reply button, or (`kind="list_reply"`) the choice of a list message's row."""
         return self.user_says(
             user,
             message={
                 "type": "interactive", "context": {"from": PHONE_ID, "id": replied_to},
-                "interactive": {"type": "button_reply", "button_reply": {"id": button_id, "title": title}},
+                "interactive": {"type": kind, kind: {"id": button_id, "title": title}},
             },
         )  # fmt: skip
 
@@ -175,6 +178,9 @@ class WhatsAppStandin(StandinServer):
         return request.headers.get("Authorization") == f"Bearer {TOKEN}"
 
     async def _download(self, request: web.Request) -> web.Response:
+        with self._changed:
+            self.calls.append(("GET", f"download/{request.match_info['media']}", {}))
+            self._changed.notify_all()
         if not self._authorized(request) or request.match_info["media"] not in self.media:
             return self._error(401, 190, "Invalid OAuth access token.")
         return web.Response(body=self.media[request.match_info["media"]][1])
