@@ -189,8 +189,16 @@ class SnapshotStore:
             path
             for path in data.iterdir()
             if not (self.root / f"{path.name.removesuffix(PARTIAL)}.json").exists()
-            and path.stat().st_mtime < cutoff
+            and _modified(path, default=cutoff) < cutoff
         ]
 
     def disk_use(self) -> int:
         return sum(s.bytes for s in self.list())
+
+
+def _modified(path: Path, default: float) -> float:
+    """The path's mtime; `default` when it is gone (a copy in flight renamed or removed it meanwhile)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return default

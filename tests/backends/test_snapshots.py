@@ -4,6 +4,7 @@ does not, that the original lives on independently, retention, and clear errors 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -286,3 +287,17 @@ def test_snapshots_and_forks_asked_at_once_all_succeed(backend: Backend, origina
         with fork.result() as forked:
             assert forked.run("cat f.txt")["output"] == "shared\n"
     assert len({s.id for s in taken}) == 2
+
+
+def test_leftovers_pass_over_a_copy_gone_while_they_look(tmp_path: Path) -> None:
+    """A copy in flight renames its .partial when it ends: one listed and gone before its stat (here: a
+    dangling link, which stat cannot follow) is no leftover, and the scan does not fail on it. Delegated
+    children checkpointing at once failed their parent's tool call on this."""
+    store = SnapshotStore(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "snap-gone.partial").symlink_to(tmp_path / "renamed-meanwhile")
+    old = data / "snap-orphan"
+    old.mkdir()
+    os.utime(old, (0, 0))
+    assert store.leftovers() == [old]
