@@ -11,7 +11,8 @@ Semantics worth knowing:
   create). So that a caller still gets most of it, a warm sandbox is retired after 10% of its ttl.
 - Idle reaper: a warm sandbox is closed after `idle_seconds` in the pool (or the 10% of ttl above).
   A spec stays warm, retired ones replaced, while it was asked for (acquire or prefill) within
-  `idle_seconds`; after that it goes dormant until it is asked for again.
+  `idle_seconds`; after that it goes dormant until it is asked for again. Each ask is owed one refill
+  however late the spec's thread gets to it.
 - Crash: warm sandboxes carry the backend's usual labels (docker: org.hermetic.managed and the
   owner's pid), so the orphan reaper removes them after the control plane dies.
 """
@@ -50,6 +51,9 @@ class _Slot:
     """(sandbox, monotonic time it became warm), oldest first."""
     retry_now: bool = False
     """Set when a create just succeeded elsewhere: a refill waiting out its backoff tries again now."""
+    owed: bool = False
+    """Set by each demand, cleared when a refill starts: a demand gets its refill even when this slot's
+    thread wakes after `idle_seconds` (a loaded machine), which recency alone would call no demand."""
     thread: threading.Thread | None = None
 
 
@@ -155,11 +159,13 @@ class WarmPool:
             )
             slot.thread.start()
         slot.last_demand = now
+        slot.owed = True
         self._cond.notify_all()
         return slot
 
     def _wanted(self, slot: _Slot, now: float) -> bool:
-        return not self._closed and len(slot.ready) < self.size and now - slot.last_demand < self.idle_seconds
+        recent = slot.owed or now - slot.last_demand < self.idle_seconds
+        return not self._closed and len(slot.ready) < self.size and recent
 
     def _tend(self, slot: _Slot) -> None:
         """Retire warm sandboxes past their age, and refill while the spec is in demand."""
@@ -204,8 +210,10 @@ class WarmPool:
         sandbox.close()
 
     def _warm(self, slot: _Slot) -> Sandbox | None:
-        if not self._wanted(slot, time.monotonic()):
-            return None
+        with self._cond:
+            if not self._wanted(slot, time.monotonic()):
+                return None
+            slot.owed = False  # retries after a failure go on only while the spec is asked for
         sandbox = self.backend.create(slot.spec)
         try:
             sandbox.runtime.shell_open(session="default", call_timeout=30)

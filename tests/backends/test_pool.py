@@ -124,7 +124,7 @@ def test_a_warm_sandbox_killed_behind_the_pools_back_is_not_handed_out(
 def test_idle_reaper_closes_unused_warm_sandboxes_and_demand_revives_the_spec(
     backend: Backend, spec: SandboxSpec
 ) -> None:
-    pool = WarmPool(backend, size=1, idle_seconds=0.5)
+    pool = WarmPool(backend, size=1, idle_seconds=2.0)  # wait_ready sees a warm one before it retires
     try:
         since = time.time() - 1
         pool.prefill(spec)
