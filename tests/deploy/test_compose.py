@@ -226,11 +226,14 @@ def test_snapshot_restore_and_fork_work_through_the_proxy(proxy: Proxy, tmp_path
             fork.run("echo fork > /workspace/kept.txt")
             assert original.run("cat /workspace/kept.txt")["output"] == "after\n"
             assert fork.run("cat /workspace/kept.txt")["output"] == "fork\n"
+            volumes = {original.volume_name, fork.volume_name, snapshot.location["volume"]}
         backend.delete_snapshot(snapshot.id)
     assert backend.reap() == 0
     direct = docker.from_env()
     assert not direct.volumes.list(filters={"name": snapshot.location["volume"]})
-    assert not [c.name for c in direct.containers.list(all=True) if c.name.startswith("hm-copy-")]
+    helpers = [c for c in direct.containers.list(all=True) if c.name.startswith("hm-copy-")]
+    mine = [c.name for c in helpers if volumes & {m.get("Name") for m in c.attrs["Mounts"]}]
+    assert not mine  # this test's copies (other processes on this dockerd may be copying their own)
 
 
 @pytest.fixture(scope="module")
