@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import zipfile
+from pathlib import Path
 
 import sandboxes
 
@@ -40,12 +41,24 @@ runpy.run_module("sandboxes", run_name="__main__", alter_sys=True)
 )
 
 
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+"""Every entry's time: the files' own may predate what ZIP can hold (a reproducible image build sets
+them to 1970, and `ZipFile.write` refuses them), and the same code then makes the same bytes."""
+
+
 @functools.cache
 def runtime_zip() -> bytes:
+    return zip_package(RUNTIME_DIR, sandboxes.source_files())
+
+
+def zip_package(directory: Path, files: list[str]) -> bytes:
+    """`files` (relative to `directory`) as the zip of a package named `sandboxes`."""
     raw = io.BytesIO()
     with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as archive:
-        for rel in sandboxes.source_files():
-            archive.write(RUNTIME_DIR / rel, f"sandboxes/{rel}")
+        for rel in files:
+            entry = zipfile.ZipInfo(f"sandboxes/{rel}", ZIP_TIME)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(entry, (directory / rel).read_bytes())
     return raw.getvalue()
 
 

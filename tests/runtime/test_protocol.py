@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -12,7 +14,9 @@ from typing import Any
 
 import pytest
 
+import sandboxes
 from backends import Sandbox
+from backends.bundle import BOOTSTRAP, zip_package
 from sandboxes import PROTOCOL_VERSION, code_hash, protocol
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,3 +155,27 @@ def test_long_strings_go_as_raw_bytes_both_ways_once_the_client_asks(raw: RawRun
     raw.send(json.dumps({**head, "id": 4, "raw": [["content", -1]]}).encode())
     assert raw.receive()["error"]["code"] == protocol.INVALID_REQUEST
     assert raw.request(5, "fs.stat", {"path": "big.txt"})["result"]["size"] == len(on_disk)  # short: a line
+
+
+def test_the_runtime_sent_down_the_stream_starts_from_files_dated_1970(tmp_path: Path) -> None:
+    """A sandbox whose image has a stale runtime gets the current one as a zip on its stdin (the
+    bootstrap). A reproducible image build dates its files 1970, before what ZIP can hold: the compose
+    control plane failed every such sandbox with "ZIP does not support timestamps before 1980"."""
+    source = tmp_path / "sandboxes"
+    shutil.copytree(REPO / "sandboxes", source, ignore=shutil.ignore_patterns("__pycache__"))
+    files = sandboxes.source_files()
+    for rel in files:
+        os.utime(source / rel, (0, 0))
+    payload = zip_package(source, files)
+    assert payload == zip_package(REPO / "sandboxes", files)  # the same code, the same bytes
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "sys.hello", "params": {"protocol": 1}})
+    done = subprocess.run(
+        [sys.executable, "-c", BOOTSTRAP],
+        input=b"%016d" % len(payload) + payload + hello.encode() + b"\n",
+        capture_output=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},  # no PYTHONPATH: the runtime comes only from the stream
+        timeout=60,
+    )
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["result"]["code_hash"] == code_hash(), done.stderr
