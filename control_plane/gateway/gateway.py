@@ -313,6 +313,9 @@ class Gateway:
             await self._command(adapter, chat, message, conversation)
             await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
             return
+        # the typing indicator goes out beside the turn's set-up and model call, not before them: a round
+        # trip to the platform (behind every other chat's edits) on the way to the model otherwise
+        typing = asyncio.ensure_future(adapter.typing(message.chat, thread=message.thread))
         stored = await asyncio.to_thread(self.store.inbound, inbound_id)
         await asyncio.to_thread(self.store.mark, inbound_id, state="running", session_id=conversation.id)
         text = message.text
@@ -324,14 +327,12 @@ class Gateway:
             text += note
             if refusal is not None:
                 await self._say(adapter, message, refusal)
-        turn = Turn(
-            self.store, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id
-        )
+        reply_id = stored.reply_id if stored else None
+        turn = Turn(self.store, adapter, chat, message, config, reply_id, inbound_id, typing)
         send_file = chat_sender(
             asyncio.get_running_loop(),
             lambda path: adapter.send_file(message.chat, path, thread=message.thread),
         )
-        await adapter.typing(message.chat, thread=message.thread)
         try:
             end = await conversation.run(
                 text.strip() or "(an empty message)", turn.on_event, send_file=send_file

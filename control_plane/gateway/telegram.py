@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
 from telegramify_markdown import convert
 
 from ..config.chat import TelegramSettings
@@ -42,6 +43,10 @@ UPDATES = ["message", "callback_query"]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_BODY = 1_000_000
 SEEN_UPDATES = 1000
+CONNECTIONS = 256
+"""Connections the Bot may hold open for its calls (sends, edits, typing), as PTB's ApplicationBuilder
+gives it: a bare Bot's request object holds one, so every chat's calls queued behind each other (and
+under load timed out waiting for it: "Pool timeout")."""
 """How many of the latest webhook update_ids are remembered to recognise a redelivery."""
 log = logging.getLogger("hermetic.gateway.telegram")
 
@@ -60,7 +65,12 @@ class TelegramAdapter(Adapter):
         self.state = state
         token = settings.token.get_secret_value()
         self._name = "telegram:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-        self.bot = Bot(token, base_url=settings.base_url, base_file_url=settings.base_file_url)
+        self.bot = Bot(
+            token,
+            base_url=settings.base_url,
+            base_file_url=settings.base_file_url,
+            request=HTTPXRequest(connection_pool_size=CONNECTIONS),
+        )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         """The webhook listener's port (settings.port 0 picks a free one)."""
