@@ -111,8 +111,8 @@ class LiveMessage:
             self.message_id = await patiently(
                 lambda: self.adapter.send(self.chat, text, thread=self.thread, buttons=buttons)
             )
-            if self.on_sent is not None:
-                self.on_sent(self.message_id)
+            if self.on_sent is not None:  # a store write: not on the loop every chat shares
+                await asyncio.to_thread(self.on_sent, self.message_id)
         else:
             message_id = self.message_id
             await patiently(lambda: self.adapter.edit(self.chat, message_id, text, buttons=buttons))

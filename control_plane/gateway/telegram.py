@@ -25,6 +25,7 @@ import json
 import logging
 import secrets
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ from telegramify_markdown import convert
 from ..config.chat import TelegramSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
+from .ordered import each_in_order
 from .text import utf16_length
 
 UPDATES = ["message", "callback_query"]
@@ -98,21 +100,23 @@ class TelegramAdapter(Adapter):
     async def receive(self, deliver: Deliver) -> None:
         if self.settings.mode == "webhook":
             return await self._serve_webhook(deliver)
+        key = f"{self._name}:offset"
+        offset = int(await asyncio.to_thread(self.state.get_state, key) or 0)  # all below it are stored
         while True:
             updates = await _call(
                 self.bot.get_updates(
-                    offset=self._offset() or None,
+                    offset=offset or None,
                     timeout=self.settings.poll_timeout,
                     allowed_updates=UPDATES,
                     read_timeout=self.settings.poll_timeout + 10,
                 )
             )
-            for update in updates:
-                await self._store(update, deliver)  # the next getUpdates acknowledges it
-
-    def _offset(self) -> int:
-        """Every update_id below this one is stored."""
-        return int(self.state.get_state(f"{self._name}:offset") or 0)
+            # the batch's chats at once, each in order: one at a time, the last waited for every store
+            await each_in_order([(_chat_of(u), partial(self._store, u, deliver)) for u in updates])
+            if updates:  # the next getUpdates acknowledges the batch; a restart before it redelivers the
+                # batch, whose stored messages are recognised by their ids
+                offset = updates[-1].update_id + 1
+                await asyncio.to_thread(self.state.set_state, key, str(offset))
 
     async def _store(self, update: Update, deliver: Deliver) -> None:
         message = _inbound(update)
@@ -120,7 +124,6 @@ class TelegramAdapter(Adapter):
             await deliver(message)
         if update.callback_query is not None:
             await self._settle(update.callback_query.id)
-        self.state.set_state(f"{self._name}:offset", str(update.update_id + 1))
 
     def _secret(self) -> str:
         """The webhook's secret token: the configured one, else one generated once and kept."""
@@ -294,6 +297,10 @@ def _keyboard(buttons: list[Button] | None) -> InlineKeyboardMarkup | None:
     if not buttons:
         return None
     return InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.data) for b in buttons]])
+
+
+def _chat_of(update: Update) -> str:
+    return str(update.effective_chat.id) if update.effective_chat else ""
 
 
 def _inbound(update: Update) -> Inbound | None:
