@@ -88,7 +88,7 @@ def collect_one(name: str, chats: int, messages: int, *, own_process: bool = Tru
             thread.join(10)
             gateway.agent.close()
             gateway.store.close()
-    where = "stand-in and model in their own process" if own_process else "stand-in, model and gateway in one"
+    where = "stand-in and model in their own process" if own_process else "all in the gateway's process"
     return Figure(latencies, note=f"{chats} chats x {messages} messages; {where}")
 
 
