@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ from control_plane.config.settings import load_settings
 from control_plane.gateway import create_gateway
 
 from . import gateway
+from .far_side import TimedLLM, now
 from .gateway import REPLY, at_once, serving, throughput
 from .gateway_irc import _answered
-from .gateway_office import TimedLLM
 from .stats import Results
 
 BOT = "benchbot"
@@ -58,9 +57,9 @@ def collect(chats: int, messages: int, singles: int) -> Results:
                 alone: dict[str, float] = {}
                 accepted = []  # Synapse's own share: its answer to the person's send
                 for n in range(2, singles + 2):
-                    alone[f"question {n}"] = sent = time.perf_counter()
+                    alone[f"question {n}"] = sent = now()  # the clock TimedLLM stamps arrivals by
                     first.say(room, f"question {n}")
-                    accepted.append(time.perf_counter() - sent)
+                    accepted.append(now() - sent)
                     _answered(answers, room, n)
                 together: dict[str, float] = {}
 
@@ -69,10 +68,10 @@ def collect(chats: int, messages: int, singles: int) -> Results:
                     latencies = []
                     for k in range(1, messages + 1):
                         text = f"{user.user_id} message {k}"
-                        together[text] = sent = time.perf_counter()
+                        together[text] = sent = now()
                         user.say(rooms[user.user_id], text)
                         _answered(answers, rooms[user.user_id], start + k)
-                        latencies.append(time.perf_counter() - sent)
+                        latencies.append(now() - sent)
                     return latencies
 
                 latencies, took = at_once(users, chat)

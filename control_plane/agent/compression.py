@@ -137,6 +137,10 @@ class Compressor:
             cached = self._counts[id(message)] = (message, int(count))
         return cached[1]
 
+    def due(self, history: list[Message], model: str, tools: list[dict[str, Any]] | None = None) -> bool:
+        """Whether `history` (with `tools`) passes the threshold of `model`'s window: a compression is due."""
+        return self.count(history, model, tools) >= int(self.context_window(model) * self.settings.threshold)
+
     async def maybe_compress(
         self,
         history: list[Message],
@@ -147,11 +151,11 @@ class Compressor:
     ) -> Compression | None:
         """The compressed history when `history` (with `tools`) passes the threshold of `model`'s window;
         None when it does not, or when nothing can be compressed. `emit` gets the summary call's events."""
+        if not self.due(history, model, tools):
+            return None
         window = self.context_window(model)
         trigger = int(window * self.settings.threshold)
-        before = self.count(history, model, tools)
-        if before < trigger:
-            return None
+        before = self.count(history, model, tools)  # counted by `due`: from the cache
         system, units = history[:1], _units(history[1:])
         head = _head_size(units, self.settings.keep_first)
         tail = self._tail_start(units, head, int(window * self.settings.tail_share), model)

@@ -330,8 +330,8 @@ class Conversation:
         """Compress the history sent to the model if it nears the window (the database keeps all of it).
         False when an interrupt came first."""
         model = self.agent.settings.model.name
-        if model is None:
-            return True  # the model step says how to configure one
+        if model is None or not self.compressor.due(self.history, model, self.schemas or None):
+            return True  # no model: the model step says how to set one; not due: no task (loop passes)
         work = asyncio.ensure_future(
             self.compressor.maybe_compress(self.history, model, tools=self.schemas or None, emit=emit)
         )

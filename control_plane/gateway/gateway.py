@@ -18,7 +18,7 @@ from ..agent.commands import is_command, run_command
 from ..agent.loop import Busy, Conversation
 from ..config.chat import ChatAccess, GatewaySettings
 from ..store.bindings import ResetPolicy
-from .access import decide, pairing_text
+from .access import Decision, decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
 from .files import chat_sender, take_file
@@ -176,32 +176,41 @@ class Gateway:
             return await self._store_and_route(adapter, message)
 
     async def _store_and_route(self, adapter: Adapter, message: Inbound) -> bool:
-        stored = await asyncio.to_thread(
-            self.store.receive, message.platform, message.chat, message.message_id, message.model_dump()
-        )
-        if stored is None:
+        taken = await asyncio.to_thread(self._take, adapter, message)
+        if taken is None:
             log.info("%s: message %s seen before (a redelivery)", message.platform, message.message_id)
             return False
-        self.status[adapter.platform].received_one()
-        await asyncio.to_thread(self._save_status, adapter.platform)
-        if not adapter.authenticates:
-            decision = await asyncio.to_thread(
-                decide, self.store, self.config(message.platform), message, self.settings.pairing_ttl
-            )
-            if decision.verdict != "allow":
-                await asyncio.to_thread(self.store.mark, stored, state="refused")
-                if message.button is not None:
-                    await adapter.settle_press(message, None)
-                if decision.code is not None:
-                    text = pairing_text(decision.code, self.settings.pairing_ttl)
-                    asyncio.create_task(self._say(adapter, message, text))
-                return True
+        stored, decision = taken
+        if decision is not None and decision.verdict != "allow":
+            if message.button is not None:
+                await adapter.settle_press(message, None)
+            if decision.code is not None:
+                text = pairing_text(decision.code, self.settings.pairing_ttl)
+                asyncio.create_task(self._say(adapter, message, text))
+            return True
         record = InboundRecord(
             id=stored, platform=message.platform, chat=message.chat, message_id=message.message_id,
             payload={}, received_at=time.time(),
         )  # fmt: skip
         self._route(adapter, message, record)
         return True
+
+    def _take(self, adapter: Adapter, message: Inbound) -> tuple[int, Decision | None] | None:
+        """In one worker thread, since each hop to one waits behind every other chat's work on the loop:
+        store the message, count it in the platform's status, and decide whether to answer it (a refusal
+        is marked so). None for a message stored before; the decision is None where the adapter
+        authenticates every request."""
+        stored = self.store.receive(message.platform, message.chat, message.message_id, message.model_dump())
+        if stored is None:
+            return None
+        self.status[adapter.platform].received_one()
+        self._save_status(adapter.platform)
+        if adapter.authenticates:
+            return stored, None
+        decision = decide(self.store, self.config(message.platform), message, self.settings.pairing_ttl)
+        if decision.verdict != "allow":
+            self.store.mark(stored, state="refused")
+        return stored, decision
 
     def origin_of(self, session_id: str) -> str | None:
         """The chat a session of this gateway talks in, as a delivery target (the scheduler's `here`)."""
@@ -296,35 +305,46 @@ class Gateway:
 
     # -- a turn ------------------------------------------------------------------------------
 
-    async def _conversation(self, chat: Chat, message: Inbound) -> Conversation:
-        """The chat's session: the current one, unless the reset policy says a new one begins."""
+    def _session(self, chat: Chat, message: Inbound) -> Conversation:
+        """(In a worker thread.) The chat's session: the current one, unless the reset policy says a new
+        one begins; bound to the chat, marked used now."""
         bindings = self.agent.bindings
-        bound = await asyncio.to_thread(bindings.current, "gateway", chat.key, self._reset)
+        bound = bindings.current("gateway", chat.key, self._reset)
+        conversation = chat.conversation
         fresh = bound is None
-        if bound is not None and (chat.conversation is None or chat.conversation.id != bound):
+        if bound is not None and (conversation is None or conversation.id != bound):
             try:
-                chat.conversation = await asyncio.to_thread(self.agent.resume, bound)
+                conversation = self.agent.resume(bound)
             except KeyError:
                 fresh = True
         if fresh:
             if chat.conversation is not None:
-                await asyncio.to_thread(chat.conversation.close)
+                chat.conversation.close()
             title = f"{message.platform} {message.user_name or message.chat}"
-            chat.conversation = await asyncio.to_thread(
-                self.agent.new_conversation, title=title, source=message.platform
-            )
-        assert chat.conversation is not None
-        await asyncio.to_thread(bindings.bind, "gateway", chat.key, chat.conversation.id)
-        return chat.conversation
+            conversation = self.agent.new_conversation(title=title, source=message.platform)
+        assert conversation is not None
+        bindings.bind("gateway", chat.key, conversation.id)
+        return conversation
+
+    def _begin(self, chat: Chat, message: Inbound, inbound_id: int) -> tuple[Conversation, str | None]:
+        """(In one worker thread.) The session, and the message marked running in it; the reply a killed
+        run began, to edit."""
+        conversation = self._session(chat, message)
+        stored = self.store.inbound(inbound_id)
+        self.store.mark(inbound_id, state="running", session_id=conversation.id)
+        return conversation, stored.reply_id if stored else None
 
     async def _answer(self, adapter: Adapter, chat: Chat, message: Inbound, inbound_id: int) -> None:
-        conversation = await self._conversation(chat, message)
         if is_command(message.text):
-            await self._command(adapter, chat, message, conversation)
+            chat.conversation = await asyncio.to_thread(self._session, chat, message)
+            await self._command(adapter, chat, message, chat.conversation)
             await asyncio.to_thread(self.store.mark, inbound_id, state="answered")
             return
-        stored = await asyncio.to_thread(self.store.inbound, inbound_id)
-        await asyncio.to_thread(self.store.mark, inbound_id, state="running", session_id=conversation.id)
+        # the typing indicator goes out beside the turn's set-up and model call, not before them: a round
+        # trip to the platform (behind every other chat's edits) on the way to the model otherwise
+        typing = asyncio.ensure_future(adapter.typing(message.chat, thread=message.thread))
+        conversation, reply_id = await asyncio.to_thread(self._begin, chat, message, inbound_id)
+        chat.conversation = conversation
         text = message.text
         config = self.config(message.platform)
         for attachment in message.files:
@@ -334,15 +354,12 @@ class Gateway:
             text += note
             if refusal is not None:
                 await self._say(adapter, message, refusal)
-        turn = Turn(
-            self.store, adapter, chat, message, config, stored.reply_id if stored else None, inbound_id
-        )
+        turn = Turn(self.store, adapter, chat, message, config, reply_id, inbound_id, typing)
         send_file = chat_sender(
             asyncio.get_running_loop(),
             lambda path: adapter.send_file(message.chat, path, thread=message.thread),
         )
-        await adapter.typing(message.chat, thread=message.thread)
-        typing = None if adapter.streams else asyncio.create_task(_renew_typing(adapter, message))
+        renewal = None if adapter.streams else asyncio.create_task(_renew_typing(adapter, message))
         try:
             end = await conversation.run(
                 text.strip() or "(an empty message)", turn.on_event, send_file=send_file
@@ -352,14 +369,18 @@ class Gateway:
             chat.steered.append(inbound_id)
             return
         finally:
-            if typing is not None:
-                typing.cancel()
+            if renewal is not None:
+                renewal.cancel()
         await turn.finish(end)
         done, chat.steered = [inbound_id, *chat.steered], []
-        for answered in done:
-            await asyncio.to_thread(self.store.mark, answered, state="answered")
-        self.status[adapter.platform].answered()
-        await asyncio.to_thread(self._save_status, adapter.platform)
+        await asyncio.to_thread(self._answered, adapter.platform, done)
+
+    def _answered(self, platform: str, done: list[int]) -> None:
+        """(In one worker thread.) The turn's messages marked answered, and counted in the status."""
+        for inbound_id in done:
+            self.store.mark(inbound_id, state="answered")
+        self.status[platform].answered()
+        self._save_status(platform)
 
     async def _say(self, adapter: Adapter, message: Inbound, text: str) -> None:
         """A plain message (a command's answer, a pairing code); failures are logged, not raised."""

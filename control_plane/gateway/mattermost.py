@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -44,6 +45,7 @@ from ..config.chat import MattermostSettings
 from .backfill import catch_up
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
+from .ordered import PerChat
 from .records import GatewayStore
 
 log = logging.getLogger("hermetic.gateway.mattermost")
@@ -96,22 +98,36 @@ class MattermostAdapter(Adapter):
 
     async def receive(self, deliver: Deliver) -> None:
         await self._listen(deliver)
+        chats = PerChat()  # posts stored at once across channels, in order within one
+        failed: list[BaseException] = []
+
+        def stored(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                log.error("mattermost: a post could not be stored: %s", error)
+                failed.append(error)
 
         async def on_event(raw: str) -> None:
+            if failed:  # a post not stored: reconnect, and the new connection's backfill reads it again
+                raise ConnectionLost(f"a post could not be stored: {failed.pop()}")
             event = json.loads(raw)
             if event.get("event") == "hello":  # a new connection: what it missed is in the history
+                await chats.drain()  # after the posts read before, so it resumes after them
+                failed.clear()
                 await catch_up(self.store, self.platform, self.settings, self._read_history, deliver)
             elif event.get("event") == "posted":
                 data = event.get("data") or {}
                 message = self._message(json.loads(data.get("post") or "{}"), data.get("channel_type") == "D")
                 if message is not None:
-                    await deliver(message)
+                    chats.submit(message.chat, partial(deliver, message)).add_done_callback(stored)
 
         from mattermostdriver.websocket import Websocket
 
         socket = self.driver.websocket = Websocket(self.driver.options, self._token)
-        await socket.connect(on_event)  # reconnects by itself (keepalive) until disconnected
-        await asyncio.Event().wait()
+        try:
+            await socket.connect(on_event)  # reconnects by itself (keepalive) until disconnected
+            await asyncio.Event().wait()
+        finally:
+            await chats.cancel()
 
     async def _listen(self, deliver: Deliver) -> None:
         """The listener the Mattermost server POSTs to: button presses, custom slash commands."""

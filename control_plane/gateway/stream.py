@@ -45,10 +45,13 @@ class LiveMessage:
         interval: float = 1.0,
         message_id: str | None = None,
         on_sent: Callable[[str], None] | None = None,
+        after: asyncio.Future[None] | None = None,
     ) -> None:
         self.adapter, self.chat, self.thread, self.interval = adapter, chat, thread, interval
         self.message_id = message_id
         self.on_sent = on_sent
+        self.after = after
+        """A call the message must not overtake (the typing indicator): its first send waits for it."""
         self._wanted = ""
         self._over: str | None = None
         """The text that first went over the limit (its first part is what shows while it grows)."""
@@ -110,11 +113,13 @@ class LiveMessage:
         if text == self._shown and buttons is None:
             return
         if self.message_id is None:
+            if self.after is not None:
+                await asyncio.gather(self.after, return_exceptions=True)  # its failure is its own
             self.message_id = await patiently(
                 lambda: self.adapter.send(self.chat, text, thread=self.thread, buttons=buttons)
             )
-            if self.on_sent is not None:
-                self.on_sent(self.message_id)
+            if self.on_sent is not None:  # a store write: not on the loop every chat shares
+                await asyncio.to_thread(self.on_sent, self.message_id)
         else:
             message_id = self.message_id
             await patiently(lambda: self.adapter.edit(self.chat, message_id, text, buttons=buttons))

@@ -25,23 +25,30 @@ import json
 import logging
 import secrets
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, Update
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
 from telegramify_markdown import convert
 
 from ..config.chat import TelegramSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
+from .ordered import each_in_order
 from .text import utf16_length
 
 UPDATES = ["message", "callback_query"]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_BODY = 1_000_000
 SEEN_UPDATES = 1000
+CONNECTIONS = 256
+"""Connections the Bot may hold open for its calls (sends, edits, typing), as PTB's ApplicationBuilder
+gives it: a bare Bot's request object holds one, so every chat's calls queued behind each other (and
+under load timed out waiting for it: "Pool timeout")."""
 """How many of the latest webhook update_ids are remembered to recognise a redelivery."""
 log = logging.getLogger("hermetic.gateway.telegram")
 
@@ -60,7 +67,12 @@ class TelegramAdapter(Adapter):
         self.state = state
         token = settings.token.get_secret_value()
         self._name = "telegram:" + hashlib.sha256(token.encode()).hexdigest()[:16]
-        self.bot = Bot(token, base_url=settings.base_url, base_file_url=settings.base_file_url)
+        self.bot = Bot(
+            token,
+            base_url=settings.base_url,
+            base_file_url=settings.base_file_url,
+            request=HTTPXRequest(connection_pool_size=CONNECTIONS),
+        )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         """The webhook listener's port (settings.port 0 picks a free one)."""
@@ -88,21 +100,23 @@ class TelegramAdapter(Adapter):
     async def receive(self, deliver: Deliver) -> None:
         if self.settings.mode == "webhook":
             return await self._serve_webhook(deliver)
+        key = f"{self._name}:offset"
+        offset = int(await asyncio.to_thread(self.state.get_state, key) or 0)  # all below it are stored
         while True:
             updates = await _call(
                 self.bot.get_updates(
-                    offset=self._offset() or None,
+                    offset=offset or None,
                     timeout=self.settings.poll_timeout,
                     allowed_updates=UPDATES,
                     read_timeout=self.settings.poll_timeout + 10,
                 )
             )
-            for update in updates:
-                await self._store(update, deliver)  # the next getUpdates acknowledges it
-
-    def _offset(self) -> int:
-        """Every update_id below this one is stored."""
-        return int(self.state.get_state(f"{self._name}:offset") or 0)
+            # the batch's chats at once, each in order: one at a time, the last waited for every store
+            await each_in_order([(_chat_of(u), partial(self._store, u, deliver)) for u in updates])
+            if updates:  # the next getUpdates acknowledges the batch; a restart before it redelivers the
+                # batch, whose stored messages are recognised by their ids
+                offset = updates[-1].update_id + 1
+                await asyncio.to_thread(self.state.set_state, key, str(offset))
 
     async def _store(self, update: Update, deliver: Deliver) -> None:
         message = _inbound(update)
@@ -110,7 +124,6 @@ class TelegramAdapter(Adapter):
             await deliver(message)
         if update.callback_query is not None:
             await self._settle(update.callback_query.id)
-        self.state.set_state(f"{self._name}:offset", str(update.update_id + 1))
 
     def _secret(self) -> str:
         """The webhook's secret token: the configured one, else one generated once and kept."""
@@ -284,6 +297,10 @@ def _keyboard(buttons: list[Button] | None) -> InlineKeyboardMarkup | None:
     if not buttons:
         return None
     return InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.data) for b in buttons]])
+
+
+def _chat_of(update: Update) -> str:
+    return str(update.effective_chat.id) if update.effective_chat else ""
 
 
 def _inbound(update: Update) -> Inbound | None:

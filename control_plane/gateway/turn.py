@@ -49,6 +49,7 @@ class Turn:
         config: ChatAccess,
         reply_id: str | None,
         inbound_id: int,
+        typing: asyncio.Future[None] | None = None,
     ) -> None:
         self.store, self.adapter, self.chat, self.message, self.config = (
             store,
@@ -65,7 +66,9 @@ class Turn:
             interval=config.edit_interval,
             message_id=reply_id,
             on_sent=lambda sent: store.mark(inbound_id, reply_id=sent),
+            after=typing,
         )
+        self.typing = typing
         self.progress: LiveMessage | None = None
         self.lines: deque[str] = deque(maxlen=30)
         self.last_tool: str | None = None
@@ -121,6 +124,7 @@ class Turn:
                 self.message.chat,
                 thread=self.message.thread,
                 interval=self.config.edit_interval,
+                after=self.typing,
             )
         self.progress.show("\n".join(self.lines))
 
