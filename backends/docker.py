@@ -400,7 +400,7 @@ class DockerSandbox(Sandbox):
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         if self.spec.privileges != "task":
-            _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+            remove_volume(self._client, self.volume_name)  # once the copy helpers mounting it are gone
         if self.egress is not None:
             self.egress.close()
         if self.ingress is not None:

@@ -286,3 +286,21 @@ def test_snapshots_and_forks_asked_at_once_all_succeed(backend: Backend, origina
         with fork.result() as forked:
             assert forked.run("cat f.txt")["output"] == "shared\n"
     assert len({s.id for s in taken}) == 2
+
+
+def test_docker_a_snapshot_deleted_at_once_leaves_no_volume_and_no_helper(
+    backend: Backend, store: SnapshotStore
+) -> None:
+    """The copy's helper removes itself after the copy returns; deleting the snapshot (and closing the
+    sandbox) at once waits for that instead of leaving a volume that was still in use."""
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: the copy's helper container")
+    with backend.create(SPEC) as sb:
+        sb.run("echo x > f.txt")
+        snapshots = [sb.snapshot() for _ in range(3)]
+        for snapshot in snapshots:
+            backend.delete_snapshot(snapshot.id)
+    made = {"label": f"org.hermetic.snapshot-of={sb.id}"}
+    assert backend.client.volumes.list(filters=made) == []
+    assert backend.client.containers.list(all=True, filters=made) == []
+    assert backend.client.volumes.list(filters={"name": f"{sb.id}-workspace"}) == []
