@@ -15,10 +15,12 @@ import datetime
 import logging
 import re
 import secrets
+import select
 import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,7 @@ class CopyHelper:
 
     def __init__(self, client: Any, image: str, source: str, dest: str, dest_labels: dict[str, str]) -> None:
         self._client = client
-        self.source, self.dest = source, dest
+        self.source, self.dest, self.labels = source, dest, dest_labels
         api = client.api
         try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
             api.inspect_volume(source)
@@ -151,7 +153,6 @@ class CopyHelper:
         except (APIError, NotFound) as exc:
             remove_volume(client, dest)
             raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
-        _mounting(self.name, (source, dest))
         try:
             sock = api.attach_socket(self.name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._raw = getattr(sock, "_sock", sock)
@@ -161,12 +162,18 @@ class CopyHelper:
             self.discard()
             raise
 
+    def waiting(self) -> bool:
+        """Whether it still waits for the word: it says nothing until then, so a stream with something to
+        read has ended (the helper was removed by hand, dockerd restarted)."""
+        return not select.select([self._raw], [], [], 0)[0]
+
     def copy(
         self, pause: str | None = None, after_bulk: Callable[[], None] | None = None
     ) -> tuple[int, float]:
         """Run the copy (see copy_volume); the helper is used up either way."""
         api = self._client.api
         paused = 0.0
+        _mounting(self.name, (self.source, self.dest))  # from now on it may be removing itself
         try:
             self._raw.sendall(b"copy\n")
             out = _read_until(self._raw, b"precopied\n")
@@ -201,10 +208,74 @@ class CopyHelper:
 
     def discard(self) -> None:
         """Stop it and remove its volume (a copy that failed, or one that was never asked for)."""
+        _mounting(self.name, (self.source, self.dest))
         with contextlib.suppress(OSError):
             self._raw.close()
         _remove_container(self._client, self.name)
         remove_volume(self._client, self.dest)
+
+
+class SpareHelper:
+    """The copy helper a sandbox keeps made ahead for its next snapshot, so that snapshot does not wait
+    for a container's create and start (~100-300 ms): made in the background, made again after each
+    use, discarded with the sandbox."""
+
+    def __init__(self, make: Callable[[], CopyHelper]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._pending: Future[CopyHelper] | None = None
+        self._closed = False
+
+    def refill(self) -> None:
+        """Start making one, unless one is made or being made."""
+        with self._lock:
+            if self._closed or self._pending is not None:
+                return
+            future: Future[CopyHelper] = Future()
+            self._pending = future
+        threading.Thread(target=self._fill, args=(future,), name="copy-spare", daemon=True).start()
+
+    def _fill(self, future: Future[CopyHelper]) -> None:
+        try:
+            future.set_result(self._make())
+        except BaseException as exc:  # read by take() or close(), which make do without it
+            future.set_exception(exc)
+
+    def take(self, usable: Callable[[CopyHelper], bool]) -> CopyHelper | None:
+        """The helper made ahead (waiting for it when it is being made) if it still waits for its word
+        and `usable` says yes; else None, and the caller makes its own."""
+        with self._lock:
+            future, self._pending = self._pending, None
+        helper = _made(future)
+        if helper is not None and helper.waiting() and usable(helper):
+            return helper
+        if helper is not None:
+            helper.discard()
+        return None
+
+    def ready(self) -> CopyHelper | None:
+        """The helper made ahead, once made (waiting while it is being made); None when there is none."""
+        with self._lock:
+            future = self._pending
+        return _made(future)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            future, self._pending = self._pending, None
+        helper = _made(future)
+        if helper is not None:
+            helper.discard()
+
+
+def _made(future: Future[CopyHelper] | None) -> CopyHelper | None:
+    if future is None:
+        return None
+    try:
+        return future.result(timeout=COPY_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 (a spare that could not be made: the copy makes its own)
+        log.warning("a copy helper made ahead failed: %s", exc)
+        return None
 
 
 SIZE = re.compile(rb"\ncopied\n(\d+)\n")
@@ -269,8 +340,9 @@ def _payload(framed: bytes, stream: int = 1) -> bytes:
 
 
 _mounts: dict[str, set[str]] = {}
-"""Volume -> the helpers of this process that mount it and may not be removed yet (they remove
-themselves when they end, a moment after their copy is done)."""
+"""Volume -> the helpers of this process that mount it, have done their copy (or were discarded) and
+may not be removed yet: they remove themselves when they end, a moment later. A helper made ahead is
+not here until its copy starts."""
 _mounts_lock = threading.Lock()
 
 
@@ -295,6 +367,12 @@ def remove_volume(client: Any, name: str) -> None:
         break
     with _mounts_lock:
         _mounts.pop(name, None)
+
+
+def _finishing(volume: str) -> bool:
+    """Whether helpers of this process that did their copy (or were discarded) still mount `volume`."""
+    with _mounts_lock:
+        return bool(_mounts.get(volume))
 
 
 def _wait_for_helpers(client: Any, volume: str) -> bool:
@@ -334,10 +412,14 @@ def snapshot_labels(snapshot_id: str, source: str, store: Path, labels: dict[str
 
 def reap_orphaned_snapshots(client: Any) -> int:
     """Remove snapshot volumes of this host whose record is gone (deleted by hand, a test's registry
-    removed, a control plane that died mid-copy); returns how many."""
+    removed, a control plane that died mid-copy) and that no helper is copying into, or waiting to;
+    returns how many."""
     removed = 0
     now = datetime.datetime.now(datetime.UTC)
+    unused = {v.name for v in client.volumes.list(filters={"label": SNAPSHOT_LABEL, "dangling": True})}
     for volume in client.volumes.list(filters={"label": SNAPSHOT_LABEL}):
+        if volume.name not in unused and not _finishing(volume.name):
+            continue  # a helper copies into it, or one made ahead waits to
         labels = volume.attrs.get("Labels") or {}
         store = labels.get(STORE_LABEL)
         if not store or labels.get(HOST_LABEL) != socket.gethostname():
