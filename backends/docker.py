@@ -369,7 +369,9 @@ class DockerSandbox(Sandbox):
     # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
 
     def prepare_snapshots(self) -> None:
-        """Keep a copy helper made ahead for the next snapshot (made again after each)."""
+        """Make a copy helper ahead for the next snapshot, in the background, unless one is made or
+        being made. Not again at once after a snapshot took it: its making would compete with the work
+        going on then; the agent asks again when the turn is over."""
         if self.spec.privileges == "task" or self.spec.workspace:
             return  # no workspace volume: no snapshots
         with self._lock:
@@ -412,11 +414,7 @@ class DockerSandbox(Sandbox):
             if helper is not None:
                 helper.discard()
             helper = self._helper(snapshot_id)
-        try:
-            size, self.paused_seconds = helper.copy(pause=self.id, after_bulk=self.between_passes)
-        finally:
-            if self._spare is not None:
-                self._spare.refill()
+        size, self.paused_seconds = helper.copy(pause=self.id, after_bulk=self.between_passes)
         return {"volume": helper.dest}, size
 
     def _seed_workspace(self, location: dict[str, str]) -> None:

@@ -182,10 +182,16 @@ class SandboxManager:
                 self._changed.notify_all()
             return sandbox
 
+    def prepare(self, session_id: str) -> None:
+        """The session's sandbox (if it has one) gets ready for its next checkpoint: when it joins the
+        session, and when a turn is over."""
+        sandbox = self.peek(session_id)
+        if sandbox is not None:
+            self._prepare(sandbox)
+
     def _prepare(self, sandbox: Sandbox) -> None:
-        """A session's sandbox gets ready for its checkpoints (docker: a copy helper made ahead)."""
         if self.settings.snapshots.checkpoints:
-            sandbox.prepare_snapshots()
+            sandbox.prepare_snapshots()  # docker: a copy helper made ahead
 
     def _admit(self) -> None:
         """Called under the lock before a sandbox is added for a session that holds none."""

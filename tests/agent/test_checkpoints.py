@@ -105,7 +105,7 @@ def test_a_docker_session_keeps_a_copy_helper_ready_for_its_next_checkpoint(
         assert (ahead is not None) == checkpoints
         run(conversation, "a")
         assert [c.id for c in agent.checkpoints.list(conversation.id)] == ([ahead] if checkpoints else [])
-        assert (sandbox.helper_ahead() not in (None, ahead)) == checkpoints  # the next one
+        assert (sandbox.helper_ahead() not in (None, ahead)) == checkpoints  # made after the turn
     finally:
         for snapshot in agent.sandboxes.snapshots.list():
             agent.sandboxes.backend.delete_snapshot(snapshot.id)

@@ -311,8 +311,8 @@ def test_docker_a_copy_helper_made_ahead_copies_the_next_snapshot(
     backend: Backend, store: SnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """prepare_snapshots: a started helper waits for the next snapshot (the reaper leaves its volume
-    alone, though it has no record), takes it, and the next is made; one made for another registry, or
-    removed by hand, is not used; closing the sandbox removes the one waiting."""
+    alone, though it has no record) and copies it; the next is made when asked again; one made for
+    another registry, or removed by hand, is not used; closing the sandbox removes the one waiting."""
     if not isinstance(backend, DockerBackend):
         pytest.skip("docker-only: the copy's helper container")
     with backend.create(SPEC) as sb:
@@ -329,20 +329,24 @@ def test_docker_a_copy_helper_made_ahead_copies_the_next_snapshot(
         monkeypatch.undo()
         assert f"hm-{first}" not in removed  # no record yet, but in use: left alone
         assert sb.snapshot().id == first
+        assert sb.helper_ahead() is None  # not made again while the snapshot's caller goes on
+        sb.prepare_snapshots()
         second = sb.helper_ahead()
         assert second not in (None, first)
         backend.client.api.remove_container(helper_of(backend, second), force=True)
         third = sb.snapshot()  # the helper is gone: the copy makes its own
         assert third.id != second and sb.run("cat f.txt")["output"] == "x\n"
+        sb.prepare_snapshots()
+        made_for_store = sb.helper_ahead()  # up, its volume labelled with `store`
         backend.snapshots = SnapshotStore(tmp_path / "other")
         try:
-            made_for_store = sb.helper_ahead()
             elsewhere = sb.snapshot()
             assert elsewhere.id != made_for_store
             assert backend.snapshots.get(elsewhere.id).bytes > 0
             backend.delete_snapshot(elsewhere.id)
         finally:
             backend.snapshots = store
+        sb.prepare_snapshots()
         waiting = sb.helper_ahead()
     made = {"label": f"org.hermetic.snapshot-of={sb.id}"}
     assert backend.client.containers.list(all=True, filters=made) == []
