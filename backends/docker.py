@@ -31,10 +31,19 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
-from .docker_volumes import copy_volume, reap_orphaned_snapshots, remove_volume, snapshot_labels
+from .docker_volumes import (
+    SNAPSHOT_LABEL,
+    STORE_LABEL,
+    CopyHelper,
+    SpareHelper,
+    copy_volume,
+    reap_orphaned_snapshots,
+    remove_volume,
+    snapshot_labels,
+)
 from .errors import BackendUnavailable, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, SYSTEM_CA_FILE, Egress, forget, open_ingress
-from .snapshots import Snapshot
+from .snapshots import Snapshot, new_snapshot_id
 from .spec import SandboxSpec
 from .stats import cgroup_dirs_of
 
@@ -215,6 +224,9 @@ class DockerSandbox(Sandbox):
         self._pid: int | None = None
         self.between_passes: Callable[[], None] | None = None
         """Called between the copy's two passes, the container still running (tests change it there)."""
+        self._spare: SpareHelper | None = None
+        self._ahead: CopyHelper | None = None
+        """The spare taken for the snapshot being taken (under `_copying`)."""
         self.labels = {**spec.labels, MANAGED_LABEL: "1", SANDBOX_LABEL: sandbox_id, OWNER_LABEL: OWNER}
         if spec.ttl:
             self.labels[EXPIRES_LABEL] = str(int(time.time() + spec.ttl))
@@ -356,24 +368,54 @@ class DockerSandbox(Sandbox):
 
     # -- snapshots: workspace volumes copied by a helper container (backends/docker_volumes.py) --
 
+    def prepare_snapshots(self) -> None:
+        """Make a copy helper ahead for the next snapshot, in the background, unless one is made or
+        being made. Not again at once after a snapshot took it: its making would compete with the work
+        going on then; the agent asks again when the turn is over."""
+        if self.spec.privileges == "task" or self.spec.workspace:
+            return  # no workspace volume: no snapshots
+        with self._lock:
+            if self._closed:
+                return
+            if self._spare is None:
+                self._spare = SpareHelper(lambda: self._helper(new_snapshot_id()))
+            spare = self._spare
+        spare.refill()
+
+    def helper_ahead(self) -> str | None:
+        """The snapshot id the copy helper made ahead is for, once it is up (None: no helper is kept):
+        for tests and benchmarks that measure a sandbox whose helper is ready."""
+        helper = self._spare.ready() if self._spare is not None else None
+        return helper.labels[SNAPSHOT_LABEL] if helper is not None else None
+
+    def _snapshot_id(self) -> str:
+        if self._ahead is not None:  # left by a snapshot that failed before its copy
+            self._ahead.discard()
+        self._ahead = self._spare.take(self._current) if self._spare is not None else None
+        return self._ahead.labels[SNAPSHOT_LABEL] if self._ahead is not None else new_snapshot_id()
+
+    def _current(self, helper: CopyHelper) -> bool:
+        """Whether a helper made ahead still labels its volume with the registry in use (tests swap it)."""
+        return helper.labels[STORE_LABEL] == str(self._backend.snapshots.root.resolve())
+
+    def _helper(self, snapshot_id: str) -> CopyHelper:
+        """A started copy helper for snapshot `snapshot_id` of this workspace, waiting for its word."""
+        store = self._backend.snapshots.root
+        labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
+        return CopyHelper(self._client, self.spec.image, self.volume_name, f"hm-{snapshot_id}", labels)
+
     def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
         if self.spec.privileges == "task":
             raise UnsupportedSpec(
                 "a task's sandbox keeps its workdir in the image's layer: it has no snapshots"
             )
-        volume = f"hm-{snapshot_id}"
-        store = self._backend.snapshots.root
-        labels = snapshot_labels(snapshot_id, self.id, store, self.spec.labels)
-        size, self.paused_seconds = copy_volume(
-            self._client,
-            self.spec.image,
-            self.volume_name,
-            volume,
-            labels,
-            pause=self.id,
-            after_bulk=self.between_passes,
-        )
-        return {"volume": volume}, size
+        helper, self._ahead = self._ahead, None
+        if helper is None or helper.labels[SNAPSHOT_LABEL] != snapshot_id:
+            if helper is not None:
+                helper.discard()
+            helper = self._helper(snapshot_id)
+        size, self.paused_seconds = helper.copy(pause=self.id, after_bulk=self.between_passes)
+        return {"volume": helper.dest}, size
 
     def _seed_workspace(self, location: dict[str, str]) -> None:
         copy_volume(self._client, self.spec.image, location["volume"], self.volume_name, self.labels)
@@ -397,10 +439,12 @@ class DockerSandbox(Sandbox):
             return False
 
     def _destroy(self) -> None:
+        if self._spare is not None:
+            self._spare.close()
         if self.container_id is not None:
             _quietly(lambda: self._client.api.remove_container(self.id, force=True))
         if self.spec.privileges != "task":
-            _quietly(lambda: self._client.volumes.get(self.volume_name).remove(force=True))
+            remove_volume(self._client, self.volume_name)  # once the copy helpers mounting it are gone
         if self.egress is not None:
             self.egress.close()
         if self.ingress is not None:

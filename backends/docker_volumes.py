@@ -10,17 +10,23 @@ that second pass over unchanged files, not a container start nor the bulk of the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import re
 import secrets
+import select
 import socket
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from docker.errors import APIError, NotFound
 from docker.types import Mount
+from requests.exceptions import RequestException
 
 from .errors import SandboxError, SandboxGone
 from .snapshots import SNAPSHOT_LABEL
@@ -38,8 +44,9 @@ log = logging.getLogger("hermetic.backends.docker")
 HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
 HELPER_PREFIX = "hm-copy-"
 """The helper's name: calls address it by name, so a socket proxy can tell it from a sandbox."""
-# The helper's program (stdlib python3, as in every sandbox image): the bulk copy, "precopied", wait
-# for "go" (the source is paused then), sync the changes, "copied", then the copy's size in bytes.
+# The helper's program (stdlib python3, as in every sandbox image): wait for "copy", the bulk copy,
+# "precopied", wait for "go" (the source is paused then), sync the changes, "copied", then the copy's
+# size in bytes.
 SYNC = r"""
 import os, shutil, stat, subprocess, sys
 
@@ -92,6 +99,8 @@ def sync(src, dst):
                 continue
             attrs(s_path, d_path, s)
 
+if sys.stdin.readline().strip() != "copy":
+    sys.exit(2)
 subprocess.run(["cp", "-a", "/src/.", "/dst/"], check=True)
 print("precopied", flush=True)
 if sys.stdin.readline().strip() != "go":
@@ -120,61 +129,163 @@ def copy_volume(
     paused for the second pass. `after_bulk` runs between the passes (what the source does while the
     bulk is copied; tests change it there). Returns (bytes, seconds paused). On failure `dest` is
     removed and SandboxGone (the paused container vanished) or SandboxError is raised."""
-    api = client.api
-    try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
-        api.inspect_volume(source)
-    except NotFound as exc:
-        raise SandboxError(f"volume {source} is gone") from exc
-    helper = HELPER_PREFIX + secrets.token_hex(6)
-    try:
-        api.create_volume(dest, labels=dest_labels)
-        api.create_container(**helper_config(api, image, source, dest, dest_labels), name=helper)
-    except (APIError, NotFound) as exc:
-        remove_volume(client, dest)
-        raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
-    paused = 0.0
-    try:
-        sock = api.attach_socket(helper, params={"stdin": 1, "stdout": 1, "stream": 1})
-        raw = getattr(sock, "_sock", sock)
-        raw.settimeout(COPY_TIMEOUT)  # not the SDK's 60 s: a big copy on a busy host takes longer
-        api.start(helper)
-        out = _read_until(raw, b"precopied\n")
-        if b"precopied\n" not in _payload(out):
-            raise SandboxError(f"copying volume {source} failed: {_logs(api, helper)}")
-        if after_bulk is not None:
-            after_bulk()
-        started = time.monotonic()
-        if pause is not None:
-            try:
-                api.pause(pause)
-            except (NotFound, APIError) as exc:
-                raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
+    return CopyHelper(client, image, source, dest, dest_labels).copy(pause, after_bulk)
+
+
+class CopyHelper:
+    """A started helper container for one copy of `source` into a new volume `dest`: its program waits
+    for the word before it copies anything, so it can be made ahead of the copy (a sandbox keeps one
+    ready for its next snapshot). It removes itself when it ends (AutoRemove): a copy does not wait for
+    its removal; removing a volume it mounts does (remove_volume)."""
+
+    def __init__(self, client: Any, image: str, source: str, dest: str, dest_labels: dict[str, str]) -> None:
+        self._client = client
+        self.source, self.dest, self.labels = source, dest, dest_labels
+        api = client.api
+        try:  # a missing source would be created, empty, by the helper's mount: refuse it instead
+            api.inspect_volume(source)
+        except NotFound as exc:
+            raise SandboxError(f"volume {source} is gone") from exc
+        self.name = HELPER_PREFIX + secrets.token_hex(6)
         try:
-            raw.sendall(b"go\n")
-            out += _read_until(raw, b"\ncopied\n", out)
-        finally:
+            api.create_volume(dest, labels=dest_labels)
+            api.create_container(**helper_config(api, image, source, dest, dest_labels), name=self.name)
+        except (APIError, NotFound) as exc:
+            remove_volume(client, dest)
+            raise SandboxError(f"could not prepare a copy of volume {source}: {exc}") from exc
+        try:
+            sock = api.attach_socket(self.name, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self._raw = getattr(sock, "_sock", sock)
+            self._raw.settimeout(COPY_TIMEOUT)  # not the SDK's 60 s: a big copy on a busy host takes longer
+            api.start(self.name)
+        except BaseException:
+            self.discard()
+            raise
+
+    def waiting(self) -> bool:
+        """Whether it still waits for the word: it says nothing until then, so a stream with something to
+        read has ended (the helper was removed by hand, dockerd restarted)."""
+        return not select.select([self._raw], [], [], 0)[0]
+
+    def copy(
+        self, pause: str | None = None, after_bulk: Callable[[], None] | None = None
+    ) -> tuple[int, float]:
+        """Run the copy (see copy_volume); the helper is used up either way."""
+        api = self._client.api
+        paused = 0.0
+        _mounting(self.name, (self.source, self.dest))  # from now on it may be removing itself
+        try:
+            self._raw.sendall(b"copy\n")
+            out = _read_until(self._raw, b"precopied\n")
+            if b"precopied\n" not in _payload(out):
+                raise SandboxError(f"copying volume {self.source} failed: {_stderr(out)}")
+            if after_bulk is not None:
+                after_bulk()
+            started = time.monotonic()
             if pause is not None:
                 try:
-                    api.unpause(pause)
-                except NotFound as exc:
-                    raise SandboxGone(f"container {pause} vanished during the copy") from exc
-                paused = time.monotonic() - started
-        out += _read_rest(raw)
-        status = api.wait(helper, timeout=COPY_TIMEOUT)["StatusCode"]
-        if status != 0 or b"\ncopied\n" not in _payload(out):
-            raise SandboxError(f"copying volume {source} failed (exit {status}): {_logs(api, helper)}")
-        size = int(_payload(out).split(b"\ncopied\n", 1)[1].strip() or 0)
-    except BaseException:
-        _remove_container(client, helper)
-        remove_volume(client, dest)
-        raise
-    _remove_container(client, helper)
-    return size, paused
+                    api.pause(pause)
+                except (NotFound, APIError) as exc:
+                    raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
+            try:
+                self._raw.sendall(b"go\n")
+                out += _read_until(self._raw, SIZE, out)
+            finally:
+                if pause is not None:
+                    try:
+                        api.unpause(pause)
+                    except NotFound as exc:
+                        raise SandboxGone(f"container {pause} vanished during the copy") from exc
+                    paused = time.monotonic() - started
+            found = SIZE.search(_payload(out))
+            if found is None:
+                raise SandboxError(f"copying volume {self.source} failed: {_stderr(out)}")
+        except BaseException:
+            self.discard()
+            raise
+        self._raw.close()
+        return int(found.group(1)), paused
+
+    def discard(self) -> None:
+        """Stop it and remove its volume (a copy that failed, or one that was never asked for)."""
+        _mounting(self.name, (self.source, self.dest))
+        with contextlib.suppress(OSError):
+            self._raw.close()
+        _remove_container(self._client, self.name)
+        remove_volume(self._client, self.dest)
+
+
+class SpareHelper:
+    """The copy helper a sandbox keeps made ahead for its next snapshot, so that snapshot does not wait
+    for a container's create and start (~100-300 ms): made in the background, made again after each
+    use, discarded with the sandbox."""
+
+    def __init__(self, make: Callable[[], CopyHelper]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._pending: Future[CopyHelper] | None = None
+        self._closed = False
+
+    def refill(self) -> None:
+        """Start making one, unless one is made or being made."""
+        with self._lock:
+            if self._closed or self._pending is not None:
+                return
+            future: Future[CopyHelper] = Future()
+            self._pending = future
+        threading.Thread(target=self._fill, args=(future,), name="copy-spare", daemon=True).start()
+
+    def _fill(self, future: Future[CopyHelper]) -> None:
+        try:
+            future.set_result(self._make())
+        except BaseException as exc:  # read by take() or close(), which make do without it
+            future.set_exception(exc)
+
+    def take(self, usable: Callable[[CopyHelper], bool]) -> CopyHelper | None:
+        """The helper made ahead (waiting for it when it is being made) if it still waits for its word
+        and `usable` says yes; else None, and the caller makes its own."""
+        with self._lock:
+            future, self._pending = self._pending, None
+        helper = _made(future)
+        if helper is not None and helper.waiting() and usable(helper):
+            return helper
+        if helper is not None:
+            helper.discard()
+        return None
+
+    def ready(self) -> CopyHelper | None:
+        """The helper made ahead, once made (waiting while it is being made); None when there is none."""
+        with self._lock:
+            future = self._pending
+        return _made(future)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            future, self._pending = self._pending, None
+        helper = _made(future)
+        if helper is not None:
+            helper.discard()
+
+
+def _made(future: Future[CopyHelper] | None) -> CopyHelper | None:
+    if future is None:
+        return None
+    try:
+        return future.result(timeout=COPY_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 (a spare that could not be made: the copy makes its own)
+        log.warning("a copy helper made ahead failed: %s", exc)
+        return None
+
+
+SIZE = re.compile(rb"\ncopied\n(\d+)\n")
+"""The end of the helper's stdout: the copy is whole, and its size."""
 
 
 def helper_config(api: Any, image: str, source: str, dest: str, labels: dict[str, str]) -> dict[str, Any]:
     """The helper's container (the arguments of the SDK's create_container, but its name): root with
-    HELPER_CAPS only, no network, a read-only root, `source` at /src read-only and `dest` at /dst."""
+    HELPER_CAPS only, no network, a read-only root, `source` at /src read-only and `dest` at /dst; it
+    removes itself when it ends."""
     return {
         "image": image,
         "command": ["python3", "-c", SYNC],
@@ -190,18 +301,20 @@ def helper_config(api: Any, image: str, source: str, dest: str, labels: dict[str
             read_only=True,
             network_mode="none",
             pids_limit=64,
+            auto_remove=True,
         ),
     }
 
 
-def _logs(api: Any, helper: str) -> str:
-    return str(api.logs(helper, stdout=False, stderr=True).decode("utf-8", "replace").strip()[-500:])
+def _stderr(framed: bytes) -> str:
+    """The helper's stderr as far as it came (its last 500 characters): why it failed."""
+    return _payload(framed, 2).decode("utf-8", "replace").strip()[-500:] or "the helper ended without a word"
 
 
-def _read_until(raw: Any, marker: bytes, before: bytes = b"") -> bytes:
+def _read_until(raw: Any, marker: bytes | re.Pattern[bytes], before: bytes = b"") -> bytes:
     """Frames read until the payload (with what came `before`) holds `marker`, or the stream ends."""
     data = b""
-    while marker not in _payload(before + data):
+    while not _holds(_payload(before + data), marker):
         chunk = raw.recv(65536)
         if not chunk:
             break
@@ -209,34 +322,74 @@ def _read_until(raw: Any, marker: bytes, before: bytes = b"") -> bytes:
     return data
 
 
-def _read_rest(raw: Any) -> bytes:
-    data = b""
-    while chunk := raw.recv(65536):
-        data += chunk
-    raw.close()
-    return data
+def _holds(payload: bytes, marker: bytes | re.Pattern[bytes]) -> bool:
+    return marker.search(payload) is not None if isinstance(marker, re.Pattern) else marker in payload
 
 
-def _payload(framed: bytes) -> bytes:
-    """The stdout payload of attach frames (tty off: an 8-byte header per frame: stream, 0, 0, 0, size)."""
+def _payload(framed: bytes, stream: int = 1) -> bytes:
+    """One stream's payload of attach frames (tty off: an 8-byte header per frame: stream, 0, 0, 0, size)."""
     out, pos = b"", 0
     while pos + 8 <= len(framed):
         size = int.from_bytes(framed[pos + 4 : pos + 8], "big")
         if pos + 8 + size > len(framed):
             break
-        if framed[pos] == 1:
+        if framed[pos] == stream:
             out += framed[pos + 8 : pos + 8 + size]
         pos += 8 + size
     return out
 
 
+_mounts: dict[str, set[str]] = {}
+"""Volume -> the helpers of this process that mount it, have done their copy (or were discarded) and
+may not be removed yet: they remove themselves when they end, a moment later. A helper made ahead is
+not here until its copy starts."""
+_mounts_lock = threading.Lock()
+
+
+def _mounting(helper: str, volumes: tuple[str, ...]) -> None:
+    with _mounts_lock:
+        for volume in volumes:
+            _mounts.setdefault(volume, set()).add(helper)
+
+
 def remove_volume(client: Any, name: str) -> None:
-    try:
-        client.api.remove_volume(name, force=True)
-    except NotFound:
-        pass
-    except APIError as exc:
-        log.warning("volume %s not removed: %s", name, exc)
+    """Remove a volume, once the helpers of this process that mount it are gone; a volume in use by
+    anything else (or already gone) stays as it is, with a warning (or nothing said)."""
+    for attempt in (1, 2):
+        try:
+            client.api.remove_volume(name, force=True)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if attempt == 1 and exc.status_code == 409 and _wait_for_helpers(client, name):
+                continue
+            log.warning("volume %s not removed: %s", name, exc)
+        break
+    with _mounts_lock:
+        _mounts.pop(name, None)
+
+
+def _finishing(volume: str) -> bool:
+    """Whether helpers of this process that did their copy (or were discarded) still mount `volume`."""
+    with _mounts_lock:
+        return bool(_mounts.get(volume))
+
+
+def _wait_for_helpers(client: Any, volume: str) -> bool:
+    """Wait until the helpers that mount `volume` have removed themselves; False when there were none."""
+    with _mounts_lock:
+        helpers = set(_mounts.get(volume, ()))
+    for helper in helpers:
+        try:
+            client.api.wait(helper, timeout=60, condition="removed")
+        except NotFound:
+            pass  # already removed
+        except (APIError, RequestException) as exc:
+            log.warning("helper %s: waiting for its removal failed: %s", helper, exc)
+        with _mounts_lock:
+            for mounted in _mounts.values():
+                mounted.discard(helper)
+    return bool(helpers)
 
 
 def _remove_container(client: Any, container: str) -> None:
@@ -259,10 +412,14 @@ def snapshot_labels(snapshot_id: str, source: str, store: Path, labels: dict[str
 
 def reap_orphaned_snapshots(client: Any) -> int:
     """Remove snapshot volumes of this host whose record is gone (deleted by hand, a test's registry
-    removed, a control plane that died mid-copy); returns how many."""
+    removed, a control plane that died mid-copy) and that no helper is copying into, or waiting to;
+    returns how many."""
     removed = 0
     now = datetime.datetime.now(datetime.UTC)
+    unused = {v.name for v in client.volumes.list(filters={"label": SNAPSHOT_LABEL, "dangling": True})}
     for volume in client.volumes.list(filters={"label": SNAPSHOT_LABEL}):
+        if volume.name not in unused and not _finishing(volume.name):
+            continue  # a helper copies into it, or one made ahead waits to
         labels = volume.attrs.get("Labels") or {}
         store = labels.get(STORE_LABEL)
         if not store or labels.get(HOST_LABEL) != socket.gethostname():

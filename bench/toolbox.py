@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from backends import SandboxSpec, create_backend
+from backends.docker import DockerSandbox
 from control_plane.agent.agent import Agent
 from control_plane.config.settings import Limits, load_settings
 from control_plane.models.fake_llm import FakeLLM
@@ -56,12 +57,18 @@ WARM_UP: list[dict[str, Any]] = [
 
 
 def turn_seconds(agent: Agent, server: FakeLLM, script: list[dict[str, Any]]) -> float:
-    """One turn of `script` in a conversation whose sandbox is already up and has run a script (so its
-    spare interpreter is ready: the first script of a sandbox pays the interpreter's start-up)."""
+    """One turn of `script` in a new conversation whose sandbox is settled, as between two messages of
+    a session: up, it has run a script (so its spare interpreter is ready: the first script of a sandbox
+    pays the interpreter's start-up) and, on docker with checkpoints on, its copy helper for the first
+    checkpoint is up (made in the background when the session got its sandbox). The turn still takes
+    the session's first checkpoint: a copy of the workspace."""
     conversation = agent.new_conversation()
     try:
         server.load(WARM_UP)
         asyncio.run(conversation.run("warm up", lambda e: None))
+        sandbox = agent.sandboxes.peek(conversation.id)
+        if isinstance(sandbox, DockerSandbox):
+            sandbox.helper_ahead()
         server.load(script)
         started = time.perf_counter()
         end = asyncio.run(conversation.run("go", lambda e: None))

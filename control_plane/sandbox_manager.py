@@ -170,6 +170,7 @@ class SandboxManager:
             if notice:  # per sandbox: the manager's own notices go to whichever session calls next
                 sandbox.notices.append(notice)
             log.info("session %s: sandbox %s on %s", session_id, sandbox.id, backend.name)
+            self._prepare(sandbox)
             with self._lock:
                 self._sandboxes[session_id] = sandbox
                 self._last_used[session_id] = time.monotonic()
@@ -180,6 +181,17 @@ class SandboxManager:
                 self._start_reaper()
                 self._changed.notify_all()
             return sandbox
+
+    def prepare(self, session_id: str) -> None:
+        """The session's sandbox (if it has one) gets ready for its next checkpoint: when it joins the
+        session, and when a turn is over."""
+        sandbox = self.peek(session_id)
+        if sandbox is not None:
+            self._prepare(sandbox)
+
+    def _prepare(self, sandbox: Sandbox) -> None:
+        if self.settings.snapshots.checkpoints:
+            sandbox.prepare_snapshots()  # docker: a copy helper made ahead
 
     def _admit(self) -> None:
         """Called under the lock before a sandbox is added for a session that holds none."""
@@ -210,6 +222,7 @@ class SandboxManager:
         except SandboxError as exc:  # UnsupportedSpec on a backend without snapshots, or a failed copy
             log.info("session %s: no fork of %s (%s); a fresh sandbox instead", session_id, parent.id, exc)
             return None
+        self._prepare(sandbox)
         with self._lock:
             self._sandboxes[child_id] = sandbox
             self._last_used[child_id] = time.monotonic()  # idle-closed like any session's sandbox
@@ -293,6 +306,7 @@ class SandboxManager:
         is told to the agent with its next tool result."""
         if notice:
             sandbox.notices.append(notice)
+        self._prepare(sandbox)
         with self._lock:
             old = self._sandboxes.get(session_id)
             self._sandboxes[session_id] = sandbox

@@ -84,17 +84,20 @@ class Host:
 
 class Spares:
     """Keeps one Host ready for the next script: made in the background when a script ends (`refill`),
-    not while one runs, so its start-up does not take the CPU from the script and its calls."""
+    not while one runs, so its start-up does not take the CPU from the script and its calls. A script
+    that comes while it is being made waits for it rather than starting a second interpreter."""
 
     def __init__(self, cwd: str, env: dict[str, str]) -> None:
         self._cwd = cwd
         self._env = env
         self._spare: Host | None = None
+        self._making = False
         self._closed = False
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
     def take(self) -> Host:
-        with self._lock:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._making)
             host, self._spare = self._spare, None
         if host is not None and host.proc.poll() is None:
             return host
@@ -103,20 +106,27 @@ class Spares:
         return Host(self._cwd, self._env)
 
     def refill(self) -> None:
-        if self._closed:
-            return
+        with self._cond:
+            if self._closed or self._making or self._spare is not None:
+                return
+            self._making = True
         threading.Thread(target=self._refill, name="script-spare", daemon=True).start()
 
     def _refill(self) -> None:
-        host = Host(self._cwd, self._env)
-        with self._lock:
-            if self._spare is None and not self._closed:  # a refill that outlived close() keeps nothing
-                self._spare, host = host, None  # type: ignore[assignment]
-        if host is not None:
-            host.discard()
+        host: Host | None = None
+        try:
+            host = Host(self._cwd, self._env)
+        finally:  # a failed start leaves no spare: take() starts its own, and says why if it fails too
+            with self._cond:
+                self._making = False
+                if not self._closed:  # a refill that outlived close() keeps nothing
+                    self._spare, host = host, None
+                self._cond.notify_all()
+            if host is not None:
+                host.discard()
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             self._closed = True
             host, self._spare = self._spare, None
         if host is not None:

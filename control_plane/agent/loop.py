@@ -16,16 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..events import (
-    AssistantMessage,
-    Error,
-    Event,
-    Notice,
-    TodoItem,
-    ToolProgress,
-    TurnEnd,
-    UserMessage,
-)
+from ..events import AssistantMessage, Error, Event, Notice, TodoItem, ToolProgress, TurnEnd, UserMessage
 from ..models.router import ModelError, ModelNotConfigured, ModelReply, ToolCall
 from ..tools import Interrupt, SendFile, Tool, ToolContext, ToolOutcome, ToolResult
 from ..tools.todo import plan_block
@@ -222,6 +213,7 @@ class Conversation:
             if end.reason in ("done", "error"):  # an interrupt or the budget says nothing about skills
                 self._write(self._skill_outcome, end.reason == "done", list(self.history), corrected)
             await self._flush(emit_event)
+            self.agent.sandboxes.prepare(self.id)  # for the next turn's checkpoint, made while it is idle
         finally:
             with self._lock:
                 self._running = False

@@ -13,6 +13,7 @@ import pytest
 from agent_runs import call, run, settings_for, tool_messages
 
 from backends import SandboxSpec
+from backends.docker import DockerSandbox
 from control_plane.agent.agent import Agent
 from control_plane.checkpoints import NoSuchCheckpoint
 from control_plane.sandbox_manager import SandboxManager
@@ -84,6 +85,31 @@ def test_nothing_changed_means_no_new_checkpoint(agent_on: Any, fake_llm: Any) -
     run(conversation, "a")
     run(conversation, "b")
     assert [c.meta["n"] for c in agent.checkpoints.list(conversation.id)] == ["1"]
+
+
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_a_docker_session_keeps_a_copy_helper_ready_for_its_next_checkpoint(
+    tmp_path: Path, fake_llm: Any, checkpoints: bool
+) -> None:
+    """With checkpoints on, a session's sandbox gets a copy helper made ahead, and its first checkpoint
+    is copied by it (the checkpoint's id is the one the helper was made for); off, none is made."""
+    fake_llm.load([{"tool_calls": [call("terminal", command="echo x > a.txt")]}, {"text": "ok"}])
+    agent = Agent(
+        settings_for(tmp_path, fake_llm.url, backend="docker", snapshots={"checkpoints": checkpoints})
+    )
+    try:
+        conversation = agent.new_conversation()
+        sandbox = agent.sandboxes.get(conversation.id)
+        assert isinstance(sandbox, DockerSandbox)
+        ahead = sandbox.helper_ahead()
+        assert (ahead is not None) == checkpoints
+        run(conversation, "a")
+        assert [c.id for c in agent.checkpoints.list(conversation.id)] == ([ahead] if checkpoints else [])
+        assert (sandbox.helper_ahead() not in (None, ahead)) == checkpoints  # made after the turn
+    finally:
+        for snapshot in agent.sandboxes.snapshots.list():
+            agent.sandboxes.backend.delete_snapshot(snapshot.id)
+        agent.close()
 
 
 def test_terminal_checkpoints_can_be_turned_off(agent_on: Any, fake_llm: Any) -> None:

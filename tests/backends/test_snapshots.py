@@ -14,6 +14,7 @@ import pytest
 
 from backends import Backend, Sandbox, SandboxSpec
 from backends.docker import OWNER, OWNER_LABEL, DockerBackend, DockerSandbox
+from backends.docker_volumes import reap_orphaned_snapshots
 from backends.snapshots import NoSuchSnapshot, Snapshot, SnapshotError, SnapshotStore
 
 SPEC = SandboxSpec(memory="512m", pids=256)
@@ -301,3 +302,74 @@ def test_leftovers_pass_over_a_copy_gone_while_they_look(tmp_path: Path) -> None
     old.mkdir()
     os.utime(old, (0, 0))
     assert store.leftovers() == [old]
+
+
+def test_docker_a_snapshot_deleted_at_once_leaves_no_volume_and_no_helper(
+    backend: Backend, store: SnapshotStore
+) -> None:
+    """The copy's helper removes itself after the copy returns; deleting the snapshot (and closing the
+    sandbox) at once waits for that instead of leaving a volume that was still in use."""
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: the copy's helper container")
+    with backend.create(SPEC) as sb:
+        sb.run("echo x > f.txt")
+        snapshots = [sb.snapshot() for _ in range(3)]
+        for snapshot in snapshots:
+            backend.delete_snapshot(snapshot.id)
+    made = {"label": f"org.hermetic.snapshot-of={sb.id}"}
+    assert backend.client.volumes.list(filters=made) == []
+    assert backend.client.containers.list(all=True, filters=made) == []
+    assert backend.client.volumes.list(filters={"name": f"{sb.id}-workspace"}) == []
+
+
+def test_docker_a_copy_helper_made_ahead_copies_the_next_snapshot(
+    backend: Backend, store: SnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare_snapshots: a started helper waits for the next snapshot (the reaper leaves its volume
+    alone, though it has no record) and copies it; the next is made when asked again; one made for
+    another registry, or removed by hand, is not used; closing the sandbox removes the one waiting."""
+    if not isinstance(backend, DockerBackend):
+        pytest.skip("docker-only: the copy's helper container")
+    with backend.create(SPEC) as sb:
+        assert isinstance(sb, DockerSandbox)
+        sb.run("echo x > f.txt")
+        assert sb.helper_ahead() is None
+        sb.prepare_snapshots()
+        first = sb.helper_ahead()
+        assert first is not None
+        monkeypatch.setattr("backends.docker_volumes.ORPHAN_GRACE", 0.0)
+        removed: list[str] = []
+        monkeypatch.setattr("backends.docker_volumes.remove_volume", lambda _, name: removed.append(name))
+        reap_orphaned_snapshots(backend.client)
+        monkeypatch.undo()
+        assert f"hm-{first}" not in removed  # no record yet, but in use: left alone
+        assert sb.snapshot().id == first
+        assert sb.helper_ahead() is None  # not made again while the snapshot's caller goes on
+        sb.prepare_snapshots()
+        second = sb.helper_ahead()
+        assert second not in (None, first)
+        backend.client.api.remove_container(helper_of(backend, second), force=True)
+        third = sb.snapshot()  # the helper is gone: the copy makes its own
+        assert third.id != second and sb.run("cat f.txt")["output"] == "x\n"
+        sb.prepare_snapshots()
+        made_for_store = sb.helper_ahead()  # up, its volume labelled with `store`
+        backend.snapshots = SnapshotStore(tmp_path / "other")
+        try:
+            elsewhere = sb.snapshot()
+            assert elsewhere.id != made_for_store
+            assert backend.snapshots.get(elsewhere.id).bytes > 0
+            backend.delete_snapshot(elsewhere.id)
+        finally:
+            backend.snapshots = store
+        sb.prepare_snapshots()
+        waiting = sb.helper_ahead()
+    made = {"label": f"org.hermetic.snapshot-of={sb.id}"}
+    assert backend.client.containers.list(all=True, filters=made) == []
+    assert not backend.client.volumes.list(filters={"name": f"hm-{waiting}"})
+
+
+def helper_of(backend: DockerBackend, snapshot_id: str) -> str:
+    """The name of the helper container copying into snapshot `snapshot_id`'s volume."""
+    found = backend.client.containers.list(filters={"label": f"org.hermetic.snapshot={snapshot_id}"})
+    assert len(found) == 1
+    return str(found[0].name)
