@@ -11,8 +11,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import psycopg
+
+if TYPE_CHECKING:
+    from control_plane.models.fake_llm import FakeLLM
 
 LEASE_SECONDS = 5.0
 """The replicas' lease in the tests: a killed replica's sessions are taken over within it (plus a third)."""
@@ -86,6 +91,34 @@ class ReplicaProcess:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class Cluster:
+    """Replicas on one database and home, the scripted model they ask and a token of their profile."""
+
+    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM, database: str) -> None:
+        self.replicas, self.model, self.database = replicas, model, database
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def sessions_held_by(self, replica: ReplicaProcess) -> set[str]:
+        """The sessions whose lease `replica` holds (a replica's id holds its pid)."""
+        assert replica.proc is not None
+        with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM session_leases WHERE owner LIKE %s", (f"%:{replica.proc.pid}:%",)
+            ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    def client(self, index: int) -> httpx.Client:
+        return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
+
+    def new_session(self, index: int) -> str:
+        with self.client(index) as client:
+            return str(client.post("/sessions", json={}).json()["id"])
+
+    def history(self, index: int, session_id: str) -> dict[str, Any]:
+        with self.client(index) as client:
+            return dict(client.get(f"/sessions/{session_id}").json())
 
 
 def start_replicas(env: Mapping[str, str], ports: list[int]) -> list[ReplicaProcess]:
