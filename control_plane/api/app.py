@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from .. import __version__
 from ..agent.status import Status
@@ -38,6 +39,7 @@ from .cron import start_schedulers, stop_schedulers
 from .evals import router as evals_router
 from .files import router as files_router
 from .forward import ForwardToOwner, keep_leases
+from .mcp_routes import MCP_PATH, McpEndpoint
 from .memory import router as memory_router
 from .message_keys import forget as forget_key
 from .message_keys import seen_before
@@ -110,6 +112,7 @@ def create_app(
     replica = Replica(address, base.api.lease_seconds) if address else None
     hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica)
     forwarding = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
+    mcp = McpEndpoint(hub, tokens)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -127,6 +130,7 @@ def create_app(
             leases.cancel()
             await asyncio.gather(leases, return_exceptions=True)
         await forwarding.aclose()
+        await mcp.close()
         await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
@@ -166,6 +170,9 @@ def create_app(
     app.include_router(batches_router)
     app.include_router(status_router)
     app.include_router(a2a_router(base.profile))
+    app.router.routes.insert(
+        0, Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    )
 
     @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:

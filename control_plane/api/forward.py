@@ -2,8 +2,9 @@
 leases this replica holds are renewed (and a dead replica's running sessions taken over) in the background.
 
 Forwarded: every /sessions/ID/... route but the two any replica answers from the database (GET
-/sessions/ID, its history, and /sessions/ID/events, its event stream), and a /v1 turn that continues a
-session (by its session header, its chat's conversation key or its previous response id). The owner is
+/sessions/ID, its history, and /sessions/ID/events, its event stream), a /v1 turn that continues a
+session (by its session header, its chat's conversation key or its previous response id), and a request
+of an MCP session (its Mcp-Session-Id) to the replica that opened it. The owner is
 asked with the caller's own credentials (it authenticates them) and a header naming it, so a request
 reaching a process that is not that replica any more (restarted on the same address) is refused with 421,
 never served twice.
@@ -23,15 +24,18 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from fastapi import HTTPException
 from fastapi.security import HTTPAuthorizationCredentials
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..mcp.transports import refuse
 from ..store.leases import Holder
+from .mcp_routes import MCP_PATH
 from .openai.conversations import TURNS, continued_session
 from .openai.wire import SESSION_HEADER
 from .profiles import Hub, Profile, caller
-from .replicas import Replica
+from .replicas import Replica, Replication
 from .signins import COOKIE
 
 log = logging.getLogger(__name__)
@@ -76,11 +80,12 @@ class ForwardToOwner:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
         found = _SESSION.match(scope["path"])
         turn = scope["method"] == "POST" and scope["path"] in TURNS
-        if (found is None and not turn) or (found is not None and _read_anywhere(scope["method"], found[2])):
+        mcp = scope["path"] == MCP_PATH and MCP_SESSION_ID_HEADER in headers
+        if not (mcp or turn or (found is not None and not _read_anywhere(scope["method"], found[2]))):
             return await self.app(scope, receive, send)
-        headers = Headers(scope=scope)
         meant = headers.get(OWNER)
         if meant is not None:  # forwarded here: served here or refused, never sent on again
             if meant != self.replica.id:
@@ -89,14 +94,10 @@ class ForwardToOwner:
         profile = await asyncio.to_thread(self._profile, scope)
         if profile is None or profile.replication is None:
             return await self.app(scope, receive, send)  # the route answers (401, or no replicas)
+        if mcp:
+            return await self._mcp(profile.replication, scope, receive, send)
         body = await _body(receive)
-        session_id = (
-            found[1]
-            if found is not None
-            else await asyncio.to_thread(
-                continued_session, profile, scope["path"], headers.get(SESSION_HEADER), body
-            )
-        )
+        session_id = found[1] if found is not None else await asyncio.to_thread(_about, profile, scope, body)
         if session_id is None:  # a new /v1 conversation: this replica starts it
             return await self.app(scope, _replay(body, receive), send)
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
@@ -108,6 +109,17 @@ class ForwardToOwner:
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
         await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
 
+    async def _mcp(self, replication: Replication, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request of an MCP session: served by the replica that opened it, wherever it lands. A session
+        whose replica died is gone with it (404: the client initializes a new one)."""
+        headers = Headers(scope=scope)
+        holder = await asyncio.to_thread(replication.mcp.owner, headers[MCP_SESSION_ID_HEADER])
+        if holder is None or holder.owner == self.replica.id:  # here, or unknown: the SDK answers (a 404)
+            return await self.app(scope, receive, send)
+        body = await _body(receive)
+        if await forward(self.client, holder, scope, headers, body, send) is Forwarded.NOT_TAKEN:
+            await refuse(send, 404, "Session not found (its replica stopped): initialize a new session")
+
     def _profile(self, scope: Scope) -> Profile | None:
         request = Request(scope)
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -117,6 +129,11 @@ class ForwardToOwner:
         except HTTPException:
             return None
         return self.hub.profile(name) if name else None
+
+
+def _about(profile: Profile, scope: Scope, body: bytes) -> str | None:
+    """The session a /v1 turn continues, if any."""
+    return continued_session(profile, scope["path"], Headers(scope=scope).get(SESSION_HEADER), body)
 
 
 async def forward(
