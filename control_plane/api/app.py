@@ -30,6 +30,7 @@ from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from ..store.tokens import TokenStore
 from .a2a_routes import a2a_router
+from .a2a_store import ProfileTasks
 from .batches import router as batches_router
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .console import ConsoleHeaders, assets
@@ -113,6 +114,7 @@ def create_app(
     hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica)
     forwarding = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
     mcp = McpEndpoint(hub, tokens)
+    tasks = ProfileTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,6 +133,7 @@ def create_app(
             await asyncio.gather(leases, return_exceptions=True)
         await forwarding.aclose()
         await mcp.close()
+        await tasks.close()
         await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
@@ -169,7 +172,7 @@ def create_app(
     app.include_router(evals_router)
     app.include_router(batches_router)
     app.include_router(status_router)
-    app.include_router(a2a_router(base.profile))
+    app.include_router(a2a_router(base.profile, tasks))
     app.router.routes.insert(
         0, Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     )

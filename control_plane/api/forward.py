@@ -3,8 +3,9 @@ leases this replica holds are renewed (and a dead replica's running sessions tak
 
 Forwarded: every /sessions/ID/... route but the two any replica answers from the database (GET
 /sessions/ID, its history, and /sessions/ID/events, its event stream), a /v1 turn that continues a
-session (by its session header, its chat's conversation key or its previous response id), and a request
-of an MCP session (its Mcp-Session-Id) to the replica that opened it. The owner is
+session (by its session header, its chat's conversation key or its previous response id), an A2A request
+about a context or task whose session runs elsewhere (its next message, get, cancel, resubscribe), and a
+request of an MCP session (its Mcp-Session-Id) to the replica that opened it. The owner is
 asked with the caller's own credentials (it authenticates them) and a header naming it, so a request
 reaching a process that is not that replica any more (restarted on the same address) is refused with 421,
 never served twice.
@@ -29,8 +30,10 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..a2a.card import RPC_PATH
 from ..mcp.transports import refuse
 from ..store.leases import Holder
+from .a2a_store import session_of
 from .mcp_routes import MCP_PATH
 from .openai.conversations import TURNS, continued_session
 from .openai.wire import SESSION_HEADER
@@ -82,7 +85,7 @@ class ForwardToOwner:
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         found = _SESSION.match(scope["path"])
-        turn = scope["method"] == "POST" and scope["path"] in TURNS
+        turn = scope["method"] == "POST" and scope["path"] in (*TURNS, RPC_PATH)
         mcp = scope["path"] == MCP_PATH and MCP_SESSION_ID_HEADER in headers
         if not (mcp or turn or (found is not None and not _read_anywhere(scope["method"], found[2]))):
             return await self.app(scope, receive, send)
@@ -98,7 +101,7 @@ class ForwardToOwner:
             return await self._mcp(profile.replication, scope, receive, send)
         body = await _body(receive)
         session_id = found[1] if found is not None else await asyncio.to_thread(_about, profile, scope, body)
-        if session_id is None:  # a new /v1 conversation: this replica starts it
+        if session_id is None:  # a new /v1 conversation or A2A context: this replica starts it
             return await self.app(scope, _replay(body, receive), send)
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
             holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
@@ -132,7 +135,9 @@ class ForwardToOwner:
 
 
 def _about(profile: Profile, scope: Scope, body: bytes) -> str | None:
-    """The session a /v1 turn continues, if any."""
+    """The session a /v1 turn or an A2A request continues, if any."""
+    if scope["path"] == RPC_PATH:
+        return session_of(profile, body)
     return continued_session(profile, scope["path"], Headers(scope=scope).get(SESSION_HEADER), body)
 
 
