@@ -23,7 +23,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from fastapi import HTTPException
+from fastapi import HTTPException, WebSocket, status
 from fastapi.security import HTTPAuthorizationCredentials
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.datastructures import Headers
@@ -34,10 +34,11 @@ from ..a2a.card import RPC_PATH
 from ..mcp.transports import refuse
 from ..store.leases import Holder
 from .a2a_store import session_of
+from .forward_ws import relay
 from .mcp_routes import MCP_PATH
 from .openai.conversations import TURNS, continued_session
 from .openai.wire import SESSION_HEADER
-from .profiles import Hub, Profile, caller
+from .profiles import Hub, Profile, caller, websocket_profile
 from .replicas import Replica, Replication
 from .signins import COOKIE
 
@@ -81,10 +82,12 @@ class ForwardToOwner:
         self.app, self.hub, self.replica, self.client = app, hub, replica, client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = _SESSION.match(scope["path"])
+        if scope["type"] == "websocket" and found is not None and found[2] == "/terminal":
+            return await self._terminal(found[1], scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
-        found = _SESSION.match(scope["path"])
         turn = scope["method"] == "POST" and scope["path"] in (*TURNS, RPC_PATH)
         mcp = scope["path"] == MCP_PATH and MCP_SESSION_ID_HEADER in headers
         if not (mcp or turn or (found is not None and not _read_anywhere(scope["method"], found[2]))):
@@ -123,6 +126,31 @@ class ForwardToOwner:
         if await forward(self.client, holder, scope, headers, body, send) is Forwarded.NOT_TAKEN:
             await refuse(send, 404, "Session not found (its replica stopped): initialize a new session")
 
+    async def _terminal(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A session's terminal WebSocket: relayed to the session's owner (forward_ws.py)."""
+        websocket = WebSocket(scope, receive, send)
+        meant = websocket.headers.get(OWNER)
+        if meant is not None:  # relayed here: served here or refused (its handshake: HTTP 403)
+            if meant != self.replica.id:
+                return await websocket.close(status.WS_1013_TRY_AGAIN_LATER)
+            return await self.app(scope, receive, send)
+        profile = await asyncio.to_thread(websocket_profile, websocket)
+        if profile is None or profile.replication is None:
+            return await self.app(scope, receive, send)  # the route answers (refused, or no replicas)
+        for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
+            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
+            if holder.owner == self.replica.id:
+                return await self.app(scope, receive, send)
+            keep = {"authorization", "cookie", "origin", "user-agent"}
+            if await relay(holder, websocket, _outgoing(websocket.headers, holder, keep)):
+                return
+            await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then
+        await websocket.accept()  # a browser cannot read a refused handshake's reason
+        await websocket.send_json(
+            {"type": "error", "message": f"session {session_id}'s replica does not answer"}
+        )
+        await websocket.close(status.WS_1013_TRY_AGAIN_LATER)
+
     def _profile(self, scope: Scope) -> Profile | None:
         request = Request(scope)
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -148,7 +176,7 @@ async def forward(
     that changes something, say so: it may have been taken, so it is not sent again elsewhere)."""
     if holder.address is None:
         return Forwarded.NOT_TAKEN
-    outgoing = [(k, v) for k, v in headers.items() if k not in _HOP] + [(OWNER, holder.owner)]
+    outgoing = _outgoing(headers, holder, None)
     query = scope.get("query_string", b"").decode()
     url = f"{holder.address}{scope['path']}" + (f"?{query}" if query else "")
     request = client.build_request(scope["method"], url, headers=outgoing, content=body)
@@ -174,6 +202,19 @@ async def forward(
     finally:
         await response.aclose()
     return Forwarded.ANSWERED
+
+
+def _outgoing(headers: Headers, holder: Holder, keep: set[str] | None) -> list[tuple[str, str]]:
+    """The caller's headers for the owner (those in `keep`, else all but hop-by-hop ones) and the owner's
+    name. A console sign-in (a cookie, no bearer token) was checked here, its Origin against this
+    replica's host: the owner, reached at its own address, is told its own origin."""
+    signed_in = "authorization" not in headers
+    kept = [
+        (k, holder.address if k == "origin" and signed_in and holder.address else v)
+        for k, v in headers.items()
+        if (k in keep if keep is not None else k not in _HOP)
+    ]
+    return [*kept, (OWNER, holder.owner)]
 
 
 async def _body(receive: Receive) -> bytes:

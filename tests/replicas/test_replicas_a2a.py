@@ -5,7 +5,6 @@ whichever replica they land on."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,13 +16,10 @@ from a2a.helpers.proto_helpers import get_message_text
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
     Task,
     TaskState,
 )
+from a2a_calls import message, send
 from replica_set import Cluster
 
 
@@ -32,24 +28,6 @@ async def a2a_client(cluster: Cluster, index: int, streaming: bool = False) -> A
     async with httpx.AsyncClient(headers=cluster.headers, timeout=60) as http:
         config = ClientConfig(httpx_client=http, streaming=streaming)
         yield await ClientFactory(config).create_from_url(cluster.replicas[index].url)
-
-
-def message(text: str, task: Task | None = None) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=uuid.uuid4().hex,
-            parts=[Part(text=text)],
-            task_id=task.id if task else "",
-            context_id=task.context_id if task else "",
-        )
-    )
-
-
-async def send(client: Client, request: SendMessageRequest) -> Task:
-    [response] = [response async for response in client.send_message(request)]
-    assert response.HasField("task")
-    return response.task
 
 
 def run(coro: Any) -> Any:
