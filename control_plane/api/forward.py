@@ -82,10 +82,12 @@ class ForwardToOwner:
         self.app, self.hub, self.replica, self.client = app, hub, replica, client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # the lifespan: no path
+            return await self.app(scope, receive, send)
         found = _SESSION.match(scope["path"])
-        if scope["type"] == "websocket" and found is not None and found[2] == "/terminal":
-            return await self._terminal(found[1], scope, receive, send)
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            if found is not None and found[2] == "/terminal":
+                return await self._terminal(found[1], scope, receive, send)
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         turn = scope["method"] == "POST" and scope["path"] in (*TURNS, RPC_PATH)
@@ -110,7 +112,10 @@ class ForwardToOwner:
             holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
                 return await self.app(scope, _replay(body, receive), send)
-            if await forward(self.client, holder, scope, headers, body, send) is not Forwarded.NOT_TAKEN:
+            if (
+                await forward(self.client, holder, scope, headers, body, send, receive)
+                is not Forwarded.NOT_TAKEN
+            ):
                 return
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
         await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
@@ -123,7 +128,7 @@ class ForwardToOwner:
         if holder is None or holder.owner == self.replica.id:  # here, or unknown: the SDK answers (a 404)
             return await self.app(scope, receive, send)
         body = await _body(receive)
-        if await forward(self.client, holder, scope, headers, body, send) is Forwarded.NOT_TAKEN:
+        if await forward(self.client, holder, scope, headers, body, send, receive) is Forwarded.NOT_TAKEN:
             await refuse(send, 404, "Session not found (its replica stopped): initialize a new session")
 
     async def _terminal(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,10 +175,18 @@ def _about(profile: Profile, scope: Scope, body: bytes) -> str | None:
 
 
 async def forward(
-    client: httpx.AsyncClient, holder: Holder, scope: Scope, headers: Headers, body: bytes, send: Send
+    client: httpx.AsyncClient,
+    holder: Holder,
+    scope: Scope,
+    headers: Headers,
+    body: bytes,
+    send: Send,
+    receive: Receive | None = None,
 ) -> Forwarded:
     """Send the request to the holder and its answer back (or, when the holder died holding a request
-    that changes something, say so: it may have been taken, so it is not sent again elsewhere)."""
+    that changes something, say so: it may have been taken, so it is not sent again elsewhere). With the
+    caller's `receive`, a caller that disconnects mid-answer ends the owner's request too (a /v1 stream's
+    run is interrupted, an MCP session's event stream closed), as if it had been sent to the owner."""
     if holder.address is None:
         return Forwarded.NOT_TAKEN
     outgoing = _outgoing(headers, holder, None)
@@ -196,12 +209,32 @@ async def forward(
             return Forwarded.NOT_TAKEN
         kept = [(k.encode(), v.encode()) for k, v in response.headers.items() if k not in _HOP]
         await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
-        async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        pump = asyncio.ensure_future(_pump(response, send))
+        if receive is not None:  # a caller that leaves closes the owner's stream (the aclose below)
+            left = asyncio.ensure_future(_left(receive))
+            await asyncio.wait({pump, left}, return_when=asyncio.FIRST_COMPLETED)
+            left.cancel()
+            await asyncio.gather(left, return_exceptions=True)
+            if not pump.done():  # the caller left
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+                return Forwarded.ANSWERED
+        await pump
     finally:
         await response.aclose()
     return Forwarded.ANSWERED
+
+
+async def _pump(response: httpx.Response, send: Send) -> None:
+    async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _left(receive: Receive) -> None:
+    """Until the caller disconnects (its request's body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _outgoing(headers: Headers, holder: Holder, keep: set[str] | None) -> list[tuple[str, str]]:

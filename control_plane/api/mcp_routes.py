@@ -31,6 +31,7 @@ MCP_PATH = "/mcp"
 class _Served:
     """One profile's MCP server in this process, running until `stop` is set."""
 
+    profile: str
     surface: McpSurface
     manager: StreamableHTTPSessionManager
     owners: McpOwners | None
@@ -61,9 +62,9 @@ class _Served:
             if message["type"] == "http.response.start":
                 given = Headers(raw=message["headers"]).get(MCP_SESSION_ID_HEADER)
                 if asked is None and given and message["status"] < 400:
-                    await asyncio.to_thread(owners.opened, given)
+                    await asyncio.to_thread(owners.opened, given, self.profile)
                 elif asked and (scope["method"] == "DELETE" or message["status"] == 404):
-                    await asyncio.to_thread(owners.closed, asked)
+                    await asyncio.to_thread(owners.closed, asked, self.profile)
             await send(message)
 
         return watching
@@ -105,7 +106,7 @@ class McpEndpoint:
                 )  # no DNS-rebinding host check: every request carries a bearer token, and a forwarded
                 # one names the owner's address as its host
                 owners = profile.replication.mcp if profile.replication is not None else None
-                served = _Served(surface, manager, owners, start_reaper(surface))
+                served = _Served(name, surface, manager, owners, start_reaper(surface))
                 await served.start()
                 self._served[name] = served
             return self._served[name]

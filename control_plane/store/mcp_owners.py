@@ -22,6 +22,8 @@ class McpSessionRecord(SQLModel, table=True):
     """The Mcp-Session-Id the SDK handed the client."""
     owner: str = Field(index=True)
     """The replica that opened it (replicas.id)."""
+    profile: str
+    """The profile whose token opened it: only that profile's requests end it."""
 
 
 _ALIVE = f"SELECT id FROM replicas WHERE expires_at >= {NOW}"
@@ -36,11 +38,14 @@ class McpOwners:
         with engine.begin() as conn:  # the sessions of replicas that died (they lapsed with them)
             conn.execute(text(f"DELETE FROM mcp_sessions WHERE owner NOT IN ({_ALIVE})"))
 
-    def opened(self, session_id: str) -> None:
+    def opened(self, session_id: str, profile: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(
-                text("INSERT INTO mcp_sessions (id, owner) VALUES (:id, :me) ON CONFLICT (id) DO NOTHING"),
-                {"id": session_id, "me": self.me},
+                text(
+                    "INSERT INTO mcp_sessions (id, owner, profile) VALUES (:id, :me, :profile) "
+                    "ON CONFLICT (id) DO NOTHING"
+                ),
+                {"id": session_id, "me": self.me, "profile": profile},
             )
 
     def owner(self, session_id: str) -> Holder | None:
@@ -59,11 +64,12 @@ class McpOwners:
                 return None
         return Holder(owner=row[0], address=row[1], left=max(0.0, float(row[2])), running=False)
 
-    def closed(self, session_id: str) -> None:
+    def closed(self, session_id: str, profile: str) -> None:
+        """The session ended here (a DELETE, or its profile's server no longer has it)."""
         with self.engine.begin() as conn:
             conn.execute(
-                text("DELETE FROM mcp_sessions WHERE id = :id AND owner = :me"),
-                {"id": session_id, "me": self.me},
+                text("DELETE FROM mcp_sessions WHERE id = :id AND owner = :me AND profile = :profile"),
+                {"id": session_id, "me": self.me, "profile": profile},
             )
 
     def leave(self) -> None:

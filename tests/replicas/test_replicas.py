@@ -8,13 +8,32 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from api_client import events_of
-from haproxy import LocalHAProxy
-from replica_set import Cluster, until
+from haproxy import LocalHAProxy, start_haproxy
+from ngircd import free_port
+from postgres import LocalPostgres
+from replica_set import Cluster, running_cluster, until
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, postgres: LocalPostgres) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("replicas"), postgres) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
+    proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])
+    try:
+        proxy.wait_serving()
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def follow(
