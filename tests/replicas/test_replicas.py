@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-from api_client import events_of
 from haproxy import LocalHAProxy, start_haproxy
 from ngircd import free_port
 from postgres import LocalPostgres
 from replica_set import Cluster, running_cluster, until
+from sse_events import events_of
 
 
 @pytest.fixture(scope="module")
