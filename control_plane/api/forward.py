@@ -20,6 +20,7 @@ import enum
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -108,17 +109,36 @@ class ForwardToOwner:
         session_id = found[1] if found is not None else await asyncio.to_thread(_about, profile, scope, body)
         if session_id is None:  # a new /v1 conversation or A2A context: this replica starts it
             return await self.app(scope, _replay(body, receive), send)
+
+        async def here() -> None:
+            await self.app(scope, _replay(body, receive), send)
+
+        async def there(holder: Holder) -> bool:
+            forwarded = await forward(self.client, holder, scope, headers, body, send, receive)
+            return forwarded is not Forwarded.NOT_TAKEN
+
+        if not await self._at_owner(profile.replication, session_id, here, there):
+            await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
+
+    async def _at_owner(
+        self,
+        replication: Replication,
+        session_id: str,
+        here: Callable[[], Awaitable[None]],
+        there: Callable[[Holder], Awaitable[bool]],
+    ) -> bool:
+        """Serve at the session's owner: `here` when this replica holds (or now takes) its lease, else
+        `there` (False: the owner never had it; once its lease lapses the next owner is tried). False
+        when no owner answered."""
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
+            holder = await asyncio.to_thread(replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
-                return await self.app(scope, _replay(body, receive), send)
-            if (
-                await forward(self.client, holder, scope, headers, body, send, receive)
-                is not Forwarded.NOT_TAKEN
-            ):
-                return
+                await here()
+                return True
+            if await there(holder):
+                return True
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
-        await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
+        return False
 
     async def _mcp(self, replication: Replication, scope: Scope, receive: Receive, send: Send) -> None:
         """A request of an MCP session: served by the replica that opened it, wherever it lands. A session
@@ -142,14 +162,16 @@ class ForwardToOwner:
         profile = await asyncio.to_thread(websocket_profile, websocket)
         if profile is None or profile.replication is None:
             return await self.app(scope, receive, send)  # the route answers (refused, or no replicas)
-        for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
-            if holder.owner == self.replica.id:
-                return await self.app(scope, receive, send)
+
+        async def here() -> None:
+            await self.app(scope, receive, send)
+
+        async def there(holder: Holder) -> bool:
             keep = {"authorization", "cookie", "origin", "user-agent"}
-            if await relay(holder, websocket, _outgoing(websocket.headers, holder, keep)):
-                return
-            await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then
+            return await relay(holder, websocket, _outgoing(websocket.headers, holder, keep))
+
+        if await self._at_owner(profile.replication, session_id, here, there):
+            return
         await websocket.accept()  # a browser cannot read a refused handshake's reason
         await websocket.send_json(
             {"type": "error", "message": f"session {session_id}'s replica does not answer"}
