@@ -5,6 +5,8 @@ scripted model, HAProxy in front. Prints figures, asserts nothing:
   each posting TURNS messages and following its events to each turn's end (one instant model reply each);
 - the added latency of a request that lands on a non-owner replica (GET /sessions/ID/questions, the
   cheapest forwarded route): median on a non-owner minus median on the owner;
+- the same for an MCP session's tool call (`terminal` running `true`, the official `mcp` SDK as the
+  client, 2025-11-25 sessions): the session opened on one replica, its calls sent there or to another;
 - take-over time after a SIGKILL: from the kill of the replica running a turn to the turn_end
   (interrupted) a follower on another replica receives, with the default lease (api.lease_seconds).
 """
@@ -12,6 +14,7 @@ scripted model, HAProxy in front. Prints figures, asserts nothing:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import threading
@@ -19,12 +22,15 @@ import time
 from pathlib import Path
 
 import httpx
+import httpx2
 from haproxy import start_haproxy
 from hermetic_cli import scripted_env
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 from ngircd import free_port
 from postgres import LocalPostgres, start_postgres
 from replica_set import ReplicaProcess, replica_env, start_replicas, token_for, until
-from test_api import events_of
+from sse_events import events_of
 
 from control_plane.models.fake_llm import FakeLLM
 
@@ -73,6 +79,40 @@ def _forwarding(replicas: list[ReplicaProcess], headers: dict[str, str], n: int)
     return owner, other
 
 
+class _Pinned(httpx2.AsyncBaseTransport):
+    """The MCP client's first request (initialize: the session opens there) to `first`, the rest to `rest`."""
+
+    def __init__(self, first: int, rest: int) -> None:
+        self.ports, self.inner = [first], httpx2.AsyncHTTPTransport()
+        self.rest = rest
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(port=self.ports.pop() if self.ports else self.rest)
+        return await self.inner.handle_async_request(request)
+
+
+def _mcp_forwarding(replicas: list[ReplicaProcess], headers: dict[str, str], n: int) -> tuple[float, float]:
+    """Median ms of an MCP tool call on the session's replica and through another replica."""
+
+    async def median(rest: int) -> float:
+        transport = _Pinned(replicas[0].port, replicas[rest].port)
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60, transport=transport) as http,
+            McpClient(
+                streamable_http_client(f"{replicas[0].url}/mcp", http_client=http), mode="legacy"
+            ) as mcp,
+        ):
+            await mcp.call_tool("terminal", {"command": "true"})  # the sandbox, the connections
+            samples = []
+            for _ in range(n):
+                start = time.perf_counter()
+                await mcp.call_tool("terminal", {"command": "true"})
+                samples.append((time.perf_counter() - start) * 1000)
+        return statistics.median(samples)
+
+    return asyncio.run(median(0)), asyncio.run(median(1))
+
+
 def _take_over(replicas: list[ReplicaProcess], headers: dict[str, str], model: FakeLLM) -> float:
     """Seconds from the SIGKILL of a turn's replica to its interrupted turn_end on another replica."""
     model.load([{"text": "never", "delay": 600, "match": "take-over"}])
@@ -119,6 +159,9 @@ def _round(postgres: LocalPostgres, model: FakeLLM, count: int, args: argparse.N
                 results["owner request, median ms"] = owner
                 results["non-owner request, median ms"] = other
                 results["added by forwarding, ms (target <= 5)"] = other - owner
+                owner, other = _mcp_forwarding(replicas, headers, args.requests // 3)
+                results["MCP tool call on its replica, median ms"] = owner
+                results["MCP tool call through another, median ms"] = other
                 results["take-over after SIGKILL, s (target <= 10)"] = _take_over(replicas, headers, model)
         finally:
             proxy.stop()

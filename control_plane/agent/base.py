@@ -27,6 +27,7 @@ from ..skills.library import SkillLibrary
 from ..store import Store
 from ..store.bindings import Bindings
 from ..store.configured import open_store
+from ..store.profile_lock import ProfileLock
 from ..tools import TOOLS, Registry
 from .event_log import EventLog
 from .learning import Background
@@ -78,12 +79,16 @@ class AgentBase:
         self.event_log = EventLog(settings.home)
         self.background = Background()
         """Where learning reviews run, after the reply and apart from the user's turns."""
-        self.memory = Memory(settings.home, settings.memory)
+        self.locks = ProfileLock(settings.home, settings.profile, self.store.engine)
+        """Memory and skill-library writes, one process (one replica) at a time."""
+        self.memory = Memory(settings.home, settings.memory, self.locks)
         self.providers = providers_for(settings, self.store, self.redact)
         self.memory.on_write.append(
             lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
         )
-        self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
+        self.skills = SkillLibrary(
+            settings.home / "skills", settings.skills, lambda: self.sandboxes.backend, lock=self.locks
+        )
         self.skills.embedder = self.store.embedder
 
     def turn_text(self, session_id: str, text: str) -> tuple[str, list[str]]:

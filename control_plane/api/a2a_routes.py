@@ -3,8 +3,8 @@ with a token it is the caller's profile's) and the JSON-RPC endpoint, behind the
 
 The SDK's dispatcher does the protocol (v1.0 methods `SendMessage`, `SendStreamingMessage`, `GetTask`,
 `CancelTask`, ...; and the v0.3 names `message/send`, `message/stream`, `tasks/get`, `tasks/cancel`
-beside them): errors in the JSON-RPC envelope, streams as SSE. Tasks are kept per profile (its name is
-the SDK's task owner), in memory: the sessions they ran in are in the database.
+beside them): errors in the JSON-RPC envelope, streams as SSE. Tasks are kept in each profile's database
+(a2a_store.py; the profile's name is the SDK's task owner).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.server.tasks import InMemoryTaskStore
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.requests import Request as StarletteRequest
 
 from ..a2a.card import RPC_PATH, agent_card, base_card
+from .a2a_store import ProfileTasks
 from .a2a_tasks import HermeticExecutor
 from .bounds import errors
 from .profiles import Auth, Hub, OptionalAuth
@@ -54,9 +54,9 @@ class _Calls(DefaultServerCallContextBuilder):
         return context
 
 
-def a2a_router(default_profile: str) -> APIRouter:
+def a2a_router(default_profile: str, tasks: ProfileTasks) -> APIRouter:
     """The routes; the public card (no token) is `default_profile`'s."""
-    handler = DefaultRequestHandler(HermeticExecutor(), InMemoryTaskStore(), base_card(""))
+    handler = DefaultRequestHandler(HermeticExecutor(), tasks, base_card(""))
     dispatcher = JsonRpcDispatcher(handler, _Calls(), enable_v0_3_compat=True)
     router = APIRouter(tags=["a2a"])
 

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from .. import __version__
 from ..agent.status import Status
@@ -29,6 +30,7 @@ from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from ..store.tokens import TokenStore
 from .a2a_routes import a2a_router
+from .a2a_store import ProfileTasks
 from .batches import router as batches_router
 from .bounds import AnswerText, MessageText, Offset, QuestionId, SearchText, SessionId, Title, errors
 from .console import ConsoleHeaders, assets
@@ -38,6 +40,7 @@ from .cron import start_schedulers, stop_schedulers
 from .evals import router as evals_router
 from .files import router as files_router
 from .forward import ForwardToOwner, keep_leases
+from .mcp_routes import MCP_PATH, McpEndpoint
 from .memory import router as memory_router
 from .message_keys import forget as forget_key
 from .message_keys import seen_before
@@ -110,6 +113,8 @@ def create_app(
     replica = Replica(address, base.api.lease_seconds) if address else None
     hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica)
     forwarding = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
+    mcp = McpEndpoint(hub, tokens)
+    tasks = ProfileTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -127,6 +132,8 @@ def create_app(
             leases.cancel()
             await asyncio.gather(leases, return_exceptions=True)
         await forwarding.aclose()
+        await mcp.close()
+        await tasks.close()
         await stop_schedulers(app)
         await asyncio.to_thread(hub.close)
 
@@ -165,7 +172,10 @@ def create_app(
     app.include_router(evals_router)
     app.include_router(batches_router)
     app.include_router(status_router)
-    app.include_router(a2a_router(base.profile))
+    app.include_router(a2a_router(base.profile, tasks))
+    app.router.routes.insert(
+        0, Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    )
 
     @app.get("/health", openapi_extra={PUBLIC: True})
     async def health(profile: OptionalAuth) -> Health:

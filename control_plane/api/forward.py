@@ -2,8 +2,10 @@
 leases this replica holds are renewed (and a dead replica's running sessions taken over) in the background.
 
 Forwarded: every /sessions/ID/... route but the two any replica answers from the database (GET
-/sessions/ID, its history, and /sessions/ID/events, its event stream), and a /v1 turn that continues a
-session (by its session header, its chat's conversation key or its previous response id). The owner is
+/sessions/ID, its history, and /sessions/ID/events, its event stream), a /v1 turn that continues a
+session (by its session header, its chat's conversation key or its previous response id), an A2A request
+about a context or task whose session runs elsewhere (its next message, get, cancel, resubscribe), and a
+request of an MCP session (its Mcp-Session-Id) to the replica that opened it. The owner is
 asked with the caller's own credentials (it authenticates them) and a header naming it, so a request
 reaching a process that is not that replica any more (restarted on the same address) is refused with 421,
 never served twice.
@@ -18,20 +20,27 @@ import enum
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from fastapi import HTTPException
+from fastapi import HTTPException, WebSocket, status
 from fastapi.security import HTTPAuthorizationCredentials
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..a2a.card import RPC_PATH
+from ..mcp.transports import refuse
 from ..store.leases import Holder
+from .a2a_store import session_of
+from .forward_ws import relay
+from .mcp_routes import MCP_PATH
 from .openai.conversations import TURNS, continued_session
 from .openai.wire import SESSION_HEADER
-from .profiles import Hub, Profile, caller
-from .replicas import Replica
+from .profiles import Hub, Profile, caller, websocket_profile
+from .replicas import Replica, Replication
 from .signins import COOKIE
 
 log = logging.getLogger(__name__)
@@ -74,13 +83,18 @@ class ForwardToOwner:
         self.app, self.hub, self.replica, self.client = app, hub, replica, client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # the lifespan: no path
             return await self.app(scope, receive, send)
         found = _SESSION.match(scope["path"])
-        turn = scope["method"] == "POST" and scope["path"] in TURNS
-        if (found is None and not turn) or (found is not None and _read_anywhere(scope["method"], found[2])):
+        if scope["type"] == "websocket":
+            if found is not None and found[2] == "/terminal":
+                return await self._terminal(found[1], scope, receive, send)
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
+        turn = scope["method"] == "POST" and scope["path"] in (*TURNS, RPC_PATH)
+        mcp = scope["path"] == MCP_PATH and MCP_SESSION_ID_HEADER in headers
+        if not (mcp or turn or (found is not None and not _read_anywhere(scope["method"], found[2]))):
+            return await self.app(scope, receive, send)
         meant = headers.get(OWNER)
         if meant is not None:  # forwarded here: served here or refused, never sent on again
             if meant != self.replica.id:
@@ -89,24 +103,80 @@ class ForwardToOwner:
         profile = await asyncio.to_thread(self._profile, scope)
         if profile is None or profile.replication is None:
             return await self.app(scope, receive, send)  # the route answers (401, or no replicas)
+        if mcp:
+            return await self._mcp(profile.replication, scope, receive, send)
         body = await _body(receive)
-        session_id = (
-            found[1]
-            if found is not None
-            else await asyncio.to_thread(
-                continued_session, profile, scope["path"], headers.get(SESSION_HEADER), body
-            )
-        )
-        if session_id is None:  # a new /v1 conversation: this replica starts it
+        session_id = found[1] if found is not None else await asyncio.to_thread(_about, profile, scope, body)
+        if session_id is None:  # a new /v1 conversation or A2A context: this replica starts it
             return await self.app(scope, _replay(body, receive), send)
+
+        async def here() -> None:
+            await self.app(scope, _replay(body, receive), send)
+
+        async def there(holder: Holder) -> bool:
+            forwarded = await forward(self.client, holder, scope, headers, body, send, receive)
+            return forwarded is not Forwarded.NOT_TAKEN
+
+        if not await self._at_owner(profile.replication, session_id, here, there):
+            await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
+
+    async def _at_owner(
+        self,
+        replication: Replication,
+        session_id: str,
+        here: Callable[[], Awaitable[None]],
+        there: Callable[[Holder], Awaitable[bool]],
+    ) -> bool:
+        """Serve at the session's owner: `here` when this replica holds (or now takes) its lease, else
+        `there` (False: the owner never had it; once its lease lapses the next owner is tried). False
+        when no owner answered."""
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
+            holder = await asyncio.to_thread(replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
-                return await self.app(scope, _replay(body, receive), send)
-            if await forward(self.client, holder, scope, headers, body, send) is not Forwarded.NOT_TAKEN:
-                return
+                await here()
+                return True
+            if await there(holder):
+                return True
             await asyncio.sleep(holder.left)  # a dead owner: its lease lapses then (a timer, not a poll)
-        await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
+        return False
+
+    async def _mcp(self, replication: Replication, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request of an MCP session: served by the replica that opened it, wherever it lands. A session
+        whose replica died is gone with it (404: the client initializes a new one)."""
+        headers = Headers(scope=scope)
+        holder = await asyncio.to_thread(replication.mcp.owner, headers[MCP_SESSION_ID_HEADER])
+        if holder is None or holder.owner == self.replica.id:  # here, or unknown: the SDK answers (a 404)
+            return await self.app(scope, receive, send)
+        body = await _body(receive)
+        if await forward(self.client, holder, scope, headers, body, send, receive) is Forwarded.NOT_TAKEN:
+            await refuse(send, 404, "Session not found (its replica stopped): initialize a new session")
+
+    async def _terminal(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A session's terminal WebSocket: relayed to the session's owner (forward_ws.py)."""
+        websocket = WebSocket(scope, receive, send)
+        meant = websocket.headers.get(OWNER)
+        if meant is not None:  # relayed here: served here or refused (its handshake: HTTP 403)
+            if meant != self.replica.id:
+                return await websocket.close(status.WS_1013_TRY_AGAIN_LATER)
+            return await self.app(scope, receive, send)
+        profile = await asyncio.to_thread(websocket_profile, websocket)
+        if profile is None or profile.replication is None:
+            return await self.app(scope, receive, send)  # the route answers (refused, or no replicas)
+
+        async def here() -> None:
+            await self.app(scope, receive, send)
+
+        async def there(holder: Holder) -> bool:
+            keep = {"authorization", "cookie", "origin", "user-agent"}
+            return await relay(holder, websocket, _outgoing(websocket.headers, holder, keep))
+
+        if await self._at_owner(profile.replication, session_id, here, there):
+            return
+        await websocket.accept()  # a browser cannot read a refused handshake's reason
+        await websocket.send_json(
+            {"type": "error", "message": f"session {session_id}'s replica does not answer"}
+        )
+        await websocket.close(status.WS_1013_TRY_AGAIN_LATER)
 
     def _profile(self, scope: Scope) -> Profile | None:
         request = Request(scope)
@@ -119,14 +189,29 @@ class ForwardToOwner:
         return self.hub.profile(name) if name else None
 
 
+def _about(profile: Profile, scope: Scope, body: bytes) -> str | None:
+    """The session a /v1 turn or an A2A request continues, if any."""
+    if scope["path"] == RPC_PATH:
+        return session_of(profile, body)
+    return continued_session(profile, scope["path"], Headers(scope=scope).get(SESSION_HEADER), body)
+
+
 async def forward(
-    client: httpx.AsyncClient, holder: Holder, scope: Scope, headers: Headers, body: bytes, send: Send
+    client: httpx.AsyncClient,
+    holder: Holder,
+    scope: Scope,
+    headers: Headers,
+    body: bytes,
+    send: Send,
+    receive: Receive | None = None,
 ) -> Forwarded:
     """Send the request to the holder and its answer back (or, when the holder died holding a request
-    that changes something, say so: it may have been taken, so it is not sent again elsewhere)."""
+    that changes something, say so: it may have been taken, so it is not sent again elsewhere). With the
+    caller's `receive`, a caller that disconnects mid-answer ends the owner's request too (a /v1 stream's
+    run is interrupted, an MCP session's event stream closed), as if it had been sent to the owner."""
     if holder.address is None:
         return Forwarded.NOT_TAKEN
-    outgoing = [(k, v) for k, v in headers.items() if k not in _HOP] + [(OWNER, holder.owner)]
+    outgoing = _outgoing(headers, holder, None)
     query = scope.get("query_string", b"").decode()
     url = f"{holder.address}{scope['path']}" + (f"?{query}" if query else "")
     request = client.build_request(scope["method"], url, headers=outgoing, content=body)
@@ -146,12 +231,45 @@ async def forward(
             return Forwarded.NOT_TAKEN
         kept = [(k.encode(), v.encode()) for k, v in response.headers.items() if k not in _HOP]
         await send({"type": "http.response.start", "status": response.status_code, "headers": kept})
-        async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        pump = asyncio.ensure_future(_pump(response, send))
+        if receive is not None:  # a caller that leaves closes the owner's stream (the aclose below)
+            left = asyncio.ensure_future(_left(receive))
+            await asyncio.wait({pump, left}, return_when=asyncio.FIRST_COMPLETED)
+            left.cancel()
+            await asyncio.gather(left, return_exceptions=True)
+            if not pump.done():  # the caller left
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+                return Forwarded.ANSWERED
+        await pump
     finally:
         await response.aclose()
     return Forwarded.ANSWERED
+
+
+async def _pump(response: httpx.Response, send: Send) -> None:
+    async for chunk in response.aiter_raw():  # as sent: its content-encoding header goes with it
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _left(receive: Receive) -> None:
+    """Until the caller disconnects (its request's body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _outgoing(headers: Headers, holder: Holder, keep: set[str] | None) -> list[tuple[str, str]]:
+    """The caller's headers for the owner (those in `keep`, else all but hop-by-hop ones) and the owner's
+    name. A console sign-in (a cookie, no bearer token) was checked here, its Origin against this
+    replica's host: the owner, reached at its own address, is told its own origin."""
+    signed_in = "authorization" not in headers
+    kept = [
+        (k, holder.address if k == "origin" and signed_in and holder.address else v)
+        for k, v in headers.items()
+        if (k in keep if keep is not None else k not in _HOP)
+    ]
+    return [*kept, (OWNER, holder.owner)]
 
 
 async def _body(receive: Receive) -> bytes:

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from ..events import Event
 from ..store.engine import open_engine
 from ..store.leases import Leases
+from ..store.mcp_owners import McpOwners
 from ..store.session_events import EventTable, Listener
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class Replication:
         self.leases = Leases(engine, replica.id, replica.ttl)
         self.leases.register(replica.address)
         self.events = EventTable(engine, self.leases)
+        self.mcp = McpOwners(engine, replica.id)
         self._followers: dict[str, set[asyncio.Event]] = {}
         self._listener = Listener(url, self._woken, self._woken_all)
 
@@ -125,6 +127,7 @@ class Replication:
         self._listener.close()
         self.events.close()
         try:
+            self.mcp.leave()
             self.leases.leave()
         except Exception as exc:  # the database went first: the leases lapse instead
             log.warning("could not give up this replica's leases: %s", exc)

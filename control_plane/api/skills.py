@@ -142,11 +142,12 @@ def curation_apply(profile: Auth, body: ConfirmedPlan) -> dict[str, list[str]]:
     (POST /skills/curation/merge), not here."""
 
     def apply(lib: SkillLibrary) -> dict[str, list[str]]:
-        if lib.curate(apply=False) != body.changes:
-            raise HTTPException(
-                status.HTTP_409_CONFLICT, "the curation plan changed since it was shown: review it again"
-            )
-        return {"changes": lib.curate(apply=True)}
+        with lib.writing():  # the plan checked and applied in one turn
+            if lib.curate(apply=False) != body.changes:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, "the curation plan changed since it was shown: review it again"
+                )
+            return {"changes": lib.curate(apply=True)}
 
     return _run(profile, apply)
 

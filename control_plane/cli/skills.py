@@ -20,6 +20,7 @@ from ..skills.curation import duplicates
 from ..skills.curation import unmerge as unmerge_skill
 from ..skills.library import SkillError, SkillLibrary
 from ..skills.model import Verdict
+from ..store.profile_lock import ProfileLock
 from .listing_json import AsJson, print_json
 
 app = typer.Typer(help="The skill library: list, inspect, verify, version, curate.", no_args_is_help=True)
@@ -32,7 +33,10 @@ Name = Annotated[str, typer.Argument(help="The skill's name")]
 def library() -> Iterator[SkillLibrary]:
     """The current profile's library; a refused request prints its reason and exits 1."""
     settings = load_settings()
-    skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: choose_backend(settings)[0])
+    lock = ProfileLock(settings.home, settings.profile, settings.database_url)  # as the agent's, beside it
+    skills = SkillLibrary(
+        settings.home / "skills", settings.skills, lambda: choose_backend(settings)[0], lock=lock
+    )
     try:
         yield skills
     except SkillError as exc:

@@ -22,6 +22,19 @@ async def serve_stdio(surface: McpSurface) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+async def refuse(send: Send, status: int, message: str, code: int = -32600, **headers: str) -> None:
+    """An HTTP error whose body is a JSON-RPC error without an id (as the SDK answers its own)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    raw = [(b"content-type", b"application/json")] + [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def unauthorized(send: Send, profile: str | None = None) -> None:
+    whose = f"of profile {profile} " if profile else ""
+    await refuse(send, 401, f"a bearer token {whose}is required", -32001, **{"www-authenticate": "Bearer"})
+
+
 class BearerGate:
     """ASGI middleware: only requests with a token of `profile` reach the MCP app; others get 401."""
 
@@ -32,20 +45,7 @@ class BearerGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(dict(scope["headers"]).get(b"authorization", b"")):
-            body = json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {
-                        "code": -32001,
-                        "message": f"a bearer token of profile {self.profile} is required",
-                    },
-                }
-            ).encode()
-            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
+            return await unauthorized(send, self.profile)
         await self.app(scope, receive, send)
 
     def _allowed(self, header: bytes) -> bool:
@@ -61,11 +61,7 @@ def http_app(surface: McpSurface, tokens: TokenStore, host: str) -> ASGIApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[None]:
-        stop = threading.Event()
-        reaper = threading.Thread(
-            target=_reap, args=(surface, settings.mcp.idle_seconds, stop), name="mcp-reaper", daemon=True
-        )
-        reaper.start()
+        stop = start_reaper(surface)
         try:
             async with inner_lifespan(app_):
                 yield
@@ -76,6 +72,15 @@ def http_app(surface: McpSurface, tokens: TokenStore, host: str) -> ASGIApp:
     return BearerGate(app, tokens, settings.profile)
 
 
-def _reap(surface: McpSurface, idle_seconds: float, stop: threading.Event) -> None:
-    while not stop.wait(max(1.0, idle_seconds / 4)):
-        surface.reap(idle_seconds)
+def start_reaper(surface: McpSurface) -> threading.Event:
+    """Close the sandboxes of the surface's sessions idle for `mcp.idle_seconds`, in a thread, until the
+    event it returns is set."""
+    idle_seconds = surface.agent.settings.mcp.idle_seconds
+    stop = threading.Event()
+
+    def reap() -> None:
+        while not stop.wait(max(1.0, idle_seconds / 4)):
+            surface.reap(idle_seconds)
+
+    threading.Thread(target=reap, name="mcp-reaper", daemon=True).start()
+    return stop

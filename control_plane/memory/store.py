@@ -1,21 +1,21 @@
 """Curated memory: MEMORY.md (the agent's notes) and USER.md (about the user) in the profile home.
 
 Each file is a list of entries separated by a line holding only `§`, bounded by a character limit
-(the entries plus the separator lines). Writes are batches applied all or nothing, under an flock on
-`.memory.lock`, written atomically (temp file, fsync, rename), so agents of one profile in several
-processes lose nothing. Every written text and every loaded entry passes the threat scan; an entry
-that fails it on load is shown as a placeholder and left on disk for the user.
+(the entries plus the separator lines). Writes are batches applied all or nothing, under the profile's
+`memory` lock (store/profile_lock.py: an advisory lock on PostgreSQL, an flock on `.memory.lock` on
+SQLite), written atomically (temp file, fsync, rename), so agents of one profile in several processes,
+replicas on several machines included, lose nothing. Every written text and every loaded entry passes
+the threat scan; an entry that fails it on load is shown as a placeholder and left on disk for the user.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config.memory import MemorySettings
 from ..safety.threats import Finding, scan
+from ..store.profile_lock import ProfileLock
 
 Target = Literal["memory", "user"]
 FILES: dict[Target, str] = {"memory": "MEMORY.md", "user": "USER.md"}
@@ -36,7 +37,6 @@ _JOIN = f"\n{SEPARATOR}\n"
 _SPLIT = re.compile(rf"(?m)^[ \t\r]*{SEPARATOR}[ \t\r]*$")
 _FENCE = "memory-context"
 _FENCE_BREAK = re.compile(rf"</?\s*{_FENCE}", re.I)
-LOCK_FILE = ".memory.lock"
 
 
 class Op(BaseModel):
@@ -100,9 +100,11 @@ class _Entry:
 
 
 class Memory:
-    def __init__(self, home: Path, settings: MemorySettings) -> None:
+    def __init__(self, home: Path, settings: MemorySettings, lock: ProfileLock | None = None) -> None:
         self.home = home
         self.settings = settings
+        self.lock = lock or ProfileLock(home, "")
+        """The profile's write locks (the agent's, on its database); alone, a file lock in `home`."""
         self.on_write: list[Callable[[Target, list[str]], None]] = []
         """Called after each write with the target and its entries as written (memory providers)."""
 
@@ -250,17 +252,13 @@ class Memory:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """The profile's memory lock, across processes (released when the descriptor closes)."""
-        try:
-            self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise MemoryFileError(f"cannot open the memory lock in {self.home}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        """The profile's memory lock, across processes."""
+        with ExitStack() as held:
+            try:
+                held.enter_context(self.lock.hold("memory"))
+            except OSError as exc:
+                raise MemoryFileError(f"cannot take the memory lock in {self.home}: {exc.strerror}") from exc
             yield
-        finally:
-            os.close(fd)
 
 
 @functools.lru_cache(maxsize=1024)

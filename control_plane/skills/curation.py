@@ -150,40 +150,42 @@ def merge(
     )
     if submission.version is None:
         return submission
-    for name in others:
-        library.archive(name)
-        library.store.execute("UPDATE skills SET merged_into = ? WHERE name = ?", (into, name))
-    library.store.execute(
-        "INSERT INTO merges (into_name, into_version, previous_version, sources, created) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (into, submission.version, previous, json.dumps(others), time.time()),
-    )
+    with library.writing():
+        for name in others:
+            library.archive(name)
+            library.store.execute("UPDATE skills SET merged_into = ? WHERE name = ?", (into, name))
+        library.store.execute(
+            "INSERT INTO merges (into_name, into_version, previous_version, sources, created) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (into, submission.version, previous, json.dumps(others), time.time()),
+        )
     return submission
 
 
 def unmerge(library: SkillLibrary, into: str) -> list[str]:
     """Undo the latest merge into `into`: its sources come back, and `into` returns to its version before
     the merge (as a new version) or, if the merge created it, is archived. Returns what changed."""
-    rows = library.store.execute(
-        "SELECT * FROM merges WHERE into_name = ? AND undone IS NULL ORDER BY id DESC LIMIT 1", (into,)
-    )
-    if not rows:
-        library.info(into)  # UnknownSkill when there is no such skill at all
-        raise SkillError(f"nothing was merged into {into!r} (or the merge was already undone)")
-    merge_row = rows[0]
-    changes = []
-    for name in json.loads(merge_row["sources"]):
-        if library.info(name).state == "archived":
-            library.restore(name)
-            changes.append(f"{name}: restored")
-    if merge_row["previous_version"] is None:
-        library.archive(into)
-        changes.append(f"{into}: archived (the merge created it)")
-    else:
-        version = library.rollback(into, merge_row["previous_version"])
-        changes.append(f"{into}: version {version} is version {merge_row['previous_version']} again")
-    library.store.execute("UPDATE merges SET undone = ? WHERE id = ?", (time.time(), merge_row["id"]))
-    return changes
+    with library.writing():  # read and undone in one turn: two unmerges would undo it twice
+        rows = library.store.execute(
+            "SELECT * FROM merges WHERE into_name = ? AND undone IS NULL ORDER BY id DESC LIMIT 1", (into,)
+        )
+        if not rows:
+            library.info(into)  # UnknownSkill when there is no such skill at all
+            raise SkillError(f"nothing was merged into {into!r} (or the merge was already undone)")
+        merge_row = rows[0]
+        changes = []
+        for name in json.loads(merge_row["sources"]):
+            if library.info(name).state == "archived":
+                library.restore(name)
+                changes.append(f"{name}: restored")
+        if merge_row["previous_version"] is None:
+            library.archive(into)
+            changes.append(f"{into}: archived (the merge created it)")
+        else:
+            version = library.rollback(into, merge_row["previous_version"])
+            changes.append(f"{into}: version {version} is version {merge_row['previous_version']} again")
+        library.store.execute("UPDATE merges SET undone = ? WHERE id = ?", (time.time(), merge_row["id"]))
+        return changes
 
 
 def discard_new_candidate(library: SkillLibrary, name: str, existed_before: bool) -> None:

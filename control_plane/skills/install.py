@@ -183,6 +183,10 @@ class Installer:
     def commit(self, plan: Plan) -> list[Candidate]:
         """Merge every candidate that passed (recorded in the lock file, written once at the end);
         drop the rest from quarantine."""
+        with self.library.writing():  # the merges and the lock file's read and write in one turn
+            return self._commit(plan)
+
+    def _commit(self, plan: Plan) -> list[Candidate]:
         merged: list[Candidate] = []
         entries: list[LockEntry] = []
         try:
@@ -260,10 +264,11 @@ class Installer:
 
     def uninstall(self, name: str) -> None:
         """Archive an installed skill (restorable) and drop it from the lock file."""
-        self._entry(name)
-        if self.library.info(name).state != "archived":
-            self.library.archive(name)
-        self.lock.remove(name)
+        with self.library.writing():
+            self._entry(name)
+            if self.library.info(name).state != "archived":
+                self.library.archive(name)
+            self.lock.remove(name)
 
     # -- export -------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@
     archive/NAME/       archived (deleted or long unused) skills, restorable
     skills.db           versions, verdicts, usage counts, curation state, search index (store.py)
 
-Nothing here is ever deleted: a delete or an archive moves the skill to archive/.
+Nothing here is ever deleted: a delete or an archive moves the skill to archive/. What changes the library
+(a merge, an archive or restore, a verdict's status, curation, the lock file) is done under the profile's
+`skills` lock (store/profile_lock.py), so processes and replicas of one profile take turns.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..store.profile_lock import ProfileLock
 from .format import SKILL_FILE, Skill, parse_skill
 from .listing import Listing
 from .lock import Lock, content_hash
@@ -57,8 +61,11 @@ class SkillLibrary(Listing):
         settings: SkillsSettings,
         backend: Callable[[], Backend],
         verify: VerifyFn = gate_verify,
+        lock: ProfileLock | None = None,
     ) -> None:
+        """`root` is the profile home's skills/; `lock` the profile's write locks (alone: a file lock)."""
         self.root = root
+        self.locks = lock or ProfileLock(root.parent, "")
         self.settings = settings
         self._backend = backend
         self._verify = verify
@@ -179,34 +186,41 @@ class SkillLibrary(Listing):
     def merge_candidate(self, name: str, verdict: Verdict, verdict_id: int | None, note: str) -> int:
         """Merge the candidate in quarantine that `check` passed (an install, once the operator confirmed)."""
         candidate = self.root / "quarantine" / name
-        version = self._merge(name, candidate, verdict, verdict_id, note=note)
-        shutil.rmtree(candidate)
+        with self.writing():
+            version = self._merge(name, candidate, verdict, verdict_id, note=note)
+            shutil.rmtree(candidate)
         return version
 
+    def writing(self) -> AbstractContextManager[None]:
+        """The library's write lock, for the block (reentrant: a curation that archives)."""
+        return self.locks.hold("skills")
+
     def _merge(self, name: str, source: Path, verdict: Verdict, verdict_id: int | None, note: str) -> int:
-        skill = parse_skill(source)
-        rows = self.store.execute("SELECT MAX(version) AS v FROM versions WHERE name = ?", (name,))
-        version = (rows[0]["v"] or 0) + 1
-        shutil.copytree(source, self.root / "versions" / name / str(version), symlinks=True)
-        self._install(name, self.root / "versions" / name / str(version))
-        now = time.time()
-        self.store.transaction(
-            [
-                (
-                    "INSERT INTO versions (name, version, created, verdict_id, note) VALUES (?, ?, ?, ?, ?)",
-                    (name, version, now, verdict_id, note),
-                ),
-                (
-                    "INSERT INTO skills (name, description, version, status, created, last_used) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
-                    "description = excluded.description, version = excluded.version, "
-                    "status = excluded.status, state = 'active', streak = 0, merged_into = NULL",
-                    (name, skill.description, version, verdict.status, now, now),
-                ),
-                *_index(skill),
-            ]
-        )
-        return version
+        with self.writing():  # two merges of one skill would both take the next version
+            skill = parse_skill(source)
+            rows = self.store.execute("SELECT MAX(version) AS v FROM versions WHERE name = ?", (name,))
+            version = (rows[0]["v"] or 0) + 1
+            shutil.copytree(source, self.root / "versions" / name / str(version), symlinks=True)
+            self._install(name, self.root / "versions" / name / str(version))
+            now = time.time()
+            self.store.transaction(
+                [
+                    (
+                        "INSERT INTO versions (name, version, created, verdict_id, note) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (name, version, now, verdict_id, note),
+                    ),
+                    (
+                        "INSERT INTO skills (name, description, version, status, created, last_used) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                        "description = excluded.description, version = excluded.version, "
+                        "status = excluded.status, state = 'active', streak = 0, merged_into = NULL",
+                        (name, skill.description, version, verdict.status, now, now),
+                    ),
+                    *_index(skill),
+                ]
+            )
+            return version
 
     def _install(self, name: str, version_dir: Path) -> None:
         """Make `version_dir` the current library/NAME (copied aside first, then swapped in)."""
@@ -281,8 +295,9 @@ class SkillLibrary(Listing):
         """Run the gate again on the current version (e.g. after an image upgrade) and record whether it
         still passes; a skill that fails stays in the library, marked fail wherever it is listed."""
         verdict = self.check(self.path(name), self.policy_for(name))
-        self.store.add_verdict(verdict, proposer, None)
-        self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
+        with self.writing():
+            self.store.add_verdict(verdict, proposer, None)
+            self.store.execute("UPDATE skills SET status = ? WHERE name = ?", (verdict.status, name))
         return verdict
 
     def policy_for(self, name: str) -> GatePolicy:
@@ -352,40 +367,42 @@ class SkillLibrary(Listing):
         are never touched. Returns what changed (or, with apply=False, what would), one line each."""
         now = time.time() if now is None else now
         changes = []
-        for info in self.list_skills():
-            idle = (now - info.last_used) / DAY
-            if info.pinned:
-                continue
-            if idle >= self.settings.archive_days:
-                if apply:
-                    self.archive(info.name)
-                changes.append(f"{info.name}: archived (unused for {idle:.0f} days)")
-            elif idle >= self.settings.stale_days and info.state == "active":
-                if apply:
-                    self.store.execute("UPDATE skills SET state = 'stale' WHERE name = ?", (info.name,))
-                changes.append(f"{info.name}: stale (unused for {idle:.0f} days)")
+        with self.writing() if apply else nullcontext():  # an archive is a move: one process at a time
+            for info in self.list_skills():
+                idle = (now - info.last_used) / DAY
+                if info.pinned:
+                    continue
+                if idle >= self.settings.archive_days:
+                    if apply:
+                        self.archive(info.name)
+                    changes.append(f"{info.name}: archived (unused for {idle:.0f} days)")
+                elif idle >= self.settings.stale_days and info.state == "active":
+                    if apply:
+                        self.store.execute("UPDATE skills SET state = 'stale' WHERE name = ?", (info.name,))
+                    changes.append(f"{info.name}: stale (unused for {idle:.0f} days)")
         return changes
 
     def archive(self, name: str) -> None:
         """Move the skill out of the library into archive/ (never deleted; `restore` brings it back)."""
-        info = self.info(name)
-        if info.state == "archived":
-            raise SkillError(f"skill {name!r} is already archived")
-        shutil.move(self.root / "library" / name, self.root / "archive" / name)
-        self.store.execute("UPDATE skills SET state = 'archived' WHERE name = ?", (name,))
+        with self.writing():
+            if self.info(name).state == "archived":
+                raise SkillError(f"skill {name!r} is already archived")
+            shutil.move(self.root / "library" / name, self.root / "archive" / name)
+            self.store.execute("UPDATE skills SET state = 'archived' WHERE name = ?", (name,))
 
     def restore(self, name: str) -> None:
         """Bring back an archived skill, or put a failing one back in the listing (its streak reset)."""
-        state = self.info(name).state
-        if state not in ("archived", "failing"):
-            raise SkillError(f"skill {name!r} is neither archived nor failing")
-        if state == "archived":
-            shutil.move(self.root / "archive" / name, self.root / "library" / name)
-        self.store.execute(
-            "UPDATE skills SET state = 'active', streak = 0, merged_into = NULL, last_used = ? "
-            "WHERE name = ?",
-            (time.time(), name),
-        )
+        with self.writing():
+            state = self.info(name).state
+            if state not in ("archived", "failing"):
+                raise SkillError(f"skill {name!r} is neither archived nor failing")
+            if state == "archived":
+                shutil.move(self.root / "archive" / name, self.root / "library" / name)
+            self.store.execute(
+                "UPDATE skills SET state = 'active', streak = 0, merged_into = NULL, last_used = ? "
+                "WHERE name = ?",
+                (time.time(), name),
+            )
 
     def pin(self, name: str, pinned: bool = True) -> None:
         self.info(name)

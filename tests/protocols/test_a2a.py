@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,15 +21,13 @@ from a2a.helpers.proto_helpers import get_artifact_text, get_message_text
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
     Role,
-    SendMessageRequest,
     StreamResponse,
     Task,
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError
+from a2a_calls import message, send
 from conftest import get_backend
 from hermetic_cli import hermetic, scripted_env
 from served_app import scripted_profiles, serve_app
@@ -95,25 +92,6 @@ async def a2a_client(
             served.url
         )
         yield client
-
-
-def message(text: str, task: Task | None = None, context_id: str = "") -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=uuid.uuid4().hex,
-            parts=[Part(text=text)],
-            task_id=task.id if task else "",
-            context_id=task.context_id if task else context_id,
-        )
-    )
-
-
-async def send(client: Client, request: SendMessageRequest) -> Task:
-    """A message sent without streaming: the task as it is when it ends or needs input."""
-    [response] = [response async for response in client.send_message(request)]
-    assert response.HasField("task")
-    return response.task
 
 
 def status_lines(task: Task) -> list[str]:

@@ -17,9 +17,10 @@ from conftest import get_backend
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from served_app import serve_app
+from served_app import scripted_profiles, serve_app
 
 from control_plane.agent.agent import Agent
+from control_plane.api.app import create_app
 from control_plane.config.settings import load_settings
 from control_plane.mcp.server import McpSurface, build_server
 from control_plane.mcp.transports import http_app
@@ -305,3 +306,43 @@ def test_the_agent_uses_an_http_mcp_server_with_its_headers(
         assert result.ok and "remote-42" in result.content
     finally:
         agent.close()
+
+
+def test_hermetic_serve_serves_mcp_for_the_profile_of_the_token(tmp_path: Path, fake_llm: Any) -> None:
+    """`/mcp` of `hermetic serve`: the caller's token picks the profile, and a session belongs to the
+    profile that opened it (another profile's token is told it does not exist)."""
+    get_backend("local")
+    tokens = TokenStore(tmp_path)
+    alpha, beta = tokens.create("alpha"), tokens.create("beta")
+    settings_for = scripted_profiles(tmp_path, fake_llm.url, learning={"enabled": False})
+    with serve_app(create_app(tmp_path, settings_for)) as url:
+
+        async def session() -> str:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {alpha}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="legacy") as client,
+            ):
+                await client.call_tool("terminal", {"command": "export T=served"})
+                return text(await client.call_tool("terminal", {"command": "echo $T"}))
+
+        assert "served" in asyncio.run(session())
+        accept = {"Accept": "application/json, text/event-stream"}
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
+        opened = httpx2.post(
+            f"{url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+            headers={**accept, "Authorization": f"Bearer {alpha}"},
+        )
+        assert opened.status_code == 200, opened.text
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        as_beta = {
+            **accept,
+            "Authorization": f"Bearer {beta}",
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+        }
+        assert httpx2.post(f"{url}/mcp", json=listing, headers=as_beta).status_code == 404
+        assert httpx2.post(f"{url}/mcp", json=listing, headers=accept).status_code == 401

@@ -82,3 +82,45 @@ def test_a_request_its_owner_never_got_goes_to_the_next_owner(method: str) -> No
         outcome, sent, taken = asyncio.run(_forwarded(method, gone))
     assert taken == [] and sent == []
     assert outcome is Forwarded.NOT_TAKEN
+
+
+def test_a_caller_that_leaves_mid_stream_closes_the_owners_stream() -> None:
+    """A forwarded stream (a /v1 turn's, an MCP session's events) whose caller disconnects is closed at
+    the owner too, which then stops what it streams, as when the caller was connected to it."""
+
+    async def scenario() -> tuple[Forwarded, bool]:
+        closed = asyncio.Event()
+
+        async def stream_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            writer.write(b"6\r\ndata:1\r\n")
+            await writer.drain()
+            if await reader.read() == b"":  # nothing more is sent: only the forwarder's close ends this
+                closed.set()
+
+        server = await asyncio.start_server(stream_forever, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        holder = Holder(owner="r1", address=f"http://127.0.0.1:{port}", left=1.0, running=False)
+        scope, headers = _request("GET", b"")
+        first_chunk, gone = asyncio.Event(), asyncio.Event()
+
+        async def send(message: Message) -> None:
+            if message.get("body"):
+                first_chunk.set()
+
+        async def receive() -> Message:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async with server, httpx.AsyncClient(timeout=10) as client:
+            forwarding = asyncio.create_task(forward(client, holder, scope, headers, b"", send, receive))
+            await asyncio.wait_for(first_chunk.wait(), 10)
+            gone.set()  # the caller hangs up
+            outcome = await asyncio.wait_for(forwarding, 10)
+            await asyncio.wait_for(closed.wait(), 10)
+        return outcome, closed.is_set()
+
+    assert asyncio.run(scenario()) == (Forwarded.ANSWERED, True)

@@ -12,59 +12,28 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
-from api_client import events_of
 from haproxy import LocalHAProxy, start_haproxy
-from hermetic_cli import scripted_env
 from ngircd import free_port
 from postgres import LocalPostgres
-from replica_set import ReplicaProcess, replica_env, start_replicas, token_for, until
-
-from control_plane.models.fake_llm import FakeLLM
-
-
-class Cluster:
-    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM, database: str) -> None:
-        self.replicas, self.model, self.database = replicas, model, database
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    def sessions_held_by(self, replica: ReplicaProcess) -> set[str]:
-        """The sessions whose lease `replica` holds (a replica's id holds its pid)."""
-        assert replica.proc is not None
-        with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
-            rows = conn.execute(
-                "SELECT session_id FROM session_leases WHERE owner LIKE %s", (f"%:{replica.proc.pid}:%",)
-            ).fetchall()
-        return {str(row[0]) for row in rows}
-
-    def client(self, index: int) -> httpx.Client:
-        return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
-
-    def new_session(self, index: int) -> str:
-        with self.client(index) as client:
-            return str(client.post("/sessions", json={}).json()["id"])
-
-    def history(self, index: int, session_id: str) -> dict[str, Any]:
-        with self.client(index) as client:
-            return dict(client.get(f"/sessions/{session_id}").json())
+from replica_set import Cluster, running_cluster, until
+from sse_events import events_of
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, postgres: LocalPostgres) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("replicas")
-    database = postgres.create_database()
-    model = FakeLLM().start()
-    token = token_for(root)
-    env = replica_env(scripted_env(root, model.url), postgres.url(database))
-    replicas = start_replicas(env, [free_port() for _ in range(3)])
+    with running_cluster(tmp_path_factory.mktemp("replicas"), postgres) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
+    proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])
     try:
-        yield Cluster(replicas, token, model, postgres.url(database))
+        proxy.wait_serving()
+        yield proxy
     finally:
-        for replica in replicas:
-            replica.stop()
-        model.stop()
-        postgres.drop_database(database)
+        proxy.stop()
 
 
 def follow(
@@ -279,16 +248,6 @@ def test_a_replica_frozen_past_its_lease_saves_and_publishes_nothing_of_the_turn
     ]  # the stale turn's own end (done, with its reply) never reached the stream
     said = [(m["role"], m["content"]) for m in cluster.history(2, session)["messages"][1:]]
     assert said == [("user", "f1: go"), ("user", "f1: again"), ("assistant", "fresh reply")]
-
-
-@pytest.fixture(scope="module")
-def balancer(cluster: Cluster) -> Iterator[LocalHAProxy]:
-    proxy = start_haproxy(free_port(), [replica.port for replica in cluster.replicas])
-    try:
-        proxy.wait_serving()
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 class Conversation:

@@ -1,8 +1,8 @@
-"""The served API as the tests call it: the app on a free port, auth headers, its SSE events."""
+"""The served API as the tests call it: the app on a free port, auth headers, its SSE events (events_of,
+from sse_events.py, is here too for the tests that read both)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,7 @@ import httpx
 import pytest
 from conftest import get_backend
 from served_app import scripted_profiles, serve_app
+from sse_events import events_of
 
 from control_plane.api.app import create_app
 from control_plane.store.tokens import TokenStore
@@ -38,21 +39,6 @@ def sse_events(client: httpx.Client, url: str, token: str) -> list[dict[str, Any
             "text/event-stream"
         )
         return list(events_of(response))
-
-
-def events_of(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """The events of an open SSE response, each as it arrives: its name, id and JSON data."""
-    current: dict[str, Any] = {}
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            current["event"] = line[7:]
-        elif line.startswith("id: "):
-            current["id"] = int(line[4:])
-        elif line.startswith("data: "):
-            current["data"] = json.loads(line[6:])
-        elif not line and "data" in current:
-            yield current
-            current = {}
 
 
 def served_turn(client: httpx.Client, token: str, fake_llm: Any) -> list[dict[str, Any]]:

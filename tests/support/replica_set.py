@@ -3,16 +3,26 @@ loopback port of its own, for the replica tests and `python -m bench.replicas`."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import psycopg
+from hermetic_cli import scripted_env
+from ngircd import free_port
+
+if TYPE_CHECKING:
+    from postgres import LocalPostgres
+
+    from control_plane.models.fake_llm import FakeLLM
 
 LEASE_SECONDS = 5.0
 """The replicas' lease in the tests: a killed replica's sessions are taken over within it (plus a third)."""
@@ -86,6 +96,58 @@ class ReplicaProcess:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class Cluster:
+    """Replicas on one database and home, the scripted model they ask and a token of their profile."""
+
+    def __init__(self, replicas: list[ReplicaProcess], token: str, model: FakeLLM, database: str) -> None:
+        self.replicas, self.model, self.database = replicas, model, database
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def sql(self, query: str, *params: object) -> list[tuple[Any, ...]]:
+        """The rows of a query on the replicas' database (what they recorded there)."""
+        with psycopg.connect(self.database.replace("postgresql+psycopg", "postgresql")) as conn:
+            return conn.execute(query.encode(), params).fetchall()
+
+    def sessions_held_by(self, replica: ReplicaProcess) -> set[str]:
+        """The sessions whose lease `replica` holds (a replica's id holds its pid)."""
+        assert replica.proc is not None
+        rows = self.sql(
+            "SELECT session_id FROM session_leases WHERE owner LIKE %s", f"%:{replica.proc.pid}:%"
+        )
+        return {str(row[0]) for row in rows}
+
+    def client(self, index: int) -> httpx.Client:
+        return httpx.Client(base_url=self.replicas[index].url, headers=self.headers, timeout=60)
+
+    def new_session(self, index: int) -> str:
+        with self.client(index) as client:
+            return str(client.post("/sessions", json={}).json()["id"])
+
+    def history(self, index: int, session_id: str) -> dict[str, Any]:
+        with self.client(index) as client:
+            return dict(client.get(f"/sessions/{session_id}").json())
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, postgres: LocalPostgres) -> Iterator[Cluster]:
+    """Three replicas on a new database and the home `root`, the scripted model, a token; all stopped
+    (and the database dropped) afterwards."""
+    from control_plane.models.fake_llm import FakeLLM
+
+    database = postgres.create_database()
+    model = FakeLLM().start()
+    token = token_for(root)
+    env = replica_env(scripted_env(root, model.url), postgres.url(database))
+    replicas = start_replicas(env, [free_port() for _ in range(3)])
+    try:
+        yield Cluster(replicas, token, model, postgres.url(database))
+    finally:
+        for replica in replicas:
+            replica.stop()
+        model.stop()
+        postgres.drop_database(database)
 
 
 def start_replicas(env: Mapping[str, str], ports: list[int]) -> list[ReplicaProcess]:

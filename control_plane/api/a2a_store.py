@@ -1,0 +1,105 @@
+"""A2A tasks of a profile on PostgreSQL in its database (the SDK's `DatabaseTaskStore`, its table `tasks`,
+over psycopg's async driver), so any replica reads them; and the session an A2A request is about (its
+message's context, or its task's), by which api/forward.py sends the request to the replica running that
+session.
+
+On SQLite (one server process) tasks stay in the process's memory, as before: the SDK's store is async, and
+aiosqlite drives the standard sqlite3 module, whose older SQLite (Debian's) cannot read the schema the
+store's own SQLite (pysqlite3, store/dbapi.py) writes: "database disk image is malformed".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore, InMemoryTaskStore, TaskStore
+from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from .profiles import Profile
+
+TABLE = "tasks"
+"""The SDK's default table: any other name makes it declare a model per store, and a second store (another
+profile) then fails on the table already declared."""
+
+
+class ProfileTasks(TaskStore):
+    """The tasks of the caller's profile (the call context's): in its database on PostgreSQL, else here."""
+
+    def __init__(self) -> None:
+        self._stores: dict[str, TaskStore] = {}
+        self._engines: list[AsyncEngine] = []
+        self._here = InMemoryTaskStore()
+        """SQLite profiles' tasks (the owner, their profile's name, keeps them apart)."""
+
+    def _store(self, context: ServerCallContext) -> TaskStore:
+        profile: Profile = context.state["profile"]
+        name = profile.settings.profile
+        if name not in self._stores:  # on the event loop: no other request slips in between
+            url = make_url(str(profile.settings.database_url))
+            if url.get_backend_name() != "postgresql":
+                self._stores[name] = self._here
+            else:
+                engine = create_async_engine(url.set(drivername="postgresql+psycopg"), pool_pre_ping=True)
+                self._engines.append(engine)
+                self._stores[name] = DatabaseTaskStore(engine)
+        return self._stores[name]
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._store(context).save(task, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        return await self._store(context).get(task_id, context)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        return await self._store(context).list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._store(context).delete(task_id, context)
+
+    async def close(self) -> None:
+        for engine in self._engines:
+            await engine.dispose()
+
+
+def session_of(profile: Profile, body: bytes) -> str | None:
+    """The session a JSON-RPC request of POST /a2a is about: its message's context's, else its task's
+    (by the task's context); None for a new context, or a request naming neither."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None  # the dispatcher answers it (a parse error)
+    params = request.get("params") if isinstance(request, dict) else None
+    if not isinstance(params, dict):
+        return None
+    message = params.get("message")
+    context = task = None
+    if isinstance(message, dict):
+        context = _field(message, "contextId", "context_id")
+        task = _field(message, "taskId", "task_id")
+    else:
+        task = _field(params, "id", "taskId", "task_id")
+    if not context and task:
+        context = _context_of(profile, task)
+    found = profile.agent.bindings.get("a2a", context) if context else None
+    return found.session_id if found else None
+
+
+def _field(params: dict[str, Any], *names: str) -> str | None:
+    return next((value for name in names if isinstance(value := params.get(name), str) and value), None)
+
+
+def _context_of(profile: Profile, task_id: str) -> str | None:
+    try:
+        with profile.agent.store.engine.connect() as conn:
+            return conn.execute(  # type: ignore[no-any-return]
+                text(f"SELECT context_id FROM {TABLE} WHERE id = :id AND owner = :owner"),
+                {"id": task_id, "owner": profile.settings.profile},
+            ).scalar()
+    except DBAPIError:  # no task was ever stored in this database (the SDK creates its table then)
+        return None
