@@ -58,6 +58,9 @@ class FeishuAdapter(Adapter):
         """The bot's open id, as mentions name it."""
         self._cards: dict[str, tuple[str, str | None, set[str]]] = {}
         """message id -> the chat (and thread) of a card with buttons, and its buttons' data."""
+        self._sending: dict[str, tuple[str, str | None]] = {}
+        """a button's data -> the chat (and thread) of its card while the card is sent: a press can come
+        over the long connection before Feishu's answer names the card's message id."""
         self._direct: dict[str, bool] = {}
         """chat id -> whether it is a 1:1 chat, as its messages said (a card's callback does not)."""
 
@@ -129,6 +132,10 @@ class FeishuAdapter(Adapter):
         value = (getattr(event.action, "value", None) or {}) if event.action is not None else {}
         pressed = str(value.get("data", "")) if isinstance(value, dict) else ""
         chat, thread, issued = self._cards.get(message_id, ("", None, set()))
+        sending = self._sending.get(pressed)
+        in_chat = getattr(event.context, "open_chat_id", None)
+        if pressed not in issued and sending is not None and sending[0] == in_chat:
+            (chat, thread), issued = sending, {pressed}
         if pressed not in issued:
             log.warning("feishu: refused a card callback for data this gateway did not put on %r", message_id)
             return None
@@ -141,8 +148,14 @@ class FeishuAdapter(Adapter):
     async def send(
         self, chat: str, text: str, *, thread: str | None = None, buttons: list[Button] | None = None
     ) -> str:
-        sent = await self.api.send(chat, "interactive", _card(text, buttons or []), thread=thread)
-        self._issued(chat, thread, sent, buttons)
+        data = [b.data for b in buttons or []]
+        self._sending.update((d, (chat, thread)) for d in data)
+        try:
+            sent = await self.api.send(chat, "interactive", _card(text, buttons or []), thread=thread)
+            self._issued(chat, thread, sent, buttons)
+        finally:
+            for d in data:
+                self._sending.pop(d, None)
         return sent
 
     async def edit(

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
+from functools import partial
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
@@ -22,7 +23,7 @@ from .access import Decision, decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
 from .files import chat_sender, take_file
-from .order import ArrivalOrder
+from .ordered import PerChat
 from .records import GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
@@ -50,7 +51,7 @@ class Gateway:
         self.holder = f"{uuid.uuid4().hex[:12]}"
         self.status = {name: PlatformStatus(platform=name) for name in self.adapters}
         self._chats: dict[str, Chat] = {}
-        self._arrivals = ArrivalOrder()
+        self._arrivals = PerChat()
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[str] = []
 
@@ -171,9 +172,10 @@ class Gateway:
     async def _deliver(self, adapter: Adapter, message: Inbound) -> bool:
         """Store the message (the adapter acknowledges it once this returns), then route it. False for a
         message stored before (a redelivery). A chat's messages delivered at once (webhooks, a task per
-        frame) are stored and routed in the order they came: the store runs in a worker thread."""
-        async with self._arrivals.turn(f"{message.platform}:{message.chat}"):
-            return await self._store_and_route(adapter, message)
+        frame) are stored and routed in the order they came, though the store runs in a worker thread; one
+        whose chat's earlier message failed is refused too (NotStored), so the platform redelivers both."""
+        chat = f"{message.platform}:{message.chat}"
+        return await self._arrivals.submit(chat, partial(self._store_and_route, adapter, message))
 
     async def _store_and_route(self, adapter: Adapter, message: Inbound) -> bool:
         taken = await asyncio.to_thread(self._take, adapter, message)

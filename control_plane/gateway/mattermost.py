@@ -101,7 +101,7 @@ class MattermostAdapter(Adapter):
         chats = PerChat()  # posts stored at once across channels, in order within one
         failed: list[BaseException] = []
 
-        def stored(task: asyncio.Task[None]) -> None:
+        def stored(task: asyncio.Task[bool]) -> None:
             if not task.cancelled() and (error := task.exception()) is not None:
                 log.error("mattermost: a post could not be stored: %s", error)
                 failed.append(error)

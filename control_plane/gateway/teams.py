@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from pydantic import ValidationError
 from ..config.chat import TeamsSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
-from .order import ArrivalOrder
+from .ordered import NotStored, PerChat
 from .records import GatewayStore
 from .teams_files import TeamsFiles
 
@@ -76,7 +77,7 @@ class TeamsAdapter(Adapter):
         self.port: int | None = None
         self.files = TeamsFiles(settings, self._bot_token)
         self._uploads: set[asyncio.Task[None]] = set()
-        self._order = ArrivalOrder()
+        self._order = PerChat()
 
     @staticmethod
     def length(text: str) -> int:
@@ -116,8 +117,11 @@ class TeamsAdapter(Adapter):
             activity = None  # without one the token's serviceurl claim could not be checked
         if activity is None:
             return await self._checked(request, None, deliver)
-        async with self._order.turn(activity.conversation.id):  # the check runs in a thread: keep order
-            return await self._checked(request, activity, deliver)
+        try:  # the check runs in a thread: the chat's activities are checked and stored in arrival order
+            checked = partial(self._checked, request, activity, deliver)
+            return await self._order.submit(activity.conversation.id, checked)
+        except NotStored:
+            return web.Response(text="not stored", status=503)
 
     async def _checked(self, request: web.Request, activity: Any, deliver: Deliver) -> web.Response:
         """The activity (None: not one) once its token is checked: stored, or answered."""

@@ -195,6 +195,30 @@ def test_an_approval_is_a_card_whose_button_callback_answers_it_and_a_forged_one
         assert card_buttons(card["content"]) == [] and card_markdown(card["content"]).endswith("→ always")
 
 
+def test_a_press_that_comes_before_feishu_names_the_cards_message_is_taken(
+    tmp_path: Path, fake_llm: Any, fs: FeishuStandin
+) -> None:
+    """Feishu can push a press over the long connection before its answer to the card's send (which names
+    the card's message id) reaches the gateway: the press is taken by its data and chat, not refused."""
+    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    settings = _settings(tmp_path, fake_llm.url, fs).model_copy(update={"toolsets": ["files", "test"]})
+    fs.hold_cards = threading.Event()
+    try:
+        with Running(settings, asking_registry(timeout=300)) as gateway:
+            fs.wait_for(lambda: fs.connections)
+            fs.user_says(USER, "open 9000")
+            (asking,) = fs.wait_for(lambda: [i for i, m in fs.messages.items() if card_buttons(m["content"])])
+            data = [b["behaviors"][0]["value"]["data"] for b in card_buttons(fs.messages[asking]["content"])]
+            pressed = fs.press(asking, USER, {"data": data[1]})  # the send's answer is still held
+            assert fs.wait_answer(pressed)["code"] == 200
+            fs.hold_cards.set()
+            wait_answered(gateway, 2)
+            assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
+    finally:
+        fs.hold_cards.set()
+        fs.hold_cards = None
+
+
 def test_the_long_connection_pings_and_reconnects_after_the_socket_is_closed(
     tmp_path: Path, fake_llm: Any, fs: FeishuStandin
 ) -> None:

@@ -278,7 +278,7 @@ def test_a_chats_messages_are_stored_in_the_order_they_came_while_a_token_check_
 
 def _queued(adapter: Any, chat: str) -> int:
     """How many messages of `chat` are being checked and stored, or wait for their turn."""
-    return int(adapter._order._chats.get(chat, (None, 0))[1])
+    return int(adapter._order.pending(chat))
 
 
 def _until(check: Any, timeout: float = 60) -> None:

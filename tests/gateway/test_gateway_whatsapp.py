@@ -104,8 +104,8 @@ def test_a_chats_messages_are_answered_in_the_order_they_came_while_storing_one_
         assert writing.wait(60)
         posts.append(threading.Thread(target=wa.user_says, args=(USER, "second")))
         posts[1].start()
-        arrivals = gateway._arrivals._chats
-        _until(lambda: not posts[1].is_alive() or arrivals.get(f"whatsapp:{USER}", (None, 0))[1] == 2)
+        arrivals = gateway._arrivals
+        _until(lambda: not posts[1].is_alive() or arrivals.pending(f"whatsapp:{USER}") == 2)
         release.set()
         for post in posts:
             post.join(60)

@@ -28,8 +28,10 @@ im/v1/messages/{id}/resources/{key}?type=image|file -> the bytes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
 import time
 import uuid
 from typing import Any
@@ -132,6 +134,9 @@ class FeishuStandin(StandinServer):
         """a file_key / image_key -> (name, bytes): users' files, and what the app uploaded"""
         self.tokens: set[str] = set()
         self.reconnect_interval = 1
+        self.hold_cards: threading.Event | None = None
+        """Set to an unset event: a card with buttons the app sends is recorded at once, but the answer
+        naming its message id waits until the event is set (a press can come before it, as on Feishu)."""
         self._tickets: set[str] = set()
         self._pending: dict[str, bytes] = {}
         """event_id -> the payload of an event not answered with code 200 yet"""
@@ -382,7 +387,11 @@ class FeishuStandin(StandinServer):
         if parts[:2] == ["im", "v1"] and parts[2:3] == ["messages"]:
             if method == "GET" and len(parts) == 6 and parts[4] == "resources":
                 return self._resource(parts[3], parts[5], request.query.get("type", ""))
-            return self._message(method, parts[3:], request.query, body, size)
+            answer = self._message(method, parts[3:], request.query, body, size)
+            held = self.hold_cards
+            if held is not None and method == "POST" and '"button"' in str(body.get("content", "")):
+                await asyncio.to_thread(held.wait, 60)
+            return answer
         return _answer(404, f"no {method} {path}", status=404)
 
     def _message(
