@@ -15,7 +15,6 @@ import datetime
 import logging
 import re
 import secrets
-import select
 import socket
 import threading
 import time
@@ -28,6 +27,7 @@ from docker.errors import APIError, NotFound
 from docker.types import Mount
 from requests.exceptions import RequestException
 
+from .channel import readable_poller, wait_readable
 from .errors import SandboxError, SandboxGone
 from .snapshots import SNAPSHOT_LABEL
 
@@ -164,8 +164,9 @@ class CopyHelper:
 
     def waiting(self) -> bool:
         """Whether it still waits for the word: it says nothing until then, so a stream with something to
-        read has ended (the helper was removed by hand, dockerd restarted)."""
-        return not select.select([self._raw], [], [], 0)[0]
+        read has ended (the helper was removed by hand, dockerd restarted). poll, not select: a busy
+        control plane's descriptors pass select's limit of 1024."""
+        return not wait_readable(readable_poller(self._raw.fileno()), 0)
 
     def copy(
         self, pause: str | None = None, after_bulk: Callable[[], None] | None = None

@@ -235,7 +235,11 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
     first = start_gateway(env)
     try:
         alice.say(bot, "question one")
-        began = alice.hear()  # the reply is out and being corrected
+        began = alice.hear()  # the reply is out
+        # and being corrected: its first correction waits for the reply's id to be stored (not a kill
+        # between the send and that write, which leaves the begun message as it was)
+        corrected = alice.hear()
+        assert corrected.replaces == began.id
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     finally:
@@ -243,7 +247,7 @@ def test_a_kill_9_mid_reply_is_answered_once_after_the_restart(
         first.wait(10)
     alice.wait_offline(f"{bot}/hermetic")
     alice.say(bot, "question two")  # kept by the server while no gateway is logged in
-    heard = [began]
+    heard = [began, corrected]
     with restarted(env) as again:
         # question two is answered on its own or, arriving while the rerun runs, steers it
         while not {"answer one", "answer two"} <= set("\n".join(final_texts(heard).values()).split("\n")):
