@@ -136,6 +136,7 @@ class FakeSandbox:
         self.exec_calls: list[tuple[tuple[str, ...], dict[str, Any]]] = []
         self.object_id = "sb-standin-" + uuid.uuid4().hex[:12]
         self.root = Path(tempfile.mkdtemp(prefix="modal-standin-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="modal-standin-tmp-"))  # the container's own /tmp
         self.workdir = kwargs.get("workdir") or "/"
         self.processes: list[FakeProcess] = []
         self._terminated: int | None = None
@@ -179,6 +180,7 @@ class FakeSandbox:
             self._timer.cancel()
             self.kill_processes()
             shutil.rmtree(self.root, ignore_errors=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return self._terminated if wait else None
 
     def snapshot_filesystem(self, timeout: int = 55, *, ttl: int | None = None) -> FakeImage:
@@ -230,7 +232,8 @@ class FakeSandbox:
         return FakeProcess(popen, timeout)
 
     def _view(self, cwd: str) -> list[str]:
-        """bwrap: the host's filesystem, the private root dir at the workdir; nothing else isolated.
+        """bwrap: the host's filesystem, a /tmp of its own (what the runtime unpacks there goes with the
+        sandbox, as in a container) and the private root dir at the workdir; nothing else isolated.
 
         Each top-level entry is bound on its own (into bwrap's tmpfs root), so the workdir's mount point
         is made there and never on the host; the pid namespace makes killing bwrap kill the exec's tree.
@@ -239,6 +242,9 @@ class FakeSandbox:
         for entry in sorted(os.listdir("/")):
             path = "/" + entry
             if entry == "proc" or path == self.workdir:
+                continue
+            if path == "/tmp":
+                view += ["--bind", str(self.tmp), path]
                 continue
             if os.path.islink(path):
                 view += ["--symlink", os.readlink(path), path]
