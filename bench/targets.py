@@ -100,6 +100,13 @@ TARGETS = [
         for keys in (0, 10_000)
     ),
     Target(
+        "skill verification of a trivial skill from the gate's warm pool under 150 ms (issue 38)",
+        "hermetic docker: skill verification, trivial skill, warm pool",
+        None,
+        150,
+        False,
+    ),
+    Target(
         "PostgreSQL session_search at 100,000 messages under 5 ms (issue 38)",
         "store postgresql: session_search tool, two words (3 sessions, window and edges)",
         None,

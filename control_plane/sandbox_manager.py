@@ -21,19 +21,23 @@ from backends import (
     Backend,
     BackendUnavailable,
     LocalConfig,
+    RuntimeCallError,
     Sandbox,
     SandboxError,
     SandboxSpec,
     create_backend,
 )
 from backends.network.proxy import configure_egress
-from backends.pool import WarmPool
+from backends.pool import WarmPool, Warmup
 from backends.snapshots import SnapshotError, SnapshotStore
+from sandboxes.protocol import BROWSER_ERROR
 
 from .config.settings import Settings
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"
+BROWSER_IDLE = 300.0
+"""Seconds the runtime keeps a browser unused (HERMETIC_BROWSER_IDLE's default in sandboxes/server.py)."""
 IDLE_NOTICE = (
     "the sandbox was closed after {seconds:g} s unused and a fresh one started: "
     "its workspace files, shell sessions and background processes are gone"
@@ -81,6 +85,29 @@ def base_spec(settings: Settings) -> SandboxSpec:
     return spec
 
 
+def browser_warmup(spec: SandboxSpec) -> Warmup:
+    """Start the "default" browser session (what the browser tools use) in a warm sandbox of `spec`: its
+    driver, Chromium and a blank page. An image without a browser stays warm without one (a warning)."""
+
+    def start(sandbox: Sandbox) -> None:
+        try:
+            sandbox.runtime.browser_snapshot(call_timeout=120)
+        except RuntimeCallError as exc:
+            if exc.code != BROWSER_ERROR:
+                raise
+            log.warning("warm sandbox %s has no browser to start: %s", sandbox.id, exc.message)
+
+    return Warmup(start, lasts=float(spec.env.get("HERMETIC_BROWSER_IDLE", BROWSER_IDLE)))
+
+
+def warmup(settings: Settings) -> Warmup | None:
+    """What the session pool starts in its sandboxes beyond the shell: the browser, when its toolset is on
+    and `pool.warm_browser` allows."""
+    if "browser" in settings.toolsets and settings.pool.warm_browser:
+        return browser_warmup(base_spec(settings))
+    return None
+
+
 def session_spec(settings: Settings, session_id: str) -> SandboxSpec:
     """The base spec labelled with the session (when there is no pool)."""
     spec = base_spec(settings)
@@ -93,6 +120,7 @@ class SandboxManager:
         self._backend_factory = backend
         self._backend: Backend | None = None
         self._pool: WarmPool | None = None
+        self._throwaways: WarmPool | None = None
         self._sandboxes: dict[str, Sandbox] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -125,9 +153,23 @@ class SandboxManager:
                 self.reap_snapshots()
                 pool = self.settings.pool
                 if pool.size:
-                    self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
+                    self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds, warmup(self.settings))
                     self._pool.prefill(base_spec(self.settings))
             return self._backend
+
+    @property
+    def throwaways(self) -> WarmPool | None:
+        """The skill gate's warm pool on the same backend (`skills.warm_sandboxes` per spec; None when 0):
+        each of its sandboxes checks one skill and is closed. Built on first use; it warms a spec once
+        the gate has asked for it."""
+        skills = self.settings.skills
+        if not skills.warm_sandboxes:
+            return None
+        backend = self.backend
+        with self._lock:
+            if self._throwaways is None and not self._closing:
+                self._throwaways = WarmPool(backend, skills.warm_sandboxes, skills.warm_seconds)
+            return self._throwaways
 
     def use_workspace(self, session_id: str, directory: str) -> None:
         """Give the session's next sandbox this host directory as its workspace, mounted read-write
@@ -356,8 +398,9 @@ class SandboxManager:
             self._changed.notify_all()
         for session_id in list(self._sandboxes):
             self.release(session_id)
-        if self._pool is not None:
-            self._pool.close()
+        for pool in (self._pool, self._throwaways):
+            if pool is not None:
+                pool.close()
         if self._reaper is not None:
             self._reaper.join(30)
 

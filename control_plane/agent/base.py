@@ -83,7 +83,12 @@ class AgentBase:
         self.memory.on_write.append(
             lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
         )
-        self.skills = SkillLibrary(settings.home / "skills", settings.skills, lambda: self.sandboxes.backend)
+        self.skills = SkillLibrary(
+            settings.home / "skills",
+            settings.skills,
+            lambda: self.sandboxes.backend,
+            pool=lambda: self.sandboxes.throwaways,
+        )
         self.skills.embedder = self.store.embedder
 
     def turn_text(self, session_id: str, text: str) -> tuple[str, list[str]]:

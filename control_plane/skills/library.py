@@ -29,10 +29,11 @@ from .store import SkillStore
 
 if TYPE_CHECKING:
     from backends import Backend
+    from backends.pool import WarmPool
 
     from ..config.settings import SkillsSettings
 
-VerifyFn = Callable[[Path, GatePolicy, "Backend"], Verdict]
+VerifyFn = Callable[[Path, GatePolicy, "Backend", "WarmPool | None"], Verdict]
 DAY = 86_400.0
 
 
@@ -43,11 +44,11 @@ class Submission:
     """The new version when the candidate was merged, else None (it stays in quarantine)."""
 
 
-def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
+def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend, pool: WarmPool | None) -> Verdict:
     """The gate's verify, imported on first use (the gate is a separate module owned by the gate work)."""
     from .gate import verify
 
-    return verify(candidate, policy, backend)
+    return verify(candidate, policy, backend, pool)
 
 
 class SkillLibrary(Listing):
@@ -57,11 +58,14 @@ class SkillLibrary(Listing):
         settings: SkillsSettings,
         backend: Callable[[], Backend],
         verify: VerifyFn = gate_verify,
+        pool: Callable[[], WarmPool | None] = lambda: None,
     ) -> None:
         self.root = root
         self.settings = settings
         self._backend = backend
         self._verify = verify
+        self._pool = pool
+        """The gate's warm pool of throwaway sandboxes (the sandbox manager's), or None: each created."""
         for area in ("library", "versions", "quarantine", "archive"):
             (root / area).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = SkillStore(root / "skills.db")
@@ -174,7 +178,8 @@ class SkillLibrary(Listing):
 
     def check(self, candidate: Path, policy: GatePolicy) -> Verdict:
         """Run the gate on a candidate under `policy` (an install widens the library's policy per request)."""
-        return self._verify(candidate, policy, self._backend())
+        backend = self._backend()
+        return self._verify(candidate, policy, backend, self._pool())
 
     def merge_candidate(self, name: str, verdict: Verdict, verdict_id: int | None, note: str) -> int:
         """Merge the candidate in quarantine that `check` passed (an install, once the operator confirmed)."""

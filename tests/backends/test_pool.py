@@ -20,8 +20,10 @@ from backends.docker import DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
 from backends.pool import WarmPool
 from control_plane.api.app import create_app
-from control_plane.config.settings import load_settings
+from control_plane.config.settings import Limits, load_settings
 from control_plane.sandbox_manager import SandboxManager, base_spec
+from control_plane.tools.browser import NavigateArgs, browser_navigate
+from control_plane.tools.registry import ToolContext, ToolResult
 
 WAIT = 120.0  # generous bound on waits for the pool's background work; never asserted as a duration
 
@@ -241,6 +243,39 @@ def test_manager_with_a_pool_serves_sessions_distinct_sandboxes_and_releases_the
     with pytest.raises(SandboxGone):
         two.run("true")
     assert pool.warm_count(base_spec(settings)) == 0
+
+
+@pytest.mark.needs("browser", "isolation")  # reads Chromium's processes: a process table of its own
+def test_a_pooled_sandbox_has_its_browser_up_and_a_sessions_first_navigation_uses_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    settings = load_settings(root=tmp_path, backend=backend.name, toolsets=["browser"], pool={"size": 1})
+    spec = base_spec(settings)
+    assert spec.image == "hermetic-sandbox:browser"
+    manager = SandboxManager(settings, backend=lambda: backend)
+    try:
+        manager.prefill()
+        pool = manager._pool
+        assert pool is not None and pool.wait_ready(spec, WAIT)
+        (warm,) = warm_sandboxes(pool, spec)
+        browser = "pgrep -o -x chromium || echo none"  # the oldest: the browser process itself
+        launched = warm.run(browser)["output"].strip()
+        assert launched != "none"  # up before any browser call of a session
+        sandbox = manager.get("session-1")
+        assert sandbox is warm
+        sandbox.runtime.fs_write(path="page.html", content="<title>Pooled</title><button>Go</button>")
+        ctx = ToolContext("session-1", "call-1", Limits(), lambda: manager.get("session-1"))
+        page = browser_navigate(ctx, NavigateArgs(url=f"file://{spec.workdir}/page.html"))
+        assert isinstance(page, ToolResult) and page.ok
+        assert "title: Pooled" in page.content and 'button "Go" [ref=' in page.content
+        assert sandbox.run(browser)["output"].strip() == launched  # that browser, not a new one
+        assert pool.wait_ready(spec, WAIT)  # refilled with another sandbox, its browser up too
+        (refill,) = warm_sandboxes(pool, spec)
+        assert refill is not warm and refill.run(browser)["output"].strip() != "none"
+        other = manager.get("session-2")
+        assert other is refill and other is not sandbox
+    finally:
+        manager.close_all()
 
 
 def test_pool_settings_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
