@@ -21,7 +21,6 @@ from backends import (
     Backend,
     BackendUnavailable,
     LocalConfig,
-    RuntimeCallError,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -30,14 +29,12 @@ from backends import (
 from backends.network.proxy import configure_egress
 from backends.pool import WarmPool, Warmup
 from backends.snapshots import SnapshotError, SnapshotStore
-from sandboxes.protocol import BROWSER_ERROR
 
 from .config.settings import Settings
+from .warm_browser import browser_warmup
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"
-BROWSER_IDLE = 300.0
-"""Seconds the runtime keeps a browser unused (HERMETIC_BROWSER_IDLE's default in sandboxes/server.py)."""
 IDLE_NOTICE = (
     "the sandbox was closed after {seconds:g} s unused and a fresh one started: "
     "its workspace files, shell sessions and background processes are gone"
@@ -83,21 +80,6 @@ def base_spec(settings: Settings) -> SandboxSpec:
     if "browser" in settings.toolsets and spec.image == SandboxSpec.model_fields["image"].default:
         return spec.model_copy(update={"image": BROWSER_IMAGE})
     return spec
-
-
-def browser_warmup(spec: SandboxSpec) -> Warmup:
-    """Start the "default" browser session (what the browser tools use) in a warm sandbox of `spec`: its
-    driver, Chromium and a blank page. An image without a browser stays warm without one (a warning)."""
-
-    def start(sandbox: Sandbox) -> None:
-        try:
-            sandbox.runtime.browser_snapshot(call_timeout=120)
-        except RuntimeCallError as exc:
-            if exc.code != BROWSER_ERROR:
-                raise
-            log.warning("warm sandbox %s has no browser to start: %s", sandbox.id, exc.message)
-
-    return Warmup(start, lasts=float(spec.env.get("HERMETIC_BROWSER_IDLE", BROWSER_IDLE)))
 
 
 def warmup(settings: Settings) -> Warmup | None:

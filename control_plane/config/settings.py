@@ -215,9 +215,9 @@ class PoolSettings(BaseModel):
     warm_browser: bool = True
     """With the browser toolset on, each warm sandbox also has its browser up (Playwright's driver,
     Chromium, a blank page), so a session's first browser call navigates at once. It costs each warm
-    sandbox about 150-300 MiB and 60-160 pids of its own limits (`sandbox.memory`, `sandbox.pids`) while
-    it waits, so `size` bounds the total; such a sandbox is replaced after 270 s (the runtime closes a
-    browser unused for 300 s). Off: the browser starts on the first call (1-2 s)."""
+    sandbox about 260 MiB and 135 pids of its own limits (`sandbox.memory`, `sandbox.pids`) while it
+    waits, so `size` bounds the total; such a sandbox is replaced after 270 s (the runtime closes a
+    browser unused for 300 s). Off: the browser starts on a session's first browser call (1-2 s)."""
 
 
 class SkillInstallSettings(BaseModel):
