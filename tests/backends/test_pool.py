@@ -21,7 +21,7 @@ from backends.local import LocalSandbox
 from backends.pool import WarmPool
 from control_plane.api.app import create_app
 from control_plane.config.settings import Limits, load_settings
-from control_plane.sandbox_manager import SandboxManager, base_spec
+from control_plane.sandbox_manager import SandboxManager, base_spec, warmup
 from control_plane.tools.browser import NavigateArgs, browser_navigate
 from control_plane.tools.registry import ToolContext, ToolResult
 
@@ -276,6 +276,45 @@ def test_a_pooled_sandbox_has_its_browser_up_and_a_sessions_first_navigation_use
         assert other is refill and other is not sandbox
     finally:
         manager.close_all()
+
+
+@pytest.mark.needs("browser", "isolation")
+def test_a_warm_browser_is_replaced_before_the_runtime_would_close_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The runtime closes a browser unused for HERMETIC_BROWSER_IDLE seconds; the pool retires a warm
+    sandbox before that (at 90%), so the one it hands out still has its browser."""
+    settings = load_settings(
+        root=tmp_path,
+        backend=backend.name,
+        toolsets=["browser"],
+        pool={"size": 1},
+        sandbox={"env": {"HERMETIC_BROWSER_IDLE": "20"}},
+    )
+    spec = base_spec(settings)
+    manager = SandboxManager(settings, backend=lambda: backend)
+    try:
+        manager.prefill()
+        pool = manager._pool
+        assert pool is not None and pool.wait_ready(spec, WAIT)
+        (first,) = warm_sandboxes(pool, spec)
+        with pool._cond:  # retired after 18 s and replaced (the spec is still in demand: idle 600 s)
+            assert pool._cond.wait_for(
+                lambda: [s for s, _ in pool._slots[spec.model_dump_json()].ready if s is not first], WAIT
+            )
+        (second,) = warm_sandboxes(pool, spec)
+        assert second.run("pgrep -o -x chromium || echo none")["output"].strip() != "none"
+        with pytest.raises(SandboxGone):
+            first.run("true")
+    finally:
+        manager.close_all()
+
+
+def test_the_browser_is_warmed_only_with_its_toolset_and_the_setting(tmp_path: Path) -> None:
+    assert warmup(load_settings(root=tmp_path, toolsets=["terminal"], pool={"size": 1})) is None
+    assert warmup(load_settings(root=tmp_path, toolsets=["browser"], pool={"warm_browser": False})) is None
+    warm = warmup(load_settings(root=tmp_path, toolsets=["browser"], pool={"size": 1}))
+    assert warm is not None and warm.lasts == 300.0
 
 
 def test_pool_settings_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
