@@ -135,10 +135,11 @@ class DockerBackend(Backend):
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
-    def ensure_image(self, image: str) -> None:
+    def ensure_image(self, image: str) -> str:
+        """The image's id; a missing hermetic-sandbox image is built first (when the config allows)."""
         try:
-            self.client.images.get(image)
-            return
+            image_id: str = self.client.images.get(image).id
+            return image_id
         except ImageNotFound:
             pass
         repo, _, variant = image.partition(":")
@@ -151,6 +152,8 @@ class DockerBackend(Backend):
 
         log.warning("image %s is missing; building it offline (about a minute)", image)
         ensure_image(variant or "slim", client=self.client)
+        built: str = self.client.images.get(image).id
+        return built
 
     def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
         remove_volume(self.client, snapshot.location["volume"])

@@ -99,6 +99,24 @@ TARGETS = [
         for case in ("a new chat", "its next turn by history")
         for keys in (0, 10_000)
     ),
+    *(
+        Target(
+            f"a session's first browser navigation from a warm pool, browser up, under 200 ms ({backend}; "
+            "issue 38)",
+            f"hermetic {backend}: first navigation of a session, warm pool, browser up",
+            None,
+            200,
+            False,
+        )
+        for backend in ("docker", "local")
+    ),
+    Target(
+        "skill verification of a trivial skill from the gate's warm pool under 150 ms (issue 38)",
+        "hermetic docker: skill verification, trivial skill, warm pool",
+        None,
+        150,
+        False,
+    ),
     Target(
         "PostgreSQL session_search at 100,000 messages under 5 ms (issue 38)",
         "store postgresql: session_search tool, two words (3 sessions, window and edges)",
