@@ -22,6 +22,10 @@ from typing import Any, TextIO
 
 OUTPUT_100K = "head -c 100000 /dev/zero | tr '\\0' a"
 FLEET_COMMANDS = 20
+FLEET_PARALLEL = 8
+"""Sandboxes created (and closed) at once: dockerd serialises much of it anyway, and 200 creates at once
+time out its API calls; dockerd 20.10's libnetwork can also deadlock with many containers removed at
+once (moby/moby#42545)."""
 LABEL_KEY = "org.hermetic.bench-peer"
 """Docker label on every container a runner starts, so a sweep finds what a crash left behind."""
 
@@ -66,7 +70,8 @@ def figure(samples: list[float], note: str = "", extra: dict[str, float] | None 
 def fleet(
     create: Callable[[], Any], run: Callable[[Any], object], close: Callable[[Any], object], sandboxes: int
 ) -> dict[str, Any]:
-    """`sandboxes` created in parallel (untimed), then one thread each runs FLEET_COMMANDS `true`.
+    """`sandboxes` created FLEET_PARALLEL at a time (untimed), then one thread each runs FLEET_COMMANDS
+    `true`; closed FLEET_PARALLEL at a time.
 
     Samples are per-command latencies; throughput is completed commands over the wall time from the
     first start to the last end. A sandbox that fails to create counts all its commands as failed.
@@ -79,7 +84,7 @@ def fleet(
             traceback.print_exc()
             return None
 
-    with ThreadPoolExecutor(sandboxes) as pool:
+    with ThreadPoolExecutor(min(sandboxes, FLEET_PARALLEL)) as pool:
         handles = list(pool.map(try_create, range(sandboxes)))
     latencies: list[float] = []
     failed = 0
@@ -114,7 +119,7 @@ def fleet(
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
-    with ThreadPoolExecutor(sandboxes) as pool:
+    with ThreadPoolExecutor(min(sandboxes, FLEET_PARALLEL)) as pool:
         for handle in handles:
             if handle is not None:
                 pool.submit(quietly, close, handle)
