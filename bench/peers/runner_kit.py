@@ -67,14 +67,24 @@ def figure(samples: list[float], note: str = "", extra: dict[str, float] | None 
     return {"samples": samples, "note": note, "extra": extra or {}}
 
 
+CpuClock = Callable[[list[Any]], dict[str, float]]
+"""CPU seconds so far by part ("control plane", "sandboxes", ...), given the fleet's sandboxes."""
+
+
 def fleet(
-    create: Callable[[], Any], run: Callable[[Any], object], close: Callable[[Any], object], sandboxes: int
+    create: Callable[[], Any],
+    run: Callable[[Any], object],
+    close: Callable[[Any], object],
+    sandboxes: int,
+    clock: CpuClock | None = None,
 ) -> dict[str, Any]:
     """`sandboxes` created FLEET_PARALLEL at a time (untimed), then one thread each runs FLEET_COMMANDS
     `true`; closed FLEET_PARALLEL at a time.
 
     Samples are per-command latencies; throughput is completed commands over the wall time from the
     first start to the last end. A sandbox that fails to create counts all its commands as failed.
+    With a `clock`, the extra numbers add each part's CPU microseconds per completed command over the
+    same span (`cpu_us_per_cmd <part>`): what the commands cost, whatever else the machine runs.
     """
 
     def try_create(_: int) -> Any:
@@ -114,21 +124,27 @@ def fleet(
     threads = [threading.Thread(target=drive, args=(h,)) for h in handles]
     for thread in threads:
         thread.start()
+    live = [handle for handle in handles if handle is not None]
+    cpu_before = clock(live) if clock else {}
     gate.wait()
     start = time.perf_counter()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
+    cpu_after = clock(live) if clock else {}
     with ThreadPoolExecutor(min(sandboxes, FLEET_PARALLEL)) as pool:
         for handle in handles:
             if handle is not None:
                 pool.submit(quietly, close, handle)
     throughput = len(latencies) / wall if wall > 0 else 0.0
-    return figure(
-        latencies,
-        f"{throughput:,.0f} cmd/s, {failed} failed",
-        {"throughput_cmd_s": throughput, "failed": failed, "sandboxes": sandboxes},
-    )
+    done = max(len(latencies), 1)
+    cpu = {part: (cpu_after[part] - cpu_before[part]) * 1e6 / done for part in cpu_after}
+    note = f"{throughput:,.0f} cmd/s, {failed} failed"
+    if cpu:
+        note += "; CPU us/cmd: " + ", ".join(f"{part} {value:.0f}" for part, value in cpu.items())
+    extra = {"throughput_cmd_s": throughput, "failed": failed, "sandboxes": sandboxes}
+    extra.update({f"cpu_us_per_cmd {part}": value for part, value in cpu.items()})
+    return figure(latencies, note, extra)
 
 
 def quietly(fn: Callable[[Any], object], arg: Any) -> None:
