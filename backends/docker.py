@@ -89,11 +89,7 @@ class DockerBackend(Backend):
     def __init__(self, config: DockerConfig | None = None) -> None:
         self.config = config or DockerConfig()
         try:
-            self.client = (
-                docker.DockerClient(base_url=self.config.base_url)
-                if self.config.base_url
-                else docker.from_env()
-            )
+            self.client = docker_client(self.config.base_url)
             self.client.ping()
         except DockerException as exc:
             raise BackendUnavailable(
@@ -135,10 +131,11 @@ class DockerBackend(Backend):
         self.ensure_image(spec.image)
         return self.opened(DockerSandbox(self, new_sandbox_id(), spec))
 
-    def ensure_image(self, image: str) -> None:
+    def ensure_image(self, image: str) -> str:
+        """The image's id; a missing hermetic-sandbox image is built first (when the config allows)."""
         try:
-            self.client.images.get(image)
-            return
+            image_id: str = self.client.images.get(image).id
+            return image_id
         except ImageNotFound:
             pass
         repo, _, variant = image.partition(":")
@@ -151,6 +148,8 @@ class DockerBackend(Backend):
 
         log.warning("image %s is missing; building it offline (about a minute)", image)
         ensure_image(variant or "slim", client=self.client)
+        built: str = self.client.images.get(image).id
+        return built
 
     def drop_snapshot_copy(self, snapshot: Snapshot) -> None:
         remove_volume(self.client, snapshot.location["volume"])
@@ -449,6 +448,20 @@ class DockerSandbox(Sandbox):
             self.egress.close()
         if self.ingress is not None:
             self.ingress.close()
+
+
+CONNECTIONS = 64
+"""Connections docker-py keeps per URL (its default is 10). More calls at once on one URL (an image's
+inspect while many sandboxes start) overflow its pool; the overflow path reads the pool's size while
+another thread may be closing that pool (docker-py keeps 25 pools, one per URL, and closes the oldest),
+and the call fails with "'NoneType' object has no attribute 'qsize'"."""
+
+
+def docker_client(base_url: str | None) -> docker.DockerClient:
+    """The docker SDK's client for `base_url` (None: the environment's DOCKER_HOST or the local socket)."""
+    if base_url:
+        return docker.DockerClient(base_url=base_url, max_pool_size=CONNECTIONS)
+    return docker.from_env(max_pool_size=CONNECTIONS)
 
 
 def _owner_dead(owner: str) -> bool:

@@ -5,10 +5,12 @@ Semantics worth knowing:
 - Key: the spec's JSON. Labels are part of the spec and docker fixes them at create, so a caller
   pools a spec without per-use labels (the sandbox manager leaves out the session label).
 - Warm means opened (substrate up, runtime handshake done) with the "default" shell session started,
-  so the first command does not pay for bash's start either. A sandbox is handed out once, then it
-  belongs to the caller, who closes it; it never returns to the pool.
+  so the first command does not pay for bash's start either; a pool's `Warmup` starts more (the browser
+  image's Chromium). A sandbox is handed out once, then it belongs to the caller, who closes it (or hands
+  it to `discard`, which closes it off the caller's path); it never returns to the pool.
 - ttl runs from creation, as for any sandbox (docker's `sleep ttl` and its expiry label are fixed at
-  create). So that a caller still gets most of it, a warm sandbox is retired after 10% of its ttl.
+  create). So that a caller still gets most of it, a warm sandbox is retired after 10% of its ttl, and
+  before what its `Warmup` started stops by itself (`Warmup.lasts`).
 - Idle reaper: a warm sandbox is closed after `idle_seconds` in the pool (or the 10% of ttl above).
   A spec stays warm, retired ones replaced, while it was asked for (acquire or prefill) within
   `idle_seconds`; after that it goes dormant until it is asked for again. Each ask is owed one refill
@@ -23,6 +25,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
@@ -38,6 +42,18 @@ BACKOFF_MAX = 60.0
 """Longest wait between attempts of a failing refill (they start at about half a second, doubling)."""
 JOIN_SECONDS = 60.0
 """How long close() waits for a refill in flight (one sandbox create) to finish and be removed."""
+LASTS_MARGIN = 0.9
+"""Share of `Warmup.lasts` after which a warm sandbox is retired, so what it started is still up."""
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """What a pool starts in each warm sandbox beyond its default shell, e.g. the browser."""
+
+    start: Callable[[Sandbox], None]
+    """Called on the refill thread once the sandbox is open; an exception discards the sandbox."""
+    lasts: float | None = None
+    """Seconds what `start` started stays up unused (None: for good)."""
 
 
 @dataclass
@@ -60,15 +76,19 @@ class _Slot:
 class WarmPool:
     """Keeps up to `size` warm sandboxes per spec of `backend`; see the module's docstring."""
 
-    def __init__(self, backend: Backend, size: int, idle_seconds: float) -> None:
+    def __init__(
+        self, backend: Backend, size: int, idle_seconds: float, warmup: Warmup | None = None
+    ) -> None:
         if size < 1 or idle_seconds <= 0:
             raise ValueError(f"a warm pool needs size >= 1 and idle_seconds > 0 (got {size}, {idle_seconds})")
         self.backend = backend
         self.size = size
         self.idle_seconds = idle_seconds
+        self.warmup = warmup
         self._slots: dict[str, _Slot] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self._closer = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"pool-{backend.name}-discard")
 
     # -- what callers use -----------------------------------------------------------------
 
@@ -105,6 +125,14 @@ class WarmPool:
                 self._cond.notify_all()
         return sandbox
 
+    def discard(self, sandbox: Sandbox) -> None:
+        """Close a sandbox this pool handed out, on a background thread: its teardown (a container's
+        removal) is off the caller's path. close() waits for the ones still closing."""
+        try:
+            self._closer.submit(sandbox.close)
+        except RuntimeError:  # the pool closed meanwhile: close it here
+            sandbox.close()
+
     def wait_ready(self, spec: SandboxSpec, timeout: float | None = None) -> bool:
         """Block until `spec` has `size` warm sandboxes; False at timeout or when the pool closes."""
         key = spec.model_dump_json()
@@ -140,6 +168,7 @@ class WarmPool:
             thread.join(JOIN_SECONDS)
             if thread.is_alive():
                 log.warning("pool refill %s did not finish within %s s", thread.name, JOIN_SECONDS)
+        self._closer.shutdown(wait=True)
 
     # -- the refill and reaper thread, one per spec -------------------------------------------
 
@@ -150,6 +179,8 @@ class WarmPool:
         now = time.monotonic()
         if slot is None:
             max_age = min(self.idle_seconds, spec.ttl * TTL_SHARE_IN_POOL if spec.ttl else self.idle_seconds)
+            if self.warmup is not None and self.warmup.lasts is not None:
+                max_age = min(max_age, self.warmup.lasts * LASTS_MARGIN)
             slot = self._slots[key] = _Slot(spec, max_age, now)
             slot.thread = threading.Thread(
                 target=self._tend,
@@ -217,6 +248,8 @@ class WarmPool:
         sandbox = self.backend.create(slot.spec)
         try:
             sandbox.runtime.shell_open(session="default", call_timeout=30)
+            if self.warmup is not None:
+                self.warmup.start(sandbox)
         except BaseException:
             sandbox.close()
             raise

@@ -240,7 +240,7 @@ def skill_md(skill: Skill) -> str:
     return f"---\nname: {name}\ndescription: {description}\n---\n{body}\n"
 
 
-def passes(candidate: Path, policy: GatePolicy, backend: object) -> Verdict:
+def passes(candidate: Path, policy: GatePolicy, backend: object, pool: object) -> Verdict:
     return Verdict(candidate.name, "pass")  # curation is measured, not the gate
 
 

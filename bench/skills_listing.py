@@ -67,7 +67,7 @@ WORDS = [
 TASK = "back up the postgres database and upload the archive to the mirror"
 
 
-def passes(candidate: Path, policy: GatePolicy, backend: object) -> Verdict:
+def passes(candidate: Path, policy: GatePolicy, backend: object, pool: object) -> Verdict:
     return Verdict(candidate.name, "pass")
 
 

@@ -1,6 +1,6 @@
 """Issue 7's targets and issue 27's /v1 first byte, checked on the figures of one run: each a ratio of
-two medians (or one median against a bound). Printed after the table; a missing figure leaves its
-target unchecked."""
+two medians (or one median against a bound, or a fleet's throughput or failures). Printed after the
+table; a missing figure leaves its target unchecked."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ class Target:
     versus: str | None  # None: `figure`'s median against `bound` ms
     bound: float
     faster: bool  # True: the ratio versus/figure must reach `bound`; False: figure/versus at most `bound`
+    extra: str | None = None
+    """Check this number of the figure's (Figure.extra: a fleet's throughput, its failures) against
+    `bound` instead of its median: at least `bound` when `faster`, else at most."""
 
 
 TARGETS = [
@@ -99,6 +102,40 @@ TARGETS = [
         for case in ("a new chat", "its next turn by history")
         for keys in (0, 10_000)
     ),
+    *(
+        Target(
+            f"a session's first browser navigation from a warm pool, browser up, under 200 ms ({backend}; "
+            "issue 38)",
+            f"hermetic {backend}: first navigation of a session, warm pool, browser up",
+            None,
+            200,
+            False,
+        )
+        for backend in ("docker", "local")
+    ),
+    Target(
+        "skill verification of a trivial skill from the gate's warm pool under 150 ms (issue 38)",
+        "hermetic docker: skill verification, trivial skill, warm pool",
+        None,
+        150,
+        False,
+    ),
+    Target(
+        "docker: 50 sandboxes x 20 commands at >= 2,000 cmd/s (issue 38)",
+        "hermetic docker: 50 sandboxes x 20 commands",
+        None,
+        2000,
+        True,
+        extra="throughput_cmd_s",
+    ),
+    Target(
+        "docker: 200 sandboxes x 20 commands, none failed (issue 38)",
+        "hermetic docker: 200 sandboxes x 20 commands",
+        None,
+        0,
+        False,
+        extra="failed",
+    ),
     Target(
         "PostgreSQL session_search at 100,000 messages under 5 ms (issue 38)",
         "store postgresql: session_search tool, two words (3 sessions, window and edges)",
@@ -126,6 +163,9 @@ def check(results: Results) -> list[dict[str, object]]:
     figure is missing from this run)."""
     rows: list[dict[str, object]] = []
     for target in TARGETS:
+        if target.extra is not None:
+            rows.append(_check_extra(results, target, target.extra))
+            continue
         mine = median_ms(results, target.figure)
         other = median_ms(results, target.versus) if target.versus else None
         if mine is None or (target.versus and other is None):
@@ -139,6 +179,14 @@ def check(results: Results) -> list[dict[str, object]]:
             measured, met = f"{mine / other:.2f}x", mine / other <= target.bound
         rows.append({"target": target.text, "measured": measured, "met": met})
     return rows
+
+
+def _check_extra(results: Results, target: Target, key: str) -> dict[str, object]:
+    value = as_figure(results[target.figure]).extra.get(key) if target.figure in results else None
+    if value is None:
+        return {"target": target.text, "measured": "not measured", "met": None}
+    met = value >= target.bound if target.faster else value <= target.bound
+    return {"target": target.text, "measured": f"{value:,.0f}", "met": met}
 
 
 def show(rows: list[dict[str, object]]) -> None:

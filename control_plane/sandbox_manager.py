@@ -27,10 +27,11 @@ from backends import (
     create_backend,
 )
 from backends.network.proxy import configure_egress
-from backends.pool import WarmPool
+from backends.pool import WarmPool, Warmup
 from backends.snapshots import SnapshotError, SnapshotStore
 
 from .config.settings import Settings
+from .warm_browser import browser_warmup
 
 log = logging.getLogger(__name__)
 BROWSER_IMAGE = "hermetic-sandbox:browser"
@@ -81,6 +82,14 @@ def base_spec(settings: Settings) -> SandboxSpec:
     return spec
 
 
+def warmup(settings: Settings) -> Warmup | None:
+    """What the session pool starts in its sandboxes beyond the shell: the browser, when its toolset is on
+    and `pool.warm_browser` allows."""
+    if "browser" in settings.toolsets and settings.pool.warm_browser:
+        return browser_warmup(base_spec(settings))
+    return None
+
+
 def session_spec(settings: Settings, session_id: str) -> SandboxSpec:
     """The base spec labelled with the session (when there is no pool)."""
     spec = base_spec(settings)
@@ -93,6 +102,7 @@ class SandboxManager:
         self._backend_factory = backend
         self._backend: Backend | None = None
         self._pool: WarmPool | None = None
+        self._throwaways: WarmPool | None = None
         self._sandboxes: dict[str, Sandbox] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -125,9 +135,23 @@ class SandboxManager:
                 self.reap_snapshots()
                 pool = self.settings.pool
                 if pool.size:
-                    self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds)
+                    self._pool = WarmPool(self._backend, pool.size, pool.idle_seconds, warmup(self.settings))
                     self._pool.prefill(base_spec(self.settings))
             return self._backend
+
+    @property
+    def throwaways(self) -> WarmPool | None:
+        """The skill gate's warm pool on the same backend (`skills.warm_sandboxes` per spec; None when 0):
+        each of its sandboxes checks one skill and is closed. Built on first use; it warms a spec once
+        the gate has asked for it."""
+        skills = self.settings.skills
+        if not skills.warm_sandboxes:
+            return None
+        backend = self.backend
+        with self._lock:
+            if self._throwaways is None and not self._closing:
+                self._throwaways = WarmPool(backend, skills.warm_sandboxes, skills.warm_seconds)
+            return self._throwaways
 
     def use_workspace(self, session_id: str, directory: str) -> None:
         """Give the session's next sandbox this host directory as its workspace, mounted read-write
@@ -370,8 +394,9 @@ class SandboxManager:
             self._changed.notify_all()
         for session_id in list(self._sandboxes):
             self.release(session_id)
-        if self._pool is not None:
-            self._pool.close()
+        for pool in (self._pool, self._throwaways):
+            if pool is not None:
+                pool.close()
         if self._reaper is not None:
             self._reaper.join(30)
 

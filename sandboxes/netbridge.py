@@ -1,9 +1,10 @@
 """The sandbox's doors, both Unix sockets in directories the control plane mounts; the network stays none.
 
 Egress (`network: allowlist`): HERMETIC_EGRESS_SOCKET names the egress proxy's socket; a bridge listens
-on 127.0.0.1 and carries each connection to it byte for byte, and the proxy variables point every common
-tool at it. When the proxy is down the socket refuses and the bridge closes the connection: no network,
-never an open one.
+on 127.0.0.1 and hands each accepted connection to the proxy over it (SCM_RIGHTS), so the proxy reads
+and writes the client's own socket and the bridge is off the data path; the proxy variables point every
+common tool at it. When the proxy is down the socket refuses and the bridge closes the connection: no
+network, never an open one.
 
 Ingress (exposed ports): HERMETIC_INGRESS_SOCKET is where this runtime listens; the control plane
 connects, names a port on a first line ("8000\n"), and the bytes are carried to 127.0.0.1:8000 here.
@@ -26,6 +27,7 @@ log = logging.getLogger("hermetic.runtime.netbridge")
 
 CHUNK = 1 << 20
 MAX_LINE = 4096 + 7  # "watch ", a path, "\n"
+HANDOVER_TIMEOUT = 10.0
 CommandFn = Callable[[str, socket.socket], None]
 """Serves a host's command (its first line, not a port) on its connection."""
 NO_PROXY = "localhost,127.0.0.1,::1"
@@ -46,7 +48,7 @@ def proxy_environment(url: str) -> dict[str, str]:
 
 
 class Bridge:
-    """Listens on 127.0.0.1 (an ephemeral port) and forwards each connection to a Unix socket."""
+    """Listens on 127.0.0.1 (an ephemeral port) and hands each connection to the proxy's Unix socket."""
 
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
@@ -64,27 +66,20 @@ class Bridge:
     def _accept(self) -> None:
         while True:
             client, _ = self._listener.accept()
-            try:
-                threading.Thread(target=self._carry, args=(client,), daemon=True).start()
-            except RuntimeError:  # out of threads (pids limit): refuse this one, keep serving
-                client.close()
+            with client:
+                self._hand_over(client)
 
-    def _carry(self, client: socket.socket) -> None:
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.connect(self.socket_path)
-        except OSError as exc:  # the proxy is down: this connection gets nothing
-            log.warning("egress proxy unreachable: %s", exc)
-            upstream.close()
-            client.close()
-            return
+    def _hand_over(self, client: socket.socket) -> None:
+        """Give the proxy this connection's socket (one byte carrying its descriptor); ours is closed
+        after. A proxy that does not take it within HANDOVER_TIMEOUT leaves the client with nothing."""
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        back = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
-        back.start()
-        _copy(client, upstream)
-        back.join()
-        client.close()
-        upstream.close()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
+            proxy.settimeout(HANDOVER_TIMEOUT)
+            try:
+                proxy.connect(self.socket_path)
+                socket.send_fds(proxy, [b"\0"], [client.fileno()])
+            except OSError as exc:  # the proxy is down: this connection gets nothing
+                log.warning("egress proxy unreachable: %s", exc)
 
 
 class Ingress:

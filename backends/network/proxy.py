@@ -1,11 +1,12 @@
 """The egress proxy: one asyncio loop per control-plane process, one Unix socket per sandbox.
 
-A sandbox on `network: allowlist` has no network of its own; its runtime bridges 127.0.0.1:PORT to
-`<socket dir>/egress.sock`, which this proxy listens on. It serves CONNECT and absolute-form HTTP
-requests, decides by the sandbox's Policy, resolves names itself, connects to the address the policy
-admitted (no second lookup), checks the TLS server name of every tunnel whose client speaks TLS first
-(on any port: a CONNECT to an allowed `host:8443` cannot front another name) and the Host header of
-plain HTTP, and appends every decision to the sandbox's audit log (JSON lines). It carries TCP only.
+A sandbox on `network: allowlist` has no network of its own; its runtime listens on 127.0.0.1:PORT and
+hands each connection's socket to `<socket dir>/egress.sock`, which this proxy listens on (pump.py).
+It serves CONNECT and absolute-form HTTP requests, decides by the sandbox's Policy, resolves names
+itself, connects to the address the policy admitted (no second lookup), checks the TLS server name of
+every tunnel whose client speaks TLS first (on any port: a CONNECT to an allowed `host:8443` cannot
+front another name) and the Host header of plain HTTP, and appends every decision to the sandbox's
+audit log (JSON lines). It carries TCP only.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .credentials import Credential, SandboxCA
 from .intercept import InterceptError, carry
 from .loop import on_loop
 from .policy import Denial, IPAddress, Policy, PolicyError, Target, advice, normalise_host, split_authority
-from .pump import SocketReader, tunnel
+from .pump import SocketReader, take_over, tunnel
 from .tls import HANDSHAKE, NotClientHello, read_client_hello
 
 log = logging.getLogger("hermetic.network.proxy")
@@ -195,13 +196,17 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
-    async def _serve(self, attachment: Attachment, client: socket.socket) -> None:
+    async def _serve(self, attachment: Attachment, conn: socket.socket) -> None:
         started = time.monotonic()
         entry: dict[str, Any] = {"time": round(time.time(), 3), "host": None, "port": None}
         upstream: socket.socket | None = None
-        reader = SocketReader(client, HEAD_LIMIT)
-        attachment.open.add(client)
+        client = conn
+        attachment.open.add(conn)
         try:
+            client, first = await asyncio.wait_for(take_over(conn), self.head_timeout)
+            attachment.open.add(client)
+            reader = SocketReader(client, HEAD_LIMIT)
+            reader.buffer += first
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
             method, host, port, forward = _parse_head(head)
             entry.update(host=host, port=port, method=method)
@@ -245,7 +250,7 @@ class EgressProxy:
             entry["duration"] = round(time.monotonic() - started, 4)
             if entry["host"] is not None or entry.get("denied") != "protocol":
                 attachment.record(entry)
-            for sock in (client, upstream):
+            for sock in (conn, client, upstream):
                 if sock is not None:
                     attachment.open.discard(sock)
                     sock.close()

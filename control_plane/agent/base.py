@@ -87,7 +87,11 @@ class AgentBase:
             lambda target, entries: self.providers.after_memory_write(settings.profile, target, entries)
         )
         self.skills = SkillLibrary(
-            settings.home / "skills", settings.skills, lambda: self.sandboxes.backend, lock=self.locks
+            settings.home / "skills",
+            settings.skills,
+            lambda: self.sandboxes.backend,
+            pool=lambda: self.sandboxes.throwaways,
+            lock=self.locks,
         )
         self.skills.embedder = self.store.embedder
 

@@ -165,6 +165,13 @@ class SkillsSettings(BaseModel):
     """Seconds a skill's checks may run."""
     image: str = "hermetic-sandbox:slim"
     """The image the checks run in (the gate records its id with each verdict)."""
+    warm_sandboxes: int = Field(1, ge=0)
+    """Throwaway sandboxes the gate keeps opened ahead, per spec (image, network, limits), once it has
+    verified a skill: the next verification takes one instead of creating it (each still checks one
+    skill and is closed). 0: every verification creates its own."""
+    warm_seconds: float = Field(120.0, gt=0)
+    """How long after a verification the gate keeps its sandboxes warm; a warm one is replaced after a
+    tenth of its ttl (20 s at the default timeout), so each verification costs a few more creates."""
     stale_days: float = Field(30.0, gt=0)
     """A skill unused this long is marked stale (pinned skills never are)."""
     archive_days: float = Field(90.0, gt=0)
@@ -205,6 +212,12 @@ class PoolSettings(BaseModel):
     """Warm sandboxes kept ready for new sessions (0: off, each session creates its own)."""
     idle_seconds: float = Field(600.0, gt=0)
     """A warm sandbox unused this long is closed; the pool refills only while sessions keep coming."""
+    warm_browser: bool = True
+    """With the browser toolset on, each warm sandbox also has its browser up (Playwright's driver,
+    Chromium, a blank page), so a session's first browser call navigates at once. It costs each warm
+    sandbox about 260 MiB and 135 pids of its own limits (`sandbox.memory`, `sandbox.pids`) while it
+    waits, so `size` bounds the total; such a sandbox is replaced after 270 s (the runtime closes a
+    browser unused for 300 s). Off: the browser starts on a session's first browser call (1-2 s)."""
 
 
 class SkillInstallSettings(BaseModel):

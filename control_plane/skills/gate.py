@@ -1,8 +1,10 @@
 """The verification gate: a candidate skill joins the library only if it passes here.
 
-`verify(candidate, policy, backend)` runs the static checks (static.py) on the host; only when they pass
-does it copy the candidate into a fresh sandbox from the pinned image, run the skill's own checks with
-the policy's timeout and throw the sandbox away.
+`verify(candidate, policy, backend, pool)` runs the static checks (static.py) on the host; only when they
+pass does it copy the candidate into a fresh sandbox from the pinned image, run the skill's own checks
+with the policy's timeout and throw the sandbox away. With a warm pool the sandbox is one the pool opened
+beforehand for the same spec (image id, network, limits, ttl: nothing of the skill's), used for this
+skill alone and closed off the verdict's path; without one it is created and closed here.
 
 The convention for a skill's checks (the skill-writing guidance tells the model the same):
 - `scripts/verify.sh`: run as `bash scripts/verify.sh` in the skill's directory; exit 0 means pass.
@@ -16,6 +18,7 @@ unverified instructions). Network is none unless the skill's metadata `hermetic.
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from pathlib import Path
@@ -23,18 +26,21 @@ from pathlib import Path
 from backends import Backend, Sandbox, SandboxError, SandboxSpec
 from backends.docker import DockerBackend
 from backends.network.policy import Policy, PolicyError, Target
+from backends.pool import TTL_SHARE_IN_POOL, WarmPool
 
 from .format import Skill
 from .model import Check, GatePolicy, Verdict
 from .static import static_checks
 
-SKILL_LABEL = "org.hermetic.skill"
-"""Label on the verification sandbox: the skill's name."""
+GATE_LABEL = "org.hermetic.gate"
+"""Label on every verification sandbox (value "skill"). Not the skill's name: a warm sandbox is made before
+the skill it will check is known, and docker fixes labels at create."""
 NETWORK_KEY = "hermetic.network"
 OUTPUT_LIMIT = 8_000
 """Characters of each check's output kept (head and tail) for the verdict."""
 TTL_MARGIN = 60
-"""Seconds beyond the timeout after which the sandbox is destroyed even if this process died."""
+"""Seconds beyond the timeout after which the sandbox is destroyed even if this process died (counted from
+when it was handed out: a warm sandbox's ttl also covers its time in the pool)."""
 TESTS_COMMAND = (
     "if python3 -c 'import pytest' 2>/dev/null; then python3 -m pytest -q tests; "
     "else python3 -m unittest discover -s tests; fi"
@@ -110,24 +116,41 @@ def pin_image(backend: Backend, image: str) -> tuple[str, str]:
     """(what the sandbox runs, what the verdict records). Docker runs the image by its id, so a tag moved
     while the checks run cannot change what they ran in; other backends record the name as given."""
     if isinstance(backend, DockerBackend):
-        backend.ensure_image(image)
-        image_id: str = backend.client.images.get(image).id
+        image_id = backend.ensure_image(image)
         return image_id, f"{image}@{image_id}"
     return image, image
 
 
-def verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
-    """Statically check, then execute the candidate skill's checks in a throwaway sandbox."""
+def sandbox_spec(image: str, hosts: list[str], timeout: float) -> SandboxSpec:
+    """The throwaway sandbox of a verification: also its warm pool's key, so nothing in it is the skill's.
+    Its ttl leaves the checks their timeout plus TTL_MARGIN after the longest a pool keeps it warm."""
+    return SandboxSpec(
+        image=image,
+        memory="512m",
+        pids=256,
+        network="allowlist" if hosts else "none",
+        allow=hosts,
+        labels={GATE_LABEL: "skill"},
+        ttl=math.ceil((timeout + TTL_MARGIN) / (1 - TTL_SHARE_IN_POOL)),
+        output_limit=OUTPUT_LIMIT,
+    )
+
+
+def verify(candidate: Path, policy: GatePolicy, backend: Backend, pool: WarmPool | None = None) -> Verdict:
+    """Statically check, then execute the candidate skill's checks in a throwaway sandbox (from `pool`,
+    a warm pool of `backend`, when given)."""
     start = time.perf_counter()
     verdict = Verdict(skill=candidate.name, status="fail")
     try:
-        _verify(candidate, policy, backend, verdict)
+        _verify(candidate, policy, backend, pool, verdict)
     finally:
         verdict.duration_ms = round((time.perf_counter() - start) * 1000, 1)
     return verdict
 
 
-def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verdict) -> None:
+def _verify(
+    candidate: Path, policy: GatePolicy, backend: Backend, pool: WarmPool | None, verdict: Verdict
+) -> None:
     static = static_checks(candidate, policy.accept, policy.tolerate)
     verdict.checks, verdict.reasons, verdict.accepted = static.checks, static.reasons, static.accepted
     verdict.findings = static.findings
@@ -154,19 +177,16 @@ def _verify(candidate: Path, policy: GatePolicy, backend: Backend, verdict: Verd
         verdict.network = "allowlist:" + ",".join(hosts)
     try:
         image, verdict.image = pin_image(backend, policy.image)
-        spec = SandboxSpec(
-            image=image,
-            memory="512m",
-            pids=256,
-            network="allowlist" if hosts else "none",
-            allow=hosts,
-            labels={SKILL_LABEL: skill.name},
-            ttl=int(policy.timeout) + TTL_MARGIN,
-            output_limit=OUTPUT_LIMIT,
-        )
-        with backend.create(spec) as sandbox:
+        spec = sandbox_spec(image, hosts, policy.timeout)
+        sandbox = pool.acquire(spec) if pool is not None else backend.create(spec)
+        try:
             sandbox.upload(candidate, spec.workdir)
             _run_checks(sandbox, f"{spec.workdir}/{candidate.name}", commands, policy.timeout, verdict)
+        finally:
+            if pool is not None:
+                pool.discard(sandbox)
+            else:
+                sandbox.close()
     except SandboxError as exc:
         verdict.reasons.append(f"sandbox: the checks could not run: {exc}")
         return
@@ -178,13 +198,15 @@ def _run_checks(
     sandbox: Sandbox, workdir: str, commands: list[tuple[str, str]], timeout: float, verdict: Verdict
 ) -> None:
     deadline = time.monotonic() + timeout
-    for name, command in commands:
+    for index, (name, command) in enumerate(commands):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             verdict.checks.append(Check(name, False, "not run: the time for the checks was used up"))
             verdict.reasons.append(f"{name}: not run, the checks' timeout of {timeout:g} s was used up")
             continue
-        result = sandbox.run(f"cd {shlex.quote(workdir)} && {command}", session=name, timeout=remaining)
+        # Each check in a shell of its own; the first in "default", which a warm sandbox has open already.
+        session = "default" if index == 0 else name
+        result = sandbox.run(f"cd {shlex.quote(workdir)} && {command}", session=session, timeout=remaining)
         output = result.get("output", "")
         if result.get("timed_out"):
             verdict.checks.append(Check(name, False, output))

@@ -33,10 +33,11 @@ from .store import SkillStore
 
 if TYPE_CHECKING:
     from backends import Backend
+    from backends.pool import WarmPool
 
     from ..config.settings import SkillsSettings
 
-VerifyFn = Callable[[Path, GatePolicy, "Backend"], Verdict]
+VerifyFn = Callable[[Path, GatePolicy, "Backend", "WarmPool | None"], Verdict]
 DAY = 86_400.0
 
 
@@ -47,11 +48,11 @@ class Submission:
     """The new version when the candidate was merged, else None (it stays in quarantine)."""
 
 
-def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend) -> Verdict:
+def gate_verify(candidate: Path, policy: GatePolicy, backend: Backend, pool: WarmPool | None) -> Verdict:
     """The gate's verify, imported on first use (the gate is a separate module owned by the gate work)."""
     from .gate import verify
 
-    return verify(candidate, policy, backend)
+    return verify(candidate, policy, backend, pool)
 
 
 class SkillLibrary(Listing):
@@ -62,6 +63,7 @@ class SkillLibrary(Listing):
         backend: Callable[[], Backend],
         verify: VerifyFn = gate_verify,
         lock: ProfileLock | None = None,
+        pool: Callable[[], WarmPool | None] = lambda: None,
     ) -> None:
         """`root` is the profile home's skills/; `lock` the profile's write locks (alone: a file lock)."""
         self.root = root
@@ -69,6 +71,8 @@ class SkillLibrary(Listing):
         self.settings = settings
         self._backend = backend
         self._verify = verify
+        self._pool = pool
+        """The gate's warm pool of throwaway sandboxes (the sandbox manager's), or None: each created."""
         for area in ("library", "versions", "quarantine", "archive"):
             (root / area).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = SkillStore(root / "skills.db")
@@ -181,7 +185,8 @@ class SkillLibrary(Listing):
 
     def check(self, candidate: Path, policy: GatePolicy) -> Verdict:
         """Run the gate on a candidate under `policy` (an install widens the library's policy per request)."""
-        return self._verify(candidate, policy, self._backend())
+        backend = self._backend()
+        return self._verify(candidate, policy, backend, self._pool())
 
     def merge_candidate(self, name: str, verdict: Verdict, verdict_id: int | None, note: str) -> int:
         """Merge the candidate in quarantine that `check` passed (an install, once the operator confirmed)."""

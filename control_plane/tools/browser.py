@@ -22,8 +22,9 @@ REF = "An element ref from the latest snapshot, e.g. e12."
 
 
 def _page(ctx: ToolContext, action: Mapping[str, Any] | None = None) -> ToolResult:
-    """The page's snapshot after an action (whose own fields come first)."""
-    snap = ctx.sandbox.runtime.browser_snapshot()
+    """The page's snapshot after an action (whose own fields come first): the action's own when it
+    brought one (navigate does), else taken now."""
+    snap = action if action and "snapshot" in action else ctx.sandbox.runtime.browser_snapshot()
     head = f"url: {snap['url']}\ntitle: {snap['title']}\n"
     if action and action.get("status") is not None:
         head += f"status: {action['status']}\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import get_backend
@@ -20,8 +22,10 @@ from backends.docker import DockerBackend, DockerSandbox
 from backends.local import LocalSandbox
 from backends.pool import WarmPool
 from control_plane.api.app import create_app
-from control_plane.config.settings import load_settings
-from control_plane.sandbox_manager import SandboxManager, base_spec
+from control_plane.config.settings import Limits, load_settings
+from control_plane.sandbox_manager import SandboxManager, base_spec, warmup
+from control_plane.tools.browser import NavigateArgs, browser_navigate
+from control_plane.tools.registry import ToolContext, ToolResult
 
 WAIT = 120.0  # generous bound on waits for the pool's background work; never asserted as a duration
 
@@ -241,6 +245,77 @@ def test_manager_with_a_pool_serves_sessions_distinct_sandboxes_and_releases_the
     with pytest.raises(SandboxGone):
         two.run("true")
     assert pool.warm_count(base_spec(settings)) == 0
+
+
+BROWSER = "pgrep -o -x chromium || echo none"  # the oldest Chromium process: the browser itself
+
+
+@contextlib.contextmanager
+def browser_pool(
+    backend: Backend, root: Path, **settings: Any
+) -> Iterator[tuple[SandboxManager, WarmPool, SandboxSpec, Sandbox]]:
+    """A manager whose pool (size 1) warms sandboxes for the browser toolset: it, the pool, the spec and
+    the warm sandbox, once there is one; every sandbox is closed afterwards."""
+    loaded = load_settings(
+        root=root, backend=backend.name, toolsets=["browser"], pool={"size": 1}, **settings
+    )
+    spec = base_spec(loaded)
+    manager = SandboxManager(loaded, backend=lambda: backend)
+    try:
+        manager.prefill()
+        pool = manager._pool
+        assert pool is not None and pool.wait_ready(spec, WAIT)
+        (warm,) = warm_sandboxes(pool, spec)
+        yield manager, pool, spec, warm
+    finally:
+        manager.close_all()
+
+
+@pytest.mark.needs("browser", "isolation")  # reads Chromium's processes: a process table of its own
+def test_a_pooled_sandbox_has_its_browser_up_and_a_sessions_first_navigation_uses_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    with browser_pool(backend, tmp_path) as (manager, pool, spec, warm):
+        assert spec.image == "hermetic-sandbox:browser"
+        launched = warm.run(BROWSER)["output"].strip()
+        assert launched != "none"  # up before any browser call of a session
+        sandbox = manager.get("session-1")
+        assert sandbox is warm
+        sandbox.runtime.fs_write(path="page.html", content="<title>Pooled</title><button>Go</button>")
+        ctx = ToolContext("session-1", "call-1", Limits(), lambda: manager.get("session-1"))
+        page = browser_navigate(ctx, NavigateArgs(url=f"file://{spec.workdir}/page.html"))
+        assert isinstance(page, ToolResult) and page.ok
+        assert "title: Pooled" in page.content and 'button "Go" [ref=' in page.content
+        assert sandbox.run(BROWSER)["output"].strip() == launched  # that browser, not a new one
+        assert pool.wait_ready(spec, WAIT)  # refilled with another sandbox, its browser up too
+        (refill,) = warm_sandboxes(pool, spec)
+        assert refill is not warm and refill.run(BROWSER)["output"].strip() != "none"
+        other = manager.get("session-2")
+        assert other is refill and other is not sandbox
+
+
+@pytest.mark.needs("browser", "isolation")
+def test_a_warm_browser_is_replaced_before_the_runtime_would_close_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The runtime closes a browser unused for HERMETIC_BROWSER_IDLE seconds; the pool retires a warm
+    sandbox before that (at 90%), so the one it hands out still has its browser."""
+    idle = {"env": {"HERMETIC_BROWSER_IDLE": "20"}}
+    with browser_pool(backend, tmp_path, sandbox=idle) as (manager, pool, spec, first):
+        slot = pool._slots[spec.model_dump_json()]
+        with pool._cond:  # retired after 18 s and replaced (the spec is still in demand: idle 600 s)
+            assert pool._cond.wait_for(lambda: [s for s, _ in slot.ready if s is not first], WAIT)
+        (second,) = warm_sandboxes(pool, spec)
+        assert second.run(BROWSER)["output"].strip() != "none"
+        with pytest.raises(SandboxGone):
+            first.run("true")
+
+
+def test_the_browser_is_warmed_only_with_its_toolset_and_the_setting(tmp_path: Path) -> None:
+    assert warmup(load_settings(root=tmp_path, toolsets=["terminal"], pool={"size": 1})) is None
+    assert warmup(load_settings(root=tmp_path, toolsets=["browser"], pool={"warm_browser": False})) is None
+    warm = warmup(load_settings(root=tmp_path, toolsets=["browser"], pool={"size": 1}))
+    assert warm is not None and warm.lasts == 300.0
 
 
 def test_pool_settings_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,6 +58,15 @@ def test_changed_host_key_is_refused_even_with_the_flag(sshd: LocalSSHD, tmp_pat
         _create(sshd.config(known_hosts=wrong, accept_new_host_keys=True))
 
 
+def test_the_connection_is_encrypted_with_an_aead_cipher_when_the_server_offers_one(sshd: LocalSSHD) -> None:
+    with _create(sshd.config()) as sb:
+        assert sb.client is not None
+        transport = sb.client.get_transport()
+        assert transport is not None
+        assert (transport.local_cipher, transport.remote_cipher) == ("aes128-gcm@openssh.com",) * 2
+        assert sb.run("echo ok")["output"] == "ok\n"
+
+
 def test_key_the_server_does_not_know_is_an_authentication_error(sshd: LocalSSHD) -> None:
     with pytest.raises(AuthenticationFailed, match="refused authentication"):
         _create(sshd.config(key_file=sshd.other_key))

@@ -7,6 +7,8 @@ Unix socket, as the bridge inside a sandbox drives it; the upstreams run in the 
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 import ssl
 import time
@@ -94,3 +96,40 @@ def test_a_protocol_where_the_server_speaks_first_stays_an_opaque_tunnel(egress:
         assert raw.recv(4096) == b"echo EHLO x\r\n"
     carried = _decision(egress, 2525)
     assert carried["allowed"] is True and "tls" not in carried
+
+
+def _hand_over(egress: Egress, fd: int) -> socket.socket:
+    """What the sandbox's bridge does with each connection it accepts: one byte carrying `fd`."""
+    conn = socket.socket(socket.AF_UNIX)
+    conn.settimeout(20)
+    conn.connect(str(egress.socket_dir / "egress.sock"))
+    socket.send_fds(conn, [b"\0"], [fd])
+    return conn
+
+
+def test_a_handed_over_socket_is_served_by_the_proxy_itself(egress: Egress) -> None:
+    ours, handed = socket.socketpair()
+    with ours, _hand_over(egress, handed.fileno()) as conn:
+        handed.close()  # as the bridge does: the proxy now holds the only other end
+        assert conn.recv(1) == b"", "the proxy lets go of the connection that carried the socket"
+        ours.settimeout(20)
+        ours.sendall(b"CONNECT pypi.hm14.test:7007 HTTP/1.1\r\nHost: pypi.hm14.test:7007\r\n\r\n")
+        assert ours.recv(4096).startswith(b"HTTP/1.1 200")
+        ours.sendall(b"hello\r\n")
+        assert ours.recv(4096) == b"echo hello\r\n"
+    assert _decision(egress, 7007)["allowed"] is True
+
+
+def test_a_handed_over_descriptor_that_is_no_stream_socket_is_closed(egress: Egress) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with _hand_over(egress, write_end) as conn:
+            assert conn.recv(1) == b"", "the proxy closes the connection"
+        os.close(write_end)
+        assert select.select([read_end], [], [], 20)[0], "the proxy closed its copy of the write end"
+        assert os.read(read_end, 1) == b"", "and wrote nothing to it"
+    finally:
+        os.close(read_end)
+    with _tunnel(egress, "pypi.hm14.test:7007") as raw:  # and serves on
+        raw.sendall(b"hello\r\n")
+        assert raw.recv(4096) == b"echo hello\r\n"

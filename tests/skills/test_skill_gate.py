@@ -1,4 +1,5 @@
-"""The skill gate against the real Docker backend: static rules, the skill's checks in a throwaway sandbox."""
+"""The skill gate against the real Docker backend: static rules, the skill's checks in a throwaway sandbox,
+created for the check or taken warm from a pool (every test that takes `gate` runs both ways)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,20 +17,76 @@ from conftest import bridge_gateway, get_backend
 from skill_kit import make_skill
 from skills_ref.validator import validate
 
-from backends import Backend
+from backends.docker import OWNER, OWNER_LABEL, DockerBackend
+from backends.pool import WarmPool
 from control_plane.safety.threats import Family
 from control_plane.skills import static
-from control_plane.skills.gate import SKILL_LABEL, verify
+from control_plane.skills.gate import GATE_LABEL, sandbox_spec, verify
 from control_plane.skills.model import GatePolicy, Verdict
+
+WAIT = 120.0  # generous bound on waits for the pool's background work; never asserted as a duration
 
 
 @pytest.fixture(scope="module")
-def docker() -> Backend:
-    return get_backend("docker")
+def docker() -> DockerBackend:
+    backend = get_backend("docker")
+    assert isinstance(backend, DockerBackend)
+    return backend
 
 
-def containers_of(docker: Backend, skill: str) -> list[object]:
-    return docker.client.containers.list(all=True, filters={"label": f"{SKILL_LABEL}={skill}"})  # type: ignore[attr-defined]
+@dataclass
+class Gate:
+    """verify(skill, policy) with a sandbox created for it, or taken from a pool: warm under the default
+    policy (the pool has its spec ready before each call), created by the pool for any other spec."""
+
+    docker: DockerBackend
+    pool: WarmPool | None
+
+    def __call__(self, skill: Path, policy: GatePolicy | None = None) -> Verdict:
+        if self.pool is not None:
+            default = GatePolicy()
+            spec = sandbox_spec(self.docker.ensure_image(default.image), [], default.timeout)
+            self.pool.prefill(spec)
+            assert self.pool.wait_ready(spec, WAIT)
+        return verify(skill, policy or GatePolicy(), self.docker, self.pool)
+
+    def leftovers(self) -> list[str]:
+        """This process's gate containers other than the pool's warm ones, once those the gate closed
+        are gone (waited for on docker's destroy events, within WAIT)."""
+        pool = self.pool
+        for slot in list(pool._slots.values()) if pool else []:  # refills in flight land first
+            assert pool.wait_ready(slot.spec, WAIT)  # type: ignore[union-attr]
+        warm = {sandbox.id for slot in pool._slots.values() for sandbox, _ in slot.ready} if pool else set()
+        filters = {"label": [f"{GATE_LABEL}=skill", f"{OWNER_LABEL}={OWNER}"]}
+        client = self.docker.client
+
+        def names() -> list[str]:  # the low-level list: no inspect of a container being removed meanwhile
+            listed = client.api.containers(all=True, filters=filters)
+            return [name for c in listed if (name := c["Names"][0].lstrip("/")) not in warm]
+
+        until = int(time.time() + WAIT)
+        events = client.events(
+            since=int(time.time()) - 5, until=until, decode=True, filters={"event": "destroy"}
+        )
+        found = names()
+        while found and next(events, None) is not None:
+            found = names()
+        return found
+
+
+@pytest.fixture(params=["created", "pooled"])
+def gate(request: pytest.FixtureRequest, docker: DockerBackend) -> Iterator[Gate]:
+    """For the tests that run a skill's checks: both ways, each with a pool of its own."""
+    pool = WarmPool(docker, size=1, idle_seconds=600) if request.param == "pooled" else None
+    yield Gate(docker, pool)
+    if pool is not None:
+        pool.close()
+
+
+@pytest.fixture
+def created(docker: DockerBackend) -> Gate:
+    """For the tests of refusals before any sandbox exists."""
+    return Gate(docker, None)
 
 
 def assert_not_executed(verdict: Verdict) -> None:
@@ -42,14 +101,14 @@ VERIFY_OK = (
 )
 
 
-def test_a_passing_check_passes(tmp_path: Path, docker: Backend) -> None:
+def test_a_passing_check_passes(tmp_path: Path, gate: Gate) -> None:
     skill = make_skill(
         tmp_path,
         {"scripts/verify.sh": VERIFY_OK},
         metadata={"hermetic.version": "1", "hermetic.verified": "no"},
     )
     assert validate(skill) == []  # the format the gate accepts is the one `agentskills validate` accepts
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = gate(skill)
     assert verdict.status == "pass", verdict.reasons
     assert verdict.reasons == []
     assert [(c.name, c.ok) for c in verdict.checks] == [
@@ -62,12 +121,12 @@ def test_a_passing_check_passes(tmp_path: Path, docker: Backend) -> None:
     assert verdict.image is not None and verdict.image.startswith("hermetic-sandbox:slim@sha256:")
     assert verdict.network == "none"
     assert verdict.duration_ms > 0
-    assert containers_of(docker, "demo-skill") == []
+    assert gate.leftovers() == []
 
 
-def test_a_failing_check_returns_its_output_and_reason(tmp_path: Path, docker: Backend) -> None:
+def test_a_failing_check_returns_its_output_and_reason(tmp_path: Path, gate: Gate) -> None:
     script = "echo checking the count\necho 'expected 2 lines, got 3' >&2\nexit 3\n"
-    verdict = verify(make_skill(tmp_path, {"scripts/verify.sh": script}), GatePolicy(), docker)
+    verdict = gate(make_skill(tmp_path, {"scripts/verify.sh": script}), GatePolicy())
     assert verdict.status == "fail"
     check = verdict.checks[-1]
     assert (check.name, check.ok) == ("verify.sh", False)
@@ -75,7 +134,7 @@ def test_a_failing_check_returns_its_output_and_reason(tmp_path: Path, docker: B
     assert verdict.reasons == ["verify.sh: exit code 3; last line: expected 2 lines, got 3"]
 
 
-def test_tests_directory_runs_with_verify_sh(tmp_path: Path, docker: Backend) -> None:
+def test_tests_directory_runs_with_verify_sh(tmp_path: Path, gate: Gate) -> None:
     """Both declared checks run; a failing unittest fails the skill even when verify.sh passes."""
     passing = """import unittest
 
@@ -85,13 +144,13 @@ class T(unittest.TestCase):
         self.assertEqual(2, 2)
 """
     skill = make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK, "tests/test_count.py": passing})
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = gate(skill)
     assert verdict.status == "pass", verdict.reasons
     assert [c.name for c in verdict.checks][-2:] == ["verify.sh", "tests"]
     assert "Ran 1 test" in verdict.checks[-1].output
 
     (skill / "tests/test_count.py").write_text(passing.replace("(2, 2)", "(2, 3)"))
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = gate(skill)
     assert verdict.status == "fail"
     assert [r.split(":")[0] for r in verdict.reasons] == ["tests"]
     assert "AssertionError: 2 != 3" in verdict.checks[-1].output
@@ -118,11 +177,11 @@ def host_listener() -> Iterator[tuple[str, int]]:
     server.close()
 
 
-def test_network_access_fails_under_policy_none(tmp_path: Path, docker: Backend, host_listener) -> None:
+def test_network_access_fails_under_policy_none(tmp_path: Path, gate: Gate, host_listener) -> None:
     host, port = host_listener
     socket.create_connection((host, port), timeout=3).close()  # reachable from here
     script = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), timeout=5)\"\n"
-    verdict = verify(make_skill(tmp_path, {"scripts/verify.sh": script}), GatePolicy(), docker)
+    verdict = gate(make_skill(tmp_path, {"scripts/verify.sh": script}), GatePolicy())
     assert verdict.status == "fail"
     assert verdict.network == "none"
     assert "Network is unreachable" in verdict.checks[-1].output
@@ -139,42 +198,42 @@ def test_network_access_fails_under_policy_none(tmp_path: Path, docker: Backend,
     ],
 )
 def test_format_rules(
-    tmp_path: Path, docker: Backend, frontmatter: dict[str, object], expected: str, skills_ref_catches: bool
+    tmp_path: Path, created: Gate, frontmatter: dict[str, object], expected: str, skills_ref_catches: bool
 ) -> None:
     skill = make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK}, **frontmatter)
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert_not_executed(verdict)
     assert any(r.startswith("format: ") and expected in r for r in verdict.reasons), verdict.reasons
     assert (validate(skill) != []) == skills_ref_catches
 
 
-def test_a_symlink_leaving_the_skill_is_refused(tmp_path: Path, docker: Backend) -> None:
+def test_a_symlink_leaving_the_skill_is_refused(tmp_path: Path, created: Gate) -> None:
     skill = make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK, "references/notes.md": "notes"})
     os.symlink("/etc/passwd", skill / "references/passwd")
     os.symlink("notes.md", skill / "references/same.md")  # inside the skill: fine
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert_not_executed(verdict)
     assert verdict.reasons == ["files: references/passwd is a symlink leaving the skill (to /etc/passwd)"]
 
 
-def test_a_binary_is_refused(tmp_path: Path, docker: Backend) -> None:
+def test_a_binary_is_refused(tmp_path: Path, created: Gate) -> None:
     skill = make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK, "assets/tool": b"\x7fELF\x02\x01\x01\x00"})
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert_not_executed(verdict)
     assert verdict.reasons == [
         "files: assets/tool is binary; a skill holds text files only (scripts, references)"
     ]
 
 
-def test_too_many_and_too_big_files_are_refused(tmp_path: Path, docker: Backend) -> None:
+def test_too_many_and_too_big_files_are_refused(tmp_path: Path, created: Gate) -> None:
     many = {f"references/n{i}.md": "note\n" for i in range(static.LIMITS.max_files)}
-    verdict = verify(make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK, **many}), GatePolicy(), docker)
+    verdict = created(make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK, **many}), GatePolicy())
     assert_not_executed(verdict)
     limit = static.LIMITS.max_files
     assert verdict.reasons == [f"files: the skill has {limit + 2} files; at most {limit}"]
 
     big = {"references/big.md": "x" * (static.LIMITS.max_file_bytes + 1)}
-    verdict = verify(make_skill(tmp_path, big, directory="big-skill"), GatePolicy(), docker)
+    verdict = created(make_skill(tmp_path, big, directory="big-skill"), GatePolicy())
     assert_not_executed(verdict)
     assert any("references/big.md is" in r and "bytes" in r for r in verdict.reasons), verdict.reasons
 
@@ -193,7 +252,7 @@ PLANTS: dict[Family, tuple[str, str]] = {
 
 
 @pytest.mark.parametrize("family", static.THREAT_FAMILIES)
-def test_each_threat_family_is_caught(tmp_path: Path, docker: Backend, family: Family) -> None:
+def test_each_threat_family_is_caught(tmp_path: Path, created: Gate, family: Family) -> None:
     rel, plant = PLANTS[family]
     files = {"scripts/verify.sh": VERIFY_OK}
     if rel == "SKILL.md":
@@ -203,41 +262,74 @@ def test_each_threat_family_is_caught(tmp_path: Path, docker: Backend, family: F
     else:
         files[rel] = VERIFY_OK + plant + "\n" if rel == "scripts/verify.sh" else plant + "\n"
         skill = make_skill(tmp_path, files)
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert_not_executed(verdict)
     assert any(r.startswith(f"threats: {rel}: {family}/") for r in verdict.reasons), verdict.reasons
 
 
-def test_no_checks_fails_or_merges_as_unverified(tmp_path: Path, docker: Backend) -> None:
+def test_no_checks_fails_or_merges_as_unverified(tmp_path: Path, created: Gate) -> None:
     skill = make_skill(tmp_path, {"references/notes.md": "how to count lines"})
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert verdict.status == "fail"
     assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith("no checks: add scripts/verify.sh")
 
-    verdict = verify(skill, GatePolicy(allow_unverified=True), docker)
+    verdict = created(skill, GatePolicy(allow_unverified=True))
     assert (verdict.status, verdict.reasons, verdict.image) == ("unverified", [], None)
 
 
-def test_a_network_request_is_refused_by_the_policy(tmp_path: Path, docker: Backend) -> None:
+def test_a_network_request_is_refused_by_the_policy(tmp_path: Path, created: Gate) -> None:
     skill = make_skill(tmp_path, {"scripts/verify.sh": VERIFY_OK}, metadata={"hermetic.network": "pypi.org"})
     assert validate(skill) == []
-    verdict = verify(skill, GatePolicy(), docker)
+    verdict = created(skill)
     assert_not_executed(verdict)
     assert verdict.reasons[0].startswith("network: the skill requests pypi.org (hermetic.network)")
 
-    verdict = verify(skill, GatePolicy(allow_network=True, allowed_hosts=["github.com"]), docker)
+    verdict = created(skill, GatePolicy(allow_network=True, allowed_hosts=["github.com"]))
     assert_not_executed(verdict)
     assert verdict.reasons == ["network: the policy does not allow pypi.org; allowed hosts: github.com"]
-    assert containers_of(docker, "demo-skill") == []
+    assert created.leftovers() == []
 
 
-def test_a_check_past_the_timeout_fails_and_its_sandbox_is_gone(tmp_path: Path, docker: Backend) -> None:
+def test_a_check_past_the_timeout_fails_and_its_sandbox_is_gone(tmp_path: Path, gate: Gate) -> None:
     skill = make_skill(tmp_path, {"scripts/verify.sh": "echo started\nsleep 60\n", "tests/test_x.py": ""})
-    verdict = verify(skill, GatePolicy(timeout=2), docker)
+    verdict = gate(skill, GatePolicy(timeout=2))
     assert verdict.status == "fail"
     assert verdict.reasons == [
         "verify.sh: timed out (the checks may take 2 s in all)",
         "tests: not run, the checks' timeout of 2 s was used up",
     ]
     assert "started" in verdict.checks[-2].output
-    assert containers_of(docker, "demo-skill") == []
+    assert gate.leftovers() == []
+
+
+def test_a_warm_sandbox_checks_one_skill_and_is_closed(tmp_path: Path, docker: DockerBackend) -> None:
+    """The gate takes the pool's warm sandbox, the pool never hands it out again (it is destroyed), and
+    the next skill's checks run in another sandbox that holds nothing of the first's."""
+    volume = "grep -o 'hm-[0-9a-f]*-workspace' /proc/self/mountinfo\n"  # which sandbox this is
+    marks = "touch /tmp/first-was-here /workspace/first-was-here\n" + volume
+    clean = "test ! -e /tmp/first-was-here && test ! -e /workspace/first-was-here\n" + volume
+    first = make_skill(tmp_path, {"scripts/verify.sh": marks}, directory="first-skill")
+    second = make_skill(tmp_path, {"scripts/verify.sh": clean}, directory="second-skill")
+    gate = Gate(docker, WarmPool(docker, size=1, idle_seconds=600))
+    assert gate.pool is not None
+    try:
+        spec = sandbox_spec(docker.ensure_image(GatePolicy().image), [], GatePolicy().timeout)
+        gate.pool.prefill(spec)
+        assert gate.pool.wait_ready(spec, WAIT)
+        (warm,) = [sandbox for sandbox, _ in gate.pool._slots[spec.model_dump_json()].ready]
+        since = int(time.time()) - 5
+        verdict = gate(first)
+        assert verdict.status == "pass", verdict.checks[-1].output
+        assert verdict.checks[-1].output == f"{warm.id}-workspace\n"  # the warm one ran the checks
+        destroyed = docker.client.events(
+            since=since, until=int(time.time() + WAIT), decode=True, filters={"event": "destroy"}
+        )
+        assert any(event["Actor"]["Attributes"].get("name") == warm.id for event in destroyed)
+        verdict = gate(second)
+        assert verdict.status == "pass", verdict.checks[-1].output
+        assert verdict.checks[-1].output.startswith("hm-") and warm.id not in verdict.checks[-1].output
+        assert warm.id not in {sandbox.id for sandbox, _ in gate.pool._slots[spec.model_dump_json()].ready}
+    finally:
+        gate.pool.close()
+    assert verify(second, GatePolicy(), docker, gate.pool).status == "pass"  # a closed pool creates one
+    assert Gate(docker, None).leftovers() == []

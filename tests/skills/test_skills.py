@@ -176,8 +176,8 @@ def test_reverification_marks_a_skill_that_no_longer_passes(tmp_path: Path) -> N
     add(library, "answer-check", "Check that the answer is 42.")
     add(library, "other", "Another skill.")
     # what changed under the skill: the verification environment (an upgraded image, simulated)
-    library._verify = lambda candidate, policy, backend: (
-        gate_verify(candidate, policy, backend)
+    library._verify = lambda candidate, policy, backend, pool: (
+        gate_verify(candidate, policy, backend, pool)
         if candidate.name == "other"
         else Verdict(candidate.name, "fail", ["verify.sh: exit code 127"])
     )
