@@ -10,17 +10,14 @@ and its media upload is fixed to https://oapi.dingtalk.com: each call here goes 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..config.chat import DingTalkSettings
+from .app_token import AppToken
 from .base import AdapterError, ConnectionLost, RateLimited
-
-TOKEN_MARGIN = 300.0
-"""Seconds before its expiry a token is renewed (a call in flight must not carry an expired one)."""
 
 
 def is_group(chat: str) -> bool:
@@ -33,22 +30,21 @@ class DingTalkApi:
         self.settings = settings
         self.robot_code = settings.robot_code or settings.client_id
         self._http = httpx.AsyncClient(base_url=settings.api_base.rstrip("/"), timeout=30)
-        self._token = ""
-        self._expires = 0.0
+        self._token = AppToken(self._new_token)
 
     async def close(self) -> None:
         await self._http.aclose()
 
     async def token(self) -> str:
-        """The app's access token (POST /v1.0/oauth2/accessToken), cached until near its expiry."""
-        if self._token and time.monotonic() < self._expires:
-            return self._token
+        """The app's access token, cached until near its expiry."""
+        return await self._token.get()
+
+    async def _new_token(self) -> tuple[str, float]:
+        """POST /v1.0/oauth2/accessToken: a new token and its lifetime in seconds."""
         secret = self.settings.client_secret.get_secret_value()
         body = {"appKey": self.settings.client_id, "appSecret": secret}
         found = await self._call("POST", "/v1.0/oauth2/accessToken", json=body, auth=False)
-        self._token = str(found["accessToken"])
-        self._expires = time.monotonic() + float(found.get("expireIn", 7200)) - TOKEN_MARGIN
-        return self._token
+        return str(found["accessToken"]), float(found.get("expireIn", 7200))
 
     async def send(self, chat: str, key: str, param: dict[str, Any]) -> str:
         """A robot message (msgKey `key`, e.g. sampleMarkdown) to a user or a group; its processQueryKey."""
@@ -124,7 +120,7 @@ class DingTalkApi:
         if response.status_code == 200:
             return found
         if response.status_code == 401 and auth and again:
-            self._token = ""
+            self._token.forget()
             return await self._call(method, path, json=json, again=False)
         if response.status_code == 429 or "Throttling" in str(found.get("code", "")):
             raise RateLimited(1.0)

@@ -12,7 +12,6 @@ s without), and it fetches its token synchronously (requests) inside its async c
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -20,10 +19,9 @@ from urllib.parse import quote
 import httpx
 
 from ..config.chat import FeishuSettings
+from .app_token import AppToken
 from .base import AdapterError, ConnectionLost, RateLimited
 
-TOKEN_MARGIN = 300.0
-"""Seconds before its expiry a token is renewed (a call in flight must not carry an expired one)."""
 INVALID_TOKEN = {99991661, 99991663, 99991668}
 """The token is missing, invalid or expired: fetched anew and the call made once more."""
 RATE_LIMITED = {99991400, 230020}
@@ -43,22 +41,21 @@ class FeishuApi:
     def __init__(self, settings: FeishuSettings) -> None:
         self.settings = settings
         self._http = httpx.AsyncClient(base_url=f"{settings.base_url}/open-apis", timeout=30)
-        self._token = ""
-        self._expires = 0.0
+        self._token = AppToken(self._new_token)
 
     async def close(self) -> None:
         await self._http.aclose()
 
     async def token(self) -> str:
-        """The app's tenant_access_token (auth/v3/tenant_access_token/internal), cached until near expiry."""
-        if self._token and time.monotonic() < self._expires:
-            return self._token
+        """The app's tenant_access_token, cached until near its expiry."""
+        return await self._token.get()
+
+    async def _new_token(self) -> tuple[str, float]:
+        """auth/v3/tenant_access_token/internal: a new token and its lifetime in seconds."""
         secret = self.settings.app_secret.get_secret_value()
         asked = {"app_id": self.settings.app_id, "app_secret": secret}
         found = await self._request("POST", "/auth/v3/tenant_access_token/internal", {"json": asked})
-        self._token = str(found.get("tenant_access_token", ""))
-        self._expires = time.monotonic() + float(found.get("expire", 7200)) - TOKEN_MARGIN
-        return self._token
+        return str(found.get("tenant_access_token", "")), float(found.get("expire", 7200))
 
     async def bot_open_id(self) -> str:
         """The bot's own open id (bot/v3/info): how a group message that @mentions it is told apart."""
@@ -110,7 +107,7 @@ class FeishuApi:
         except _InvalidToken:
             if not again:
                 raise AdapterError(f"Feishu refused {path}: the new tenant_access_token too") from None
-            self._token = ""
+            self._token.forget()
             return await self._call(method, path, again=False, **asked)
 
     async def _request(self, method: str, path: str, asked: dict[str, Any]) -> dict[str, Any]:

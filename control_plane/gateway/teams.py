@@ -23,7 +23,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from microsoft_teams.common.http import Client, ClientOptions
 from pydantic import ValidationError
 
 from ..config.chat import TeamsSettings
+from .app_token import AppToken
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .listener import listen
 from .ordered import NotStored, PerChat
@@ -52,8 +52,6 @@ from .teams_files import TeamsFiles
 log = logging.getLogger("hermetic.gateway.teams")
 TEXT_LIMIT = 24000
 """UTF-8 bytes of one message's text: Teams takes about 28 KB per message, the envelope included."""
-TOKEN_MARGIN = 300.0
-"""Seconds before its expiry a bot token is fetched afresh."""
 
 
 class TeamsAdapter(Adapter):
@@ -68,9 +66,7 @@ class TeamsAdapter(Adapter):
         self._validator = TokenValidator.for_service(settings.app_id, cloud=cloud)
         self._http = Client(ClientOptions(token=self._bot_token))
         self._token_client = httpx.AsyncClient(timeout=30)
-        self._token: tuple[str, float] | None = None
-        """The bot token and when it stops being used."""
-        self._token_lock = asyncio.Lock()
+        self._token = AppToken(self._new_token)
         self._latest: dict[str, str] = {}
         """conversation -> its latest user activity: a reply is a Reply to Activity of it."""
         self._runner: web.AppRunner | None = None
@@ -88,7 +84,7 @@ class TeamsAdapter(Adapter):
         return f"teams:{self.settings.app_id}"
 
     async def connect(self) -> None:
-        self._token = None
+        self._token.forget()
         await self._bot_token()  # checks the app id and password
 
     async def disconnect(self) -> None:
@@ -189,25 +185,23 @@ class TeamsAdapter(Adapter):
         return hmac.new(self._secret.encode(), data.encode(), hashlib.sha256).hexdigest()
 
     async def _bot_token(self) -> str:
-        """The connector's bearer token (client credentials), cached until shortly before it expires."""
-        async with self._token_lock:
-            if self._token is not None and time.monotonic() < self._token[1]:
-                return self._token[0]
-            url = f"{self.settings.login_endpoint.rstrip('/')}/{self.settings.tenant_id}/oauth2/v2.0/token"
-            form = {"grant_type": "client_credentials", "client_id": self.settings.app_id,
-                    "client_secret": self._secret, "scope": PUBLIC.bot_scope}  # fmt: skip
-            try:
-                answer = await self._token_client.post(url, data=form)
-            except httpx.HTTPError as exc:
-                raise ConnectionLost(f"the token endpoint is unreachable: {exc}") from exc
-            if answer.status_code >= 500:
-                raise ConnectionLost(f"the token endpoint answered {answer.status_code}")
-            if answer.status_code != 200:
-                raise AdapterError(f"the token endpoint refused the app id or password: {answer.text[:200]}")
-            body = answer.json()
-            lifetime = float(body.get("expires_in", 3600))
-            self._token = (str(body["access_token"]), time.monotonic() + max(lifetime - TOKEN_MARGIN, 0.0))
-            return self._token[0]
+        """The connector's bearer token (client credentials), kept until shortly before it expires."""
+        return await self._token.get()
+
+    async def _new_token(self) -> tuple[str, float]:
+        url = f"{self.settings.login_endpoint.rstrip('/')}/{self.settings.tenant_id}/oauth2/v2.0/token"
+        form = {"grant_type": "client_credentials", "client_id": self.settings.app_id,
+                "client_secret": self._secret, "scope": PUBLIC.bot_scope}  # fmt: skip
+        try:
+            answer = await self._token_client.post(url, data=form)
+        except httpx.HTTPError as exc:
+            raise ConnectionLost(f"the token endpoint is unreachable: {exc}") from exc
+        if answer.status_code >= 500:
+            raise ConnectionLost(f"the token endpoint answered {answer.status_code}")
+        if answer.status_code != 200:
+            raise AdapterError(f"the token endpoint refused the app id or password: {answer.text[:200]}")
+        body = answer.json()
+        return str(body["access_token"]), float(body.get("expires_in", 3600))
 
     async def _service(self, chat: str) -> str:
         found = await asyncio.to_thread(self.store.get_state, f"teams:service:{chat}")

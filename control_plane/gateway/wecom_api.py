@@ -6,13 +6,12 @@ from 2021, and synchronous), and the API is plain JSON over HTTPS."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
 
 from ..config.chat import WeComSettings
+from .app_token import AppToken
 from .base import AdapterError, ConnectionLost, RateLimited
 
 STALE_TOKEN = frozenset({42001, 40014})
@@ -21,8 +20,6 @@ BUSY = frozenset({-1})
 """System busy: the call may work later."""
 THROTTLED = frozenset({45009, 45033})
 """Over the call frequency or concurrency limit."""
-EARLY = 300.0
-"""Seconds before its stated expiry a token is replaced."""
 
 
 class WeComApi:
@@ -30,9 +27,7 @@ class WeComApi:
         self.settings = settings
         self._client: httpx.AsyncClient | None = None
         """Opened at the first call (again after `close`, as a gateway reconnects)."""
-        self._token: str | None = None
-        self._expires = 0.0
-        self._lock = asyncio.Lock()
+        self._token = AppToken(self._new_token)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -41,24 +36,15 @@ class WeComApi:
 
     async def token(self, stale: str | None = None) -> str:
         """The current access_token; a new one when it is near its expiry or is `stale`."""
-        async with self._lock:
-            if self._token is not None and self._token != stale and time.monotonic() < self._expires:
-                return self._token
-            response = await self._send(
-                "GET",
-                "gettoken",
-                params={
-                    "corpid": self.settings.corp_id,
-                    "corpsecret": self.settings.secret.get_secret_value(),
-                },
-            )
-            body = _checked(_answer(response))
-            if not body.get("access_token"):
-                raise ConnectionLost("WeCom's gettoken answered no access_token")
-            self._token = str(body["access_token"])
-            lifetime = float(body.get("expires_in", 7200))
-            self._expires = time.monotonic() + max(lifetime - EARLY, lifetime / 2)
-            return self._token
+        return await self._token.get(stale)
+
+    async def _new_token(self) -> tuple[str, float]:
+        """gettoken: a new access_token and its lifetime in seconds."""
+        params = {"corpid": self.settings.corp_id, "corpsecret": self.settings.secret.get_secret_value()}
+        body = _checked(_answer(await self._send("GET", "gettoken", params=params)))
+        if not body.get("access_token"):
+            raise ConnectionLost("WeCom's gettoken answered no access_token")
+        return str(body["access_token"]), float(body.get("expires_in", 7200))
 
     async def call(
         self,

@@ -213,7 +213,7 @@ def test_a_delivery_reaches_a_conversation_by_its_id_after_the_gateway_stopped(
 def test_a_bot_token_about_to_expire_is_fetched_afresh(
     tmp_path: Path, fake_llm: Any, teams: TeamsStandin
 ) -> None:
-    teams.expires_in = 60  # inside the adapter's five-minute margin: never reused
+    teams.expires_in = 0  # kept for half its life, or until five minutes before its end: never reused
     fake_llm.load([{"text": "one"}, {"text": "two"}])
     with Running(_settings(tmp_path, fake_llm.url, teams)) as gateway:
         teams.user_says(OWNER, "first")
