@@ -10,10 +10,12 @@ store's own SQLite (pysqlite3, store/dbapi.py) writes: "database disk image is m
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from a2a.server.context import ServerCallContext
+from a2a.server.models import TaskModel
 from a2a.server.tasks import DatabaseTaskStore, InMemoryTaskStore, TaskStore
 from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task
 from sqlalchemy import text
@@ -21,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ..store.engine import create_tables
 from .profiles import Profile
 
 TABLE = "tasks"
@@ -37,30 +40,34 @@ class ProfileTasks(TaskStore):
         self._here = InMemoryTaskStore()
         """SQLite profiles' tasks (the owner, their profile's name, keeps them apart)."""
 
-    def _store(self, context: ServerCallContext) -> TaskStore:
+    async def _store(self, context: ServerCallContext) -> TaskStore:
         profile: Profile = context.state["profile"]
         name = profile.settings.profile
-        if name not in self._stores:  # on the event loop: no other request slips in between
-            url = make_url(str(profile.settings.database_url))
-            if url.get_backend_name() != "postgresql":
-                self._stores[name] = self._here
-            else:
-                engine = create_async_engine(url.set(drivername="postgresql+psycopg"), pool_pre_ping=True)
-                self._engines.append(engine)
-                self._stores[name] = DatabaseTaskStore(engine)
+        if name in self._stores:
+            return self._stores[name]
+        url = make_url(str(profile.settings.database_url))
+        if url.get_backend_name() != "postgresql":
+            return self._stores.setdefault(name, self._here)
+        # the table under the schema lock, not by the SDK at its first call: replicas starting at once
+        # would race its CREATE TABLE (a duplicate key in pg_type); idempotent, so two first calls may both
+        await asyncio.to_thread(create_tables, profile.agent.store.engine, [TaskModel.metadata.tables[TABLE]])
+        if name not in self._stores:
+            engine = create_async_engine(url.set(drivername="postgresql+psycopg"), pool_pre_ping=True)
+            self._engines.append(engine)
+            self._stores[name] = DatabaseTaskStore(engine, create_table=False)
         return self._stores[name]
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        await self._store(context).save(task, context)
+        await (await self._store(context)).save(task, context)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        return await self._store(context).get(task_id, context)
+        return await (await self._store(context)).get(task_id, context)
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        return await self._store(context).list(params, context)
+        return await (await self._store(context)).list(params, context)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        await self._store(context).delete(task_id, context)
+        await (await self._store(context)).delete(task_id, context)
 
     async def close(self) -> None:
         for engine in self._engines:
