@@ -9,7 +9,6 @@ beside them): errors in the JSON-RPC envelope, streams as SSE. Tasks are kept in
 
 from __future__ import annotations
 
-from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -21,25 +20,10 @@ from fastapi.responses import JSONResponse
 from starlette.requests import Request as StarletteRequest
 
 from ..a2a.card import RPC_PATH, agent_card, base_card
-from .a2a_store import ProfileTasks
+from .a2a_store import ProfileTasks, ProfileUser
 from .a2a_tasks import HermeticExecutor
 from .bounds import errors
 from .profiles import Auth, Hub, OptionalAuth
-
-
-class _ProfileUser(User):
-    """The caller as the SDK sees it: its profile, which owns its tasks."""
-
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def user_name(self) -> str:
-        return self.profile
 
 
 class _Calls(DefaultServerCallContextBuilder):
@@ -48,7 +32,7 @@ class _Calls(DefaultServerCallContextBuilder):
     def build(self, request: StarletteRequest) -> ServerCallContext:
         context = super().build(request)
         profile = request.state.a2a_profile
-        context.user = _ProfileUser(profile.settings.profile)
+        context.user = ProfileUser(profile.settings.profile)
         context.state["profile"] = profile
         context.state["headers"].pop("authorization", None)  # the token goes no further than this
         return context

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
+from a2a.auth.user import User
+from a2a.helpers.proto_helpers import new_text_message
 from a2a.server.context import ServerCallContext
 from a2a.server.models import TaskModel
 from a2a.server.tasks import DatabaseTaskStore, InMemoryTaskStore, TaskStore
-from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task
+from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -26,9 +29,31 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from ..store.engine import create_tables
 from .profiles import Profile
 
+log = logging.getLogger(__name__)
 TABLE = "tasks"
 """The SDK's default table: any other name makes it declare a model per store, and a second store (another
 profile) then fails on the table already declared."""
+UNFINISHED = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+"""A task in these states has a run that will update it (a task waiting for input has none)."""
+CUT_OFF = (
+    "the replica running this task's turn stopped before it ended: the turn is interrupted (your message and "
+    "its finished steps are kept); send a message in this context to go on"
+)
+
+
+class ProfileUser(User):
+    """The caller as the SDK sees it: its profile, which owns its tasks."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.profile
 
 
 class ProfileTasks(TaskStore):
@@ -73,6 +98,23 @@ class ProfileTasks(TaskStore):
         for engine in self._engines:
             await engine.dispose()
 
+    async def end_cut_off(self, profile: Profile, session_id: str) -> None:
+        """The session's turn died with its replica (profiles.py took the session over): its A2A tasks
+        that run was to finish, submitted or working, fail with the reason, as its followers were told."""
+        context = ServerCallContext(user=ProfileUser(profile.settings.profile), state={"profile": profile})
+        try:
+            store = await self._store(context)
+            for task_id in await asyncio.to_thread(_tasks_of, profile, session_id):
+                task = await store.get(task_id, context)
+                if task is None or task.status.state not in UNFINISHED:
+                    continue
+                task.status.state = TaskState.TASK_STATE_FAILED
+                task.status.message.CopyFrom(new_text_message(CUT_OFF, task.context_id, task.id))
+                task.status.timestamp.GetCurrentTime()
+                await store.save(task, context)
+        except Exception:  # the database is away: the task keeps its last state, the session is served
+            log.exception("session %s: its A2A tasks could not be ended", session_id)
+
 
 def session_of(profile: Profile, body: bytes) -> str | None:
     """The session a JSON-RPC request of POST /a2a is about: its message's context's, else its task's
@@ -95,6 +137,20 @@ def session_of(profile: Profile, body: bytes) -> str | None:
         context = _context_of(profile, task)
     found = profile.agent.bindings.get("a2a", context) if context else None
     return found.session_id if found else None
+
+
+def _tasks_of(profile: Profile, session_id: str) -> list[str]:
+    """The ids of the profile's tasks in the A2A contexts bound to `session_id`."""
+    with profile.agent.store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT t.id FROM {TABLE} t JOIN conversation_bindings b ON b.surface = 'a2a' "
+                "AND b.key = t.context_id AND b.profile = t.owner "
+                "WHERE b.session_id = :session AND t.owner = :owner"
+            ),
+            {"session": session_id, "owner": profile.settings.profile},
+        ).scalars()
+        return list(rows)
 
 
 def _field(params: dict[str, Any], *names: str) -> str | None:

@@ -111,10 +111,15 @@ def create_app(
     tokens = TokenStore(root)
     address = base.api.replica_address or replica_address
     replica = Replica(address, base.api.lease_seconds) if address else None
-    hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica)
+    tasks = ProfileTasks()
+
+    def cut_off(profile: Profile, session_id: str) -> None:  # from a request's or the renewal's thread
+        assert replica is not None and replica.loop is not None  # a cut-off turn takes replicas
+        asyncio.run_coroutine_threadsafe(tasks.end_cut_off(profile, session_id), replica.loop)
+
+    hub = Hub(settings_for or (lambda name: load_settings(name, root=root)), replica, cut_off)
     forwarding = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
     mcp = McpEndpoint(hub, tokens)
-    tasks = ProfileTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

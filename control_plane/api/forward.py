@@ -16,6 +16,7 @@ have been taken: sent again to the next owner, a message would be posted (and an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
@@ -117,12 +118,12 @@ class ForwardToOwner:
             forwarded = await forward(self.client, holder, scope, headers, body, send, receive)
             return forwarded is not Forwarded.NOT_TAKEN
 
-        if not await self._at_owner(profile.replication, session_id, here, there):
+        if not await self._at_owner(profile, session_id, here, there):
             await _answer(send, 503, f"session {session_id}'s replica does not answer; try again", retry=5)
 
     async def _at_owner(
         self,
-        replication: Replication,
+        profile: Profile,
         session_id: str,
         here: Callable[[], Awaitable[None]],
         there: Callable[[Holder], Awaitable[bool]],
@@ -130,9 +131,12 @@ class ForwardToOwner:
         """Serve at the session's owner: `here` when this replica holds (or now takes) its lease, else
         `there` (False: the owner never had it; once its lease lapses the next owner is tried). False
         when no owner answered."""
+        assert profile.replication is not None
         for _ in range(3):  # the owner, or after it died and its lease lapsed, a new owner
-            holder = await asyncio.to_thread(replication.leases.claim, session_id)
+            holder = await asyncio.to_thread(profile.replication.leases.claim, session_id)
             if holder.owner == self.replica.id:
+                if holder.running and session_id not in profile.live:  # taken from a replica that died
+                    await asyncio.to_thread(_take_over, profile, session_id)  # mid-turn: that turn ends
                 await here()
                 return True
             if await there(holder):
@@ -170,7 +174,7 @@ class ForwardToOwner:
             keep = {"authorization", "cookie", "origin", "user-agent"}
             return await relay(holder, websocket, _outgoing(websocket.headers, holder, keep))
 
-        if await self._at_owner(profile.replication, session_id, here, there):
+        if await self._at_owner(profile, session_id, here, there):
             return
         await websocket.accept()  # a browser cannot read a refused handshake's reason
         await websocket.send_json(
@@ -187,6 +191,14 @@ class ForwardToOwner:
         except HTTPException:
             return None
         return self.hub.profile(name) if name else None
+
+
+def _take_over(profile: Profile, session_id: str) -> None:
+    """Resume the session here, which ends the turn its dead replica left running (profiles.py), before a
+    request that reads no session (an A2A task, a terminal) is served: else polling it would keep the lease
+    taken and the turn never ended."""
+    with contextlib.suppress(HTTPException):  # gone, or taken by another replica: the route answers
+        profile.session(session_id)
 
 
 def _about(profile: Profile, scope: Scope, body: bytes) -> str | None:

@@ -33,6 +33,8 @@ RETRY_RUNNING = 5
 """Retry-After when too many sessions run: a turn with the usual tools ends within seconds."""
 RETRY_SANDBOX = 30
 """Retry-After when too many sandboxes are held: they free up as sessions close or go idle."""
+CutOff = Callable[["Profile", str], None]
+"""Told of a profile's session whose turn died with its replica (Profile.on_cut_off)."""
 
 
 class LiveSession:
@@ -124,8 +126,13 @@ def sandbox_limited(exc: SandboxLimit) -> HTTPException:
 class Profile:
     """One profile's agent and its sessions open in this server."""
 
-    def __init__(self, settings: Settings, replica: Replica | None = None) -> None:
+    def __init__(
+        self, settings: Settings, replica: Replica | None = None, on_cut_off: CutOff | None = None
+    ) -> None:
         self.settings = settings
+        self.on_cut_off = on_cut_off
+        """Told (from any thread) of each session whose turn this replica found cut off by its replica's
+        death, once its followers were: what keeps its own state of a turn (A2A's tasks) ends it too."""
         self.agent = Agent(settings)
         conversation_keys.take_over(settings.home, self.agent.bindings)
         self.live: dict[str, LiveSession] = {}
@@ -170,6 +177,8 @@ class Profile:
             replication.leases.set_running(session_id, False)
             for event in _ended(conversation.history[-1]):
                 replication.call_soon(live.publish, event)
+            if self.on_cut_off is not None:
+                self.on_cut_off(self, session_id)
         return live
 
     def _live(self, conversation: Conversation, seq: int) -> LiveSession:
@@ -252,9 +261,15 @@ class Profile:
 class Hub:
     """Profiles by name, each opened on first use with its own home, database and sandboxes."""
 
-    def __init__(self, settings_for: Callable[[str], Settings], replica: Replica | None = None) -> None:
+    def __init__(
+        self,
+        settings_for: Callable[[str], Settings],
+        replica: Replica | None = None,
+        on_cut_off: CutOff | None = None,
+    ) -> None:
         self.settings_for = settings_for
         self.replica = replica
+        self.on_cut_off = on_cut_off
         self.profiles: dict[str, Profile] = {}
         self._opening = threading.Lock()
 
@@ -267,7 +282,7 @@ class Hub:
             return found
         with self._opening:
             if name not in self.profiles:
-                self.profiles[name] = Profile(self.settings_for(name), self.replica)
+                self.profiles[name] = Profile(self.settings_for(name), self.replica, self.on_cut_off)
             return self.profiles[name]
 
     def prefill(self, name: str) -> None:

@@ -7,6 +7,7 @@ to the session's replica."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -240,6 +241,45 @@ def test_a_tasks_answer_get_and_cancel_reach_its_sessions_replica_from_another(c
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert got.status.state == TaskState.TASK_STATE_CANCELED
     assert cluster.history(1, session)["running"] is False  # the run itself was interrupted, on its replica
+
+
+def test_a_task_whose_replica_dies_mid_turn_fails_with_the_reason_on_the_others(cluster: Cluster) -> None:
+    cluster.model.load([{"text": "never sent", "delay": 300, "match": "<a2a-cut-off>"}])
+    asked = len(cluster.model.requests)
+    killed: list[int] = []
+
+    async def started() -> Task:
+        async with a2a_client(cluster, 2, streaming=True) as client:
+            stream = client.send_message(message("<a2a-cut-off> take your time"))
+            async for response in stream:
+                if response.HasField("task"):
+                    task = response.task
+                    break
+            await asyncio.to_thread(cluster.model.wait_requests, asked + 1)  # the turn waits for the model
+            session = _session_of(cluster, task.context_id)
+            [owner] = [n for n, r in enumerate(cluster.replicas) if session in cluster.sessions_held_by(r)]
+            killed.append(owner)
+            cluster.replicas[owner].kill()  # its run, its lease and its task's updates die with it
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        return task
+
+    async def state(task_id: str, index: int) -> Task:
+        async with a2a_client(cluster, index) as client:
+            return await client.get_task(GetTaskRequest(id=task_id))
+
+    try:
+        task = run(started())
+        other = (killed[0] + 1) % len(cluster.replicas)
+        # another replica takes the lapsed turn over (after the lease's length) and ends the task
+        failed = TaskState.TASK_STATE_FAILED
+        until(lambda: run(state(task.id, other)).status.state == failed, "the task's end")
+        ended = run(state(task.id, other))
+        assert "stopped before it ended" in get_message_text(ended.status.message)
+        assert cluster.history(other, _session_of(cluster, task.context_id))["running"] is False
+    finally:
+        for index in killed:
+            cluster.replicas[index].start().wait_healthy()
 
 
 def _session_of(cluster: Cluster, context_id: str) -> str:
