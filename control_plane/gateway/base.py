@@ -78,6 +78,11 @@ class Adapter(ABC):
     """Replies stream by editing one message (False: one message when the reply is done)."""
     buttons: bool = True
     """Buttons can be shown (False: a question's choices are listed and answered by a reply)."""
+
+    def buttons_in(self, message: Inbound) -> bool:
+        """Whether buttons can be shown in `message`'s chat (a platform may have none in groups)."""
+        return self.buttons
+
     replies_answer: bool = False
     """A reply answers an open question that has buttons too (its choices are listed as well)."""
     authenticates: bool = False

@@ -133,7 +133,7 @@ class Turn:
             Button(label=choice, data=f"q:{question.id}:{choice}", tone=_tone(question, choice))
             for choice in question.choices
         ]
-        if not self.adapter.buttons:
+        if not self.adapter.buttons_in(self.message):
             buttons = []
         listed = f" ({', '.join(question.choices)})" if question.choices else ""
         text = question.prompt

@@ -13,6 +13,11 @@ the 24-hour customer-service window only a template may be sent; when a reply is
 (error 131047), the configured template tells the user an answer waits and that writing reopens the
 chat. pywa sets the Graph API host on the httpx client it is given; the adapter sets that client's
 `base_url` to `api_base` afterwards (for the suite's stand-in), which is httpx's, not pywa's logic.
+
+Groups (the Cloud API's Groups API): a group's messages come with its `group_id`, which is then the chat
+(replies go to it, `recipient_type: group`); the bot answers a group message only when it is addressed,
+by a mention of its number (`@15550001111`) or a reply to one of its messages. Groups take text, media and
+templates but no interactive messages, so a question there lists its choices and is answered by a reply.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import contextvars
 import logging
 import mimetypes
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,7 @@ from pywa_async.errors import ReEngagementMessage, ThrottlingError, WhatsAppErro
 from pywa_async.handlers import CallbackButtonHandler, CallbackSelectionHandler, MessageHandler
 from pywa_async.types import Button as WaButton
 from pywa_async.types import CallbackButton, CallbackSelection, Message, Section, SectionList, SectionRow
+from pywa_async.types.chat import ChatType
 from pywa_async.types.templates import TemplateLanguage
 from whatsapp_formatter import convert_markdown_to_whatsapp
 
@@ -75,14 +82,23 @@ class WhatsAppAdapter(Adapter):
         """chat -> the id of its latest message (a typing indicator is shown on one)."""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self._number = ""
+        """The business's phone number, digits only: how group members mention it (set at connect)."""
+        self._mention = re.compile("(?!)")
 
     @property
     def lock_name(self) -> str:
         return f"whatsapp:{self.settings.phone_id}"
 
+    def buttons_in(self, message: Inbound) -> bool:
+        return message.direct  # groups take no interactive messages
+
     async def connect(self) -> None:
         try:
-            await self.wa.get_business_phone_number()
+            number = await self.wa.get_business_phone_number()
+            self._number = re.sub(r"\D", "", number.display_phone_number or "")
+            if self._number:  # else no mention can be told apart: only replies to the bot address it
+                self._mention = re.compile(rf"(?<![\w@])@\+?{self._number}(?!\d)")
         except WhatsAppError as exc:
             raise AdapterError(f"WhatsApp refused the token: {exc}") from exc
         except httpx.HTTPError as exc:
@@ -102,7 +118,9 @@ class WhatsAppAdapter(Adapter):
                 _failed.get().append(exc)
 
         async def on_message(_: Any, msg: Message) -> None:
-            await store(_inbound(msg))
+            inbound = self._inbound(msg)
+            if inbound is not None:
+                await store(inbound)
 
         async def on_button(_: Any, press: CallbackButton | CallbackSelection) -> None:
             user = str(press.from_user.preferred_id)
@@ -184,6 +202,34 @@ class WhatsAppAdapter(Adapter):
             except (WhatsAppError, httpx.HTTPError) as exc:  # cosmetic
                 log.debug("whatsapp: no typing indicator: %s", exc)
 
+    def _inbound(self, msg: Message) -> Inbound | None:
+        """The message as the gateway takes it; None for a group message not addressed to the bot."""
+        media = msg.document or msg.image or msg.video or msg.audio or msg.sticker  # a voice note is audio
+        files = []
+        if media is not None:
+            kind = (media.mime_type or "").split(";")[0].strip()  # "audio/ogg; codecs=opus"
+            extension = ".ogg" if kind == "audio/ogg" else mimetypes.guess_extension(kind) or ".bin"
+            name = getattr(media, "filename", None) or f"{media.id}{extension}"
+            files.append(Attachment(name=name, ref=str(media.id)))
+        user = str(msg.from_user.preferred_id)
+        text = msg.text or getattr(media, "caption", None) or ""
+        group = msg.chat.type == ChatType.GROUP
+        if group:
+            replied = msg.reply_to_message is not None and msg.reply_to_message.from_user_id == self._number
+            if not (replied or self._mention.search(text)):
+                return None
+            text = self._mention.sub("", text).strip()
+        return Inbound(
+            platform=self.platform,
+            chat=msg.chat.id if group else user,
+            message_id=msg.id,
+            user=user,
+            user_name=msg.from_user.name or "",
+            text=text,
+            direct=not group,
+            files=files,
+        )
+
     async def _call(self, call: Any, chat: str) -> Any:
         """A send, with its errors in the gateway's terms; outside the 24-hour window the template."""
         try:
@@ -218,23 +264,3 @@ def _choices(buttons: list[Button]) -> list[WaButton] | SectionList | None:
         return [WaButton(title=b.label[:20], callback_data=b.data) for b in buttons] or None
     rows = [SectionRow(title=b.label[:24], callback_data=b.data) for b in buttons]
     return SectionList(button_title="Choose", sections=[Section(title="Answers", rows=rows)])
-
-
-def _inbound(msg: Message) -> Inbound:
-    media = msg.document or msg.image or msg.video or msg.audio or msg.sticker  # a voice note is audio
-    files = []
-    if media is not None:
-        kind = (media.mime_type or "").split(";")[0].strip()  # "audio/ogg; codecs=opus"
-        extension = ".ogg" if kind == "audio/ogg" else mimetypes.guess_extension(kind) or ".bin"
-        name = getattr(media, "filename", None) or f"{media.id}{extension}"
-        files.append(Attachment(name=name, ref=str(media.id)))
-    user = str(msg.from_user.preferred_id)
-    return Inbound(
-        platform="whatsapp",
-        chat=user,
-        message_id=msg.id,
-        user=user,
-        user_name=msg.from_user.name or "",
-        text=msg.text or getattr(media, "caption", None) or "",
-        files=files,
-    )

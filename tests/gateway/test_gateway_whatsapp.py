@@ -26,7 +26,7 @@ from gateway_process import (
     start_gateway,
     wait_all_answered,
 )
-from whatsapp_standin import VERIFY_TOKEN, WhatsAppStandin
+from whatsapp_standin import NUMBER, VERIFY_TOKEN, WhatsAppStandin
 
 from control_plane.gateway import gateway as gateway_module
 from control_plane.gateway.base import Inbound
@@ -322,3 +322,50 @@ def test_a_reply_recorded_as_out_is_neither_rerun_nor_edited_after_a_restart(
     with Running(settings) as gateway:
         assert gateway.store.unanswered("whatsapp") == []
     assert fake_llm.requests == [] and wa.messages_to(USER) == []
+
+
+GROUP = "Y2FwaV9ncm91cDoxNzA1NTU1MDEzOToxMjAzNjM0MDQ2OTQyMzM4MjAZD"
+"""A group's id, as the Groups API names groups."""
+
+
+def _group_settings(tmp_path: Path, llm_url: str, wa: WhatsAppStandin) -> Any:
+    config = _config(wa) | {"allow_chats": [GROUP]}
+    return gateway_settings(tmp_path, llm_url, None, gateway={"whatsapp": config})
+
+
+def _replying_to(message_id: str, text: str) -> dict[str, Any]:
+    return {"type": "text", "text": {"body": text}, "context": {"from": NUMBER, "id": message_id}}
+
+
+def test_in_a_group_the_bot_answers_there_only_when_mentioned_or_replied_to(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"text": "first answer"}, {"text": "second answer"}])
+    with Running(_group_settings(tmp_path, fake_llm.url, wa)) as gateway:
+        wa.user_says(USER, "talking among ourselves", group=GROUP)  # not addressed: taken, not stored
+        wa.user_says(USER, f"@{NUMBER} what is new?", group=GROUP)
+        wait_answered(gateway, 1)
+        assert wa.texts(GROUP) == ["first answer"] and wa.texts(USER) == []
+        assert fake_llm.requests[0]["messages"][-1]["content"].endswith("what is new?")
+        assert "@" not in fake_llm.requests[0]["messages"][-1]["content"]  # the mention is not the question
+        (answer,) = wa.messages_to(GROUP)
+        assert answer["recipient_type"] == "group"
+        wa.user_says(USER, message=_replying_to(answer["id"], "and then?"), group=GROUP)
+        wait_answered(gateway, 2)
+        assert wa.texts(GROUP) == ["first answer", "second answer"] and len(fake_llm.requests) == 2
+
+
+def test_in_a_group_a_question_lists_its_choices_and_a_reply_answers_it(
+    tmp_path: Path, fake_llm: Any, wa: WhatsAppStandin
+) -> None:
+    fake_llm.load([{"tool_calls": [{"name": "open_port", "arguments": {"port": 9000}}]}, {"text": "Opened."}])
+    settings = _group_settings(tmp_path, fake_llm.url, wa).model_copy(update={"toolsets": ["files", "test"]})
+    with Running(settings, asking_registry(timeout=300)) as gateway:
+        wa.user_says(USER, f"@{NUMBER} open 9000", group=GROUP)
+        (asked,) = wa.wait_for(lambda: [m for m in wa.messages_to(GROUP) if "Expose port" in str(m)])
+        assert asked["type"] == "text"
+        assert "(reply with your answer (once, always, no))" in asked["text"]["body"]
+        wa.user_says(USER, message=_replying_to(asked["id"], "always"), group=GROUP)
+        wait_answered(gateway, 2)
+        assert fake_llm.requests[1]["messages"][-1]["content"] == "answer: always"
+        assert not [c for c in wa.calls if c[2].get("type") == "interactive"], "no buttons were sent to it"

@@ -9,6 +9,9 @@ with type text, interactive (button, up to three reply buttons), template and do
 read + typing_indicator status; a free-form message to a user whose last message is more than 24 hours
 old is refused with error 131047 (re-engagement), as the Cloud API does; POST /{phone-id}/media
 (multipart upload, answers the media id); GET /{media-id} (its url) and GET of that url (the bytes).
+Groups (the Groups API's messaging): a message in a group carries its `group_id`; POST /messages with
+`recipient_type: group` and the group id in `to` sends to it (text, media, templates; an interactive
+message is refused there, as groups take none).
 Errors use the Graph API's `{"error": {"message", "type", "code", "fbtrace_id"}}`.
 """
 
@@ -32,6 +35,8 @@ TOKEN = "wa-test-token"
 APP_SECRET = "wa-app-secret"
 VERIFY_TOKEN = "wa-verify"
 PHONE_ID = "106540352242922"
+NUMBER = "15550001111"
+"""The business's display phone number (digits): how group members mention it, who its messages are from."""
 WINDOW = 24 * 3600
 REDELIVERY = 120.0
 """Seconds a webhook is posted again until answered 200 (WhatsApp keeps trying for days; a gateway
@@ -70,13 +75,22 @@ class WhatsAppStandin(StandinServer):
     # -- the test's side -------------------------------------------------------------------
 
     def user_says(
-        self, user: str, text: str = "", *, at: float | None = None, message: dict[str, Any] | None = None
+        self,
+        user: str,
+        text: str = "",
+        *,
+        at: float | None = None,
+        message: dict[str, Any] | None = None,
+        group: str | None = None,
     ) -> dict[str, Any]:
-        """A user's message POSTed (signed) to the webhook until it answers 200; the message."""
+        """A user's message (in `group`, else to the business) POSTed (signed) to the webhook until it
+        answers 200; the message."""
         sent_at = at if at is not None else time.time()
         with self._changed:
-            self.last_seen[user] = max(self.last_seen.get(user, 0), sent_at)
+            for chat in filter(None, (user, group)):
+                self.last_seen[chat] = max(self.last_seen.get(chat, 0), sent_at)
         entry = {"from": user, "id": f"wamid.{uuid.uuid4().hex}", "timestamp": str(int(sent_at))}
+        entry |= {"group_id": group} if group else {}
         entry |= message or {"type": "text", "text": {"body": text}}
         self.deliver(user, entry)
         return entry
@@ -88,7 +102,7 @@ class WhatsAppStandin(StandinServer):
         return self.user_says(
             user,
             message={
-                "type": "interactive", "context": {"from": PHONE_ID, "id": replied_to},
+                "type": "interactive", "context": {"from": NUMBER, "id": replied_to},
                 "interactive": {"type": kind, kind: {"id": button_id, "title": title}},
             },
         )  # fmt: skip
@@ -103,7 +117,7 @@ class WhatsAppStandin(StandinServer):
         """POST the webhook for `entry` until 200 (for `within` seconds at most); the attempts it took."""
         value = {
             "messaging_product": "whatsapp",
-            "metadata": {"display_phone_number": "15550001111", "phone_number_id": PHONE_ID},
+            "metadata": {"display_phone_number": NUMBER, "phone_number_id": PHONE_ID},
             "contacts": [{"profile": {"name": f"user {user}"}, "user_id": user}],  # a BSUID, no phone shown
             "messages": [entry],
         }
@@ -202,7 +216,7 @@ class WhatsAppStandin(StandinServer):
             return self._error(401, 190, "Invalid OAuth access token.")
         if method == "GET" and path == PHONE_ID:
             return web.json_response(
-                {"id": PHONE_ID, "display_phone_number": "15550001111", "verified_name": "Hermetic"}
+                {"id": PHONE_ID, "display_phone_number": NUMBER, "verified_name": "Hermetic"}
             )
         if method == "POST" and path == f"{PHONE_ID}/media":
             media_id = self.upload(*body["file"])
@@ -225,7 +239,9 @@ class WhatsAppStandin(StandinServer):
                 self.sent.append(body)
                 self._changed.notify_all()
             return web.json_response({"success": True})
-        to = str(body.get("to") or body.get("recipient") or "")  # a phone number, or a BSUID
+        to = str(body.get("to") or body.get("recipient") or "")  # a phone number, a BSUID, or a group
+        if body.get("recipient_type") == "group" and body.get("type") == "interactive":
+            return self._error(400, 100, "(#100) Invalid parameter: groups take no interactive messages")
         with self._changed:
             closed = time.time() - self.last_seen.get(to, 0) > WINDOW
         if closed and body.get("type") != "template":
