@@ -95,7 +95,11 @@ class Health(BaseModel):
 class SessionDetail(BaseModel):
     session: SessionRecord
     messages: list[MessageRecord]
+    """The stored history; while a turn runs on this replica, up to that turn (its events tell the rest)."""
     running: bool
+    after: int | None = None
+    """While a turn runs on this replica: the event number before it. `/events?after=this` replays the
+    whole turn, then follows it (the history may not have caught up with its events yet)."""
 
 
 def create_app(
@@ -232,9 +236,12 @@ def create_app(
         if profile.replication is not None and live is None:
             holder = profile.replication.leases.holder(session_id)
             running = bool(holder and holder.running)
-        return SessionDetail(
-            session=record, messages=profile.agent.store.messages(session_id), running=running
-        )
+        messages = profile.agent.store.messages(session_id)
+        if running and live is not None and live.turn is not None:
+            after, started = live.turn
+            before = [m for m in messages if m.created_at < started]
+            return SessionDetail(session=record, messages=before, running=True, after=after)
+        return SessionDetail(session=record, messages=messages, running=running)
 
     @app.post(
         "/sessions/{session_id}/messages",

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -54,6 +55,8 @@ class LiveSession:
         """With replicas: where each event also goes, for followers on every replica."""
         self._wake = asyncio.Event()
         self.task: asyncio.Task[Any] | None = None
+        self.turn: tuple[int, float] | None = None
+        """The latest turn started here: the event number before its first event, and when it began."""
         self.followers = 0
         self.posting = asyncio.Lock()
         """Held while a posted message is checked (its idempotency key) and taken."""
@@ -225,6 +228,7 @@ class Profile:
         if self.replication is not None:  # before the caller is told it started: a replica dying after
             # that must leave a lease that says so, for the one taking it over to end the turn
             self.replication.leases.set_running(live.conversation.id, True)
+        live.turn = (live.seq, time.time())
         live.task = asyncio.create_task(self._run(live, text))
 
     async def _run(self, live: LiveSession, text: str) -> TurnEnd:

@@ -10,11 +10,48 @@ from typing import Any
 import httpx
 from api_client import auth, sse_events
 from served_app import scripted_profiles
+from sse_events import events_of
 
 from control_plane.api.app import create_app
 from control_plane.config.settings import load_settings
 from control_plane.store import Store
 from control_plane.store.bindings import Bindings
+
+
+def test_a_running_turn_is_read_as_the_history_before_it_and_its_events_from_the_start(
+    api: tuple[str, dict[str, str]], fake_llm: Any
+) -> None:
+    """A page opened mid-turn renders the turn from its events, all of them: they may be ahead of what
+    is stored (the history leaves the running turn out, `after` names where its events begin)."""
+    url, tokens = api
+    fake_llm.load(
+        [
+            {"text": "the first turn"},
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo done"}}]},
+            {"text": "the second turn", "delay": 300},
+        ]
+    )
+    with httpx.Client(base_url=url, headers=auth(tokens["alpha"])) as client:
+        session = client.post("/sessions", json={}).json()["id"]
+        first = client.post(f"/sessions/{session}/messages", json={"content": "one"}).json()
+        sse_events(
+            client, f"/sessions/{session}/events?after={first['after']}&until_turn_end=true", tokens["alpha"]
+        )
+        second = client.post(f"/sessions/{session}/messages", json={"content": "two"}).json()
+        fake_llm.wait_requests(3)  # the turn is past its tool call, waiting for the model
+        detail = client.get(f"/sessions/{session}").json()
+        assert detail["running"] and detail["after"] == second["after"]
+        assert [m["content"] for m in detail["messages"] if m["role"] == "user"] == ["one"]
+        names = []
+        with client.stream(
+            "GET", f"/sessions/{session}/events?after={detail['after']}", timeout=60
+        ) as events:
+            for event in events_of(events):  # the turn goes on: read up to its tool's end
+                names.append(event["event"])
+                if event["event"] == "tool_end":
+                    break
+        assert names[0] == "user_message" and "tool_start" in names
+        assert client.post(f"/sessions/{session}/interrupt").json() == {"interrupted": True}
 
 
 def test_session_flow_over_sse(api: tuple[str, dict[str, str]], fake_llm: Any) -> None:

@@ -90,7 +90,8 @@ async function render(view, [sessionId]) {
     composer,
   );
   setRunning(false);
-  if (detail.running) listen(undefined);
+  // a running turn is rendered from its events, all of them: its messages may not all be stored yet
+  if (detail.running) listen(detail.after ?? undefined);
   return () => stream && stream.close();
 }
 
