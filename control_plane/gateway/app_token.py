@@ -13,8 +13,8 @@ a token that lives less than twice that is kept for half its life."""
 
 class AppToken:
     """`await token.get()`: the kept token, or a new one from `fetch` (the token and its lifetime in
-    seconds), fetched once however many calls wait for it. `get(stale=t)` or `forget()` when the platform
-    refused a token (revoked, or expired early)."""
+    seconds), fetched once however many calls wait for it. `get(stale=t)` when the platform refused `t`
+    (revoked, or expired early); `forget()` to have the next call fetch one whatever is kept."""
 
     def __init__(self, fetch: Callable[[], Awaitable[tuple[str, float]]]) -> None:
         self._fetch = fetch

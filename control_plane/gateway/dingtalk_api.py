@@ -107,11 +107,13 @@ class DingTalkApi:
         return str(found["media_id"])
 
     async def _call(
-        self, method: str, path: str, *, json: Any, auth: bool = True, again: bool = True
+        self, method: str, path: str, *, json: Any, auth: bool = True, refused: str | None = None
     ) -> dict[str, Any]:
         """One OpenAPI call with its errors in the gateway's terms; a 401 (the token revoked or expired
-        early) is tried once more with a new token."""
-        headers = {"x-acs-dingtalk-access-token": await self.token()} if auth else {}
+        early) is tried once more with a new token (`refused`: the one it carried, fetched anew once
+        however many calls it failed)."""
+        token = await self._token.get(stale=refused) if auth else None
+        headers = {"x-acs-dingtalk-access-token": token} if token is not None else {}
         try:
             response = await self._http.request(method, path, json=json, headers=headers)
         except httpx.HTTPError as exc:
@@ -119,9 +121,8 @@ class DingTalkApi:
         found = _json(response)
         if response.status_code == 200:
             return found
-        if response.status_code == 401 and auth and again:
-            self._token.forget()
-            return await self._call(method, path, json=json, again=False)
+        if response.status_code == 401 and token is not None and refused is None:
+            return await self._call(method, path, json=json, refused=token)
         if response.status_code == 429 or "Throttling" in str(found.get("code", "")):
             raise RateLimited(1.0)
         if response.status_code >= 500:

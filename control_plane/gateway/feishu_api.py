@@ -99,16 +99,19 @@ class FeishuApi:
         found = await self._call("GET", path, params={"type": kind}, raw=True)
         return bytes(found["content"])
 
-    async def _call(self, method: str, path: str, *, again: bool = True, **asked: Any) -> dict[str, Any]:
-        """One call with the app's token; an invalid token is fetched anew and the call made once more."""
-        headers = {"Authorization": f"Bearer {await self.token()}"}
+    async def _call(
+        self, method: str, path: str, *, refused: str | None = None, **asked: Any
+    ) -> dict[str, Any]:
+        """One call with the app's token; an invalid token is fetched anew (once however many calls it
+        failed: `refused` is the one it carried) and the call made once more."""
+        token = await self._token.get(stale=refused)
+        headers = {"Authorization": f"Bearer {token}"}
         try:
             return await self._request(method, path, asked | {"headers": headers})
         except _InvalidToken:
-            if not again:
+            if refused is not None:
                 raise AdapterError(f"Feishu refused {path}: the new tenant_access_token too") from None
-            self._token.forget()
-            return await self._call(method, path, again=False, **asked)
+            return await self._call(method, path, refused=token, **asked)
 
     async def _request(self, method: str, path: str, asked: dict[str, Any]) -> dict[str, Any]:
         """One request with its errors in the gateway's terms; `raw=True` answers {"content": bytes}."""
