@@ -28,7 +28,7 @@ ADAPTERS: dict[str, tuple[str, bool]] = {
     "email": ("EmailAdapter", True),
     "mattermost": ("MattermostAdapter", True),
     "matrix": ("MatrixAdapter", True),
-    "whatsapp": ("WhatsAppAdapter", False),
+    "whatsapp": ("WhatsAppAdapter", True),
     "wecom": ("WeComAdapter", False),
     "dingtalk": ("DingTalkAdapter", False),
     "feishu": ("FeishuAdapter", False),

@@ -168,13 +168,12 @@ class GatewayStore:
         with self._engine.connect() as conn:
             return [InboundRecord.model_validate(row._mapping) for row in conn.execute(query)]
 
-    def last_inbound(self, platform: str) -> InboundRecord | None:
-        query = (
-            select(InboundRecord)
-            .where(col(InboundRecord.platform) == platform)
-            .order_by(col(InboundRecord.id).desc())
-            .limit(1)
-        )
+    def last_inbound(self, platform: str, chat: str | None = None) -> InboundRecord | None:
+        """The platform's (or one chat's) last stored message."""
+        query = select(InboundRecord).where(col(InboundRecord.platform) == platform)
+        if chat is not None:
+            query = query.where(col(InboundRecord.chat) == chat)
+        query = query.order_by(col(InboundRecord.id).desc()).limit(1)
         with self._engine.connect() as conn:
             row = conn.execute(query).first()
         return InboundRecord.model_validate(row._mapping) if row else None

@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from ..config.chat import TeamsSettings
 from .app_token import AppToken
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
+from .latest import LatestInbound
 from .listener import listen
 from .ordered import NotStored, PerChat
 from .records import GatewayStore
@@ -67,8 +68,8 @@ class TeamsAdapter(Adapter):
         self._http = Client(ClientOptions(token=self._bot_token))
         self._token_client = httpx.AsyncClient(timeout=30)
         self._token = AppToken(self._new_token)
-        self._latest: dict[str, str] = {}
-        """conversation -> its latest user activity: a reply is a Reply to Activity of it."""
+        self._latest = LatestInbound(store, self.platform)
+        """a reply is a Reply to Activity of its conversation's latest stored activity"""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.files = TeamsFiles(settings, self._bot_token)
@@ -141,6 +142,7 @@ class TeamsAdapter(Adapter):
             message = await self._inbound(activity, service_url)
             if message is not None:
                 await deliver(message)
+                self._latest.stored(message.chat, message.message_id)
         except Exception:  # not stored: never a 200 (the Bot Framework may retry; else the send shows failed)
             log.exception("teams: an activity could not be stored")
             return web.Response(text="not stored", status=503)
@@ -174,7 +176,6 @@ class TeamsAdapter(Adapter):
             if not activity.is_recipient_mentioned():
                 return None  # in a group chat or channel the bot answers only when @mentioned
             activity = activity.strip_mentions_text()
-        self._latest[chat] = activity.id
         files = self.files.attachments(activity, service_url)
         return Inbound(**common, text=(activity.text or "").strip(), files=files)
 
@@ -226,8 +227,9 @@ class TeamsAdapter(Adapter):
 
     async def _post(self, chat: str, message: MessageActivityInput) -> str:
         url = await self._service(chat)
-        if chat in self._latest:  # threads under the user's message in a channel
-            url = f"{url}/{self._latest[chat]}"
+        latest = await self._latest.get(chat)
+        if latest is not None:  # threads under the user's message in a channel
+            url = f"{url}/{latest}"
         body = message.model_dump(by_alias=True, exclude_none=True)
         return str((await self._call(self._http.post(url, json=body)))["id"])
 

@@ -44,7 +44,9 @@ from whatsapp_formatter import convert_markdown_to_whatsapp
 from ..config.chat import WhatsAppSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound, RateLimited
 from .files import TooLarge
+from .latest import LatestInbound
 from .listener import listen
+from .records import GatewayStore
 
 log = logging.getLogger("hermetic.gateway.whatsapp")
 TEXT_LIMIT = 4096
@@ -64,7 +66,7 @@ class WhatsAppAdapter(Adapter):
     text_limit = TEXT_LIMIT
     streams = False
 
-    def __init__(self, settings: WhatsAppSettings) -> None:
+    def __init__(self, settings: WhatsAppSettings, store: GatewayStore) -> None:
         self.settings = settings
         self._session = httpx.AsyncClient(timeout=30)
         self.wa = WhatsApp(
@@ -78,7 +80,8 @@ class WhatsAppAdapter(Adapter):
         )
         version = str(self._session.base_url).rstrip("/").rsplit("/", 1)[-1]  # "v25.0", as pywa chose
         self._session.base_url = f"{settings.api_base.rstrip('/')}/{version}"
-        self._last_inbound: dict[str, str] = {}
+        self._latest = LatestInbound(store, self.platform)
+        """the typing indicator marks a chat's latest stored message read"""
         """chat -> the id of its latest message (a typing indicator is shown on one)."""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -111,9 +114,9 @@ class WhatsAppAdapter(Adapter):
 
     async def receive(self, deliver: Deliver) -> None:
         async def store(inbound: Inbound) -> None:
-            self._last_inbound[inbound.chat] = inbound.message_id
             try:
                 await deliver(inbound)
+                self._latest.stored(inbound.chat, inbound.message_id)
             except Exception as exc:  # pywa logs and swallows a handler's error: the POST must fail
                 _failed.get().append(exc)
 
@@ -196,9 +199,10 @@ class WhatsAppAdapter(Adapter):
             raise ConnectionLost(f"WhatsApp unreachable: {exc}") from exc
 
     async def typing(self, chat: str, *, thread: str | None = None) -> None:
-        if chat in self._last_inbound:
+        latest = await self._latest.get(chat)
+        if latest is not None:
             try:
-                await self.wa.indicate_typing(self._last_inbound[chat])
+                await self.wa.indicate_typing(latest)
             except (WhatsAppError, httpx.HTTPError) as exc:  # cosmetic
                 log.debug("whatsapp: no typing indicator: %s", exc)
 

@@ -242,6 +242,22 @@ def test_a_kill_9_mid_reply_and_a_message_sent_while_down_are_each_answered_once
     later.join(60)
 
 
+def test_a_message_answered_after_a_restart_is_a_reply_to_it(
+    tmp_path: Path, fake_llm: Any, teams: TeamsStandin
+) -> None:
+    """The activity a reply answers is read back from the store when the gateway has not heard from the
+    conversation since it started: the stored message's rerun still threads under it."""
+    fake_llm.load([{"text": "never heard", "delay": 120}, {"text": "answered after the restart"}])
+    settings = _settings(tmp_path, fake_llm.url, teams)
+    with Running(settings):
+        said = teams.user_says(OWNER, "a question")
+        _until(lambda: len(fake_llm.requests) == 1)  # its turn waits on the model as the gateway stops
+    with Running(settings) as gateway:
+        wait_answered(gateway, 1)
+    (reply,) = teams.messages(f"a:{OWNER}")
+    assert reply["text"] == "answered after the restart" and reply["reply_to"] == said["id"]
+
+
 def test_a_chats_messages_are_stored_in_the_order_they_came_while_a_token_check_waits(
     tmp_path: Path, fake_llm: Any, teams: TeamsStandin
 ) -> None:
