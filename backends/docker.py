@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +30,7 @@ from sandboxes import code_hash
 from .base import MANAGED_LABEL, Backend, Sandbox, new_sandbox_id
 from .bundle import BOOTSTRAP, bootstrap_payload
 from .channel import Channel, FramedSocketTransport
+from .docker_client import docker_client
 from .docker_volumes import (
     SNAPSHOT_LABEL,
     STORE_LABEL,
@@ -42,6 +42,7 @@ from .docker_volumes import (
     snapshot_labels,
 )
 from .errors import BackendUnavailable, UnsupportedSpec
+from .freezer import ApiPause, CgroupFreezer, Pause
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, SYSTEM_CA_FILE, Egress, forget, open_ingress
 from .snapshots import Snapshot, new_snapshot_id
 from .spec import SandboxSpec
@@ -413,7 +414,7 @@ class DockerSandbox(Sandbox):
             if helper is not None:
                 helper.discard()
             helper = self._helper(snapshot_id)
-        size, self.paused_seconds = helper.copy(pause=self.id, after_bulk=self.between_passes)
+        size, self.paused_seconds = helper.copy(pause=self._pause(), after_bulk=self.between_passes)
         return {"volume": helper.dest}, size
 
     def _seed_workspace(self, location: dict[str, str]) -> None:
@@ -426,9 +427,13 @@ class DockerSandbox(Sandbox):
             self._backend, new_sandbox_id(), self.spec.model_copy(update={"from_snapshot": None})
         )
         _, self.paused_seconds = copy_volume(
-            self._client, self.spec.image, self.volume_name, child.volume_name, child.labels, pause=self.id
+            self._client, self.spec.image, self.volume_name, child.volume_name, child.labels, self._pause()
         )
         return self._backend.opened(child)  # its container mounts the copied volume
+
+    def _pause(self) -> Pause:
+        """Its cgroup's freezer where this process may write it, else `docker pause` (freezer.py)."""
+        return CgroupFreezer.of(self.cgroup_dirs()) or ApiPause(self._client, self.id)
 
     def _volume_exists(self) -> bool:
         try:
@@ -448,20 +453,6 @@ class DockerSandbox(Sandbox):
             self.egress.close()
         if self.ingress is not None:
             self.ingress.close()
-
-
-CONNECTIONS = 64
-"""Connections docker-py keeps per URL (its default is 10). More calls at once on one URL (an image's
-inspect while many sandboxes start) overflow its pool; the overflow path reads the pool's size while
-another thread may be closing that pool (docker-py keeps 25 pools, one per URL, and closes the oldest),
-and the call fails with "'NoneType' object has no attribute 'qsize'"."""
-
-
-def docker_client(base_url: str | None) -> docker.DockerClient:
-    """The docker SDK's client for `base_url` (None: the environment's DOCKER_HOST or the local socket)."""
-    if base_url:
-        return docker.DockerClient(base_url=base_url, max_pool_size=CONNECTIONS)
-    return docker.from_env(max_pool_size=CONNECTIONS)
 
 
 def _owner_dead(owner: str) -> bool:

@@ -28,7 +28,8 @@ from docker.types import Mount
 from requests.exceptions import RequestException
 
 from .channel import readable_poller, wait_readable
-from .errors import SandboxError, SandboxGone
+from .errors import SandboxError
+from .freezer import Pause
 from .snapshots import SNAPSHOT_LABEL
 
 STORE_LABEL = "org.hermetic.snapshot-store"
@@ -122,13 +123,13 @@ def copy_volume(
     source: str,
     dest: str,
     dest_labels: dict[str, str],
-    pause: str | None = None,
+    pause: Pause | None = None,
     after_bulk: Callable[[], None] | None = None,
 ) -> tuple[int, float]:
-    """Copy volume `source` into volume `dest` (created with `dest_labels`); `pause` names a container
-    paused for the second pass. `after_bulk` runs between the passes (what the source does while the
-    bulk is copied; tests change it there). Returns (bytes, seconds paused). On failure `dest` is
-    removed and SandboxGone (the paused container vanished) or SandboxError is raised."""
+    """Copy volume `source` into volume `dest` (created with `dest_labels`); `pause` holds the container
+    still for the second pass (backends/freezer.py). `after_bulk` runs between the passes (what the
+    source does while the bulk is copied; tests change it there). Returns (bytes, seconds paused). On
+    failure `dest` is removed and SandboxGone (the paused container vanished) or SandboxError is raised."""
     return CopyHelper(client, image, source, dest, dest_labels).copy(pause, after_bulk)
 
 
@@ -169,10 +170,9 @@ class CopyHelper:
         return not wait_readable(readable_poller(self._raw.fileno()), 0)
 
     def copy(
-        self, pause: str | None = None, after_bulk: Callable[[], None] | None = None
+        self, pause: Pause | None = None, after_bulk: Callable[[], None] | None = None
     ) -> tuple[int, float]:
         """Run the copy (see copy_volume); the helper is used up either way."""
-        api = self._client.api
         paused = 0.0
         _mounting(self.name, (self.source, self.dest))  # from now on it may be removing itself
         try:
@@ -184,19 +184,13 @@ class CopyHelper:
                 after_bulk()
             started = time.monotonic()
             if pause is not None:
-                try:
-                    api.pause(pause)
-                except (NotFound, APIError) as exc:
-                    raise SandboxGone(f"container {pause} is gone or not running: {exc}") from exc
+                pause.pause()
             try:
                 self._raw.sendall(b"go\n")
                 out += _read_until(self._raw, SIZE, out)
             finally:
                 if pause is not None:
-                    try:
-                        api.unpause(pause)
-                    except NotFound as exc:
-                        raise SandboxGone(f"container {pause} vanished during the copy") from exc
+                    pause.resume()
                     paused = time.monotonic() - started
             found = SIZE.search(_payload(out))
             if found is None:

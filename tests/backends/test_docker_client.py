@@ -13,7 +13,7 @@ from conftest import get_backend
 from docker.errors import NotFound
 
 from backends import SandboxSpec
-from backends.docker import CONNECTIONS, docker_client
+from backends.docker_client import CONNECTIONS, docker_client
 
 CALLERS = 48  # more than docker-py's pools (25) and its default connections per pool (10), under ours
 
