@@ -129,6 +129,10 @@ class Adapter(ABC):
     async def fetch(self, attachment: Attachment) -> bytes:
         """Download a file the user sent. Raises AdapterError, ConnectionLost."""
 
+    async def finished(self, chat: str, message_ids: list[str]) -> None:  # noqa: B027 (optional)
+        """A reply's messages hold their final text, nothing more is edited: for a platform whose
+        streamed message must be closed (WeCom's robot). Raises as `send`."""
+
     async def typing(self, chat: str, *, thread: str | None = None) -> None:  # noqa: B027 (optional)
         """Show that a reply is being written, where the platform has that (best effort)."""
 
