@@ -29,15 +29,14 @@ from aiohttp import web
 
 from ..config.chat import WeComBotSettings
 from .base import Adapter, AdapterError, Attachment, Button, ConnectionLost, Deliver, Inbound
-from .listener import listen
 from .records import GatewayStore
 from .wecom_bot_parts import Stream, answered_card, button_card, inbound
 from .wecom_crypto import CallbackCipher, Refused
+from .wecom_listener import open_callback, serve_callbacks
 
 log = logging.getLogger("hermetic.gateway.wecom_bot")
 TEXT_LIMIT = 20480
 """Bytes (UTF-8) of a stream's or a markdown message's content."""
-MAX_BODY = 1_000_000
 RESTARTED = "(the gateway restarted: the reply follows as a message of its own)"
 """What closes a stream a gateway opened before a restart (its rerun's reply goes by response_url)."""
 DONE_STATES = frozenset({"answered", "refused"})
@@ -94,20 +93,10 @@ class WeComBotAdapter(Adapter):
         async def callback(request: web.Request) -> web.Response:
             return await self._callback(request, deliver)
 
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_get(self.settings.path, self._verify_url)
-        app.router.add_post(self.settings.path, callback)
-        self._runner, self.port = await listen(app, self.settings.host, self.settings.port)
-        log.info("wecom robot callbacks on %s:%s%s", self.settings.host, self.port, self.settings.path)
+        self._runner, self.port = await serve_callbacks(self.platform, self.settings, self.cipher, callback)
         await asyncio.Event().wait()
 
     # -- callbacks -------------------------------------------------------------------------
-
-    def _open(self, request: web.Request, encrypted: str) -> bytes:
-        query = request.query
-        return self.cipher.open(
-            query.get("msg_signature", ""), query.get("timestamp", ""), query.get("nonce", ""), encrypted
-        )
 
     def _reply(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
         """A passive reply, sealed: WeCom wants the callback's nonce back."""
@@ -117,21 +106,12 @@ class WeComBotAdapter(Adapter):
         sealed = {"encrypt": encrypted, "msgsignature": signature, "timestamp": int(timestamp)}
         return web.json_response(sealed | {"nonce": nonce})
 
-    async def _verify_url(self, request: web.Request) -> web.Response:
-        """The check WeCom makes when the callback URL is saved: echostr decrypted, sent back as is."""
-        try:
-            echoed = self._open(request, request.query.get("echostr", ""))
-        except Refused as exc:
-            log.warning("wecom_bot: refused a URL verification: %s", exc)
-            return web.Response(text=str(exc), status=403)
-        return web.Response(body=echoed, content_type="text/plain")
-
     async def _callback(self, request: web.Request, deliver: Deliver) -> web.Response:
         try:
             body = json.loads(await request.read())
             if not isinstance(body, dict) or not isinstance(body.get("encrypt"), str):
                 raise ValueError("no encrypt field")
-            message = json.loads(self._open(request, body["encrypt"]))
+            message = json.loads(open_callback(self.cipher, request, body["encrypt"]))
             if not isinstance(message, dict):
                 raise ValueError("the message is not a JSON object")
         except Refused as exc:

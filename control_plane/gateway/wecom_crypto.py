@@ -68,7 +68,8 @@ class CallbackCipher:
             raise Refused("the decrypted message is shorter than its stated length")
         message, receive_id = plain[20 : 20 + length], plain[20 + length :]
         if not hmac.compare_digest(receive_id, self._receive_id):
-            raise Refused("the receiveid is not this application's CorpID")
+            whose = "this application's CorpID" if self._receive_id else "empty, as a robot's is"
+            raise Refused(f"the receiveid is not {whose}")
         return message
 
     def seal(self, message: bytes, timestamp: str, nonce: str) -> tuple[str, str]:
