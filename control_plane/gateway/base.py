@@ -37,7 +37,8 @@ class Inbound(BaseModel):
     button: str | None = None
     """The data of a pressed button (then `text` is empty)."""
     reply_url: str | None = None
-    """Where the generic webhook posts the reply (None: in the HTTP response)."""
+    """Where a reply may be posted: the generic webhook's callback URL (None: in the HTTP response), a
+    WeCom robot message's response_url."""
 
 
 class Button(BaseModel):

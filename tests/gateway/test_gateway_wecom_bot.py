@@ -5,15 +5,19 @@ each reply's stream as WeCom does; the scripted model behind the agent."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gateway_harness import Running, asking_registry, gateway_settings, wait_answered
+from gateway_process import SCRIPT, gateway_profile, kill_9_while_replying, restarted, wait_all_answered
 from ngircd import free_port
 from standin_server import wait_listening
 from wecom_bot_standin import BOT_ID, WeComBotStandin
+
+from control_plane.gateway.wecom_bot import RESTARTED
 
 USER = "ZhangSan"
 GROUP = "wrkSFfCgAAtest"
@@ -149,3 +153,37 @@ def test_an_image_the_user_sends_is_decrypted_into_uploads(
         robot.wait_for(lambda: robot.shown(message["msgid"]))
         told = fake_llm.requests[0]["messages"][-1]["content"]
         assert "-image.jpg" in told and "11 bytes" in told
+
+
+def test_a_kill_9_mid_reply_and_a_message_sent_while_down_are_each_answered_once(
+    tmp_path: Path, fake_llm: Any, robot: WeComBotStandin
+) -> None:
+    """The killed run's stream is closed by the restarted gateway at WeCom's next refresh, with a note;
+    the rerun's whole reply follows once through the message's response_url; the message sent while no
+    gateway listened (its callback retried until answered 200) is answered once too."""
+    gateway_settings(tmp_path, fake_llm.url, None)  # skips when the local backend cannot run
+    fake_llm.load(SCRIPT)
+    env = gateway_profile(tmp_path, fake_llm.url, "wecom_bot", robot.gateway_config(free_port(), [USER]))
+    asked: list[dict[str, Any]] = []
+    kill_9_while_replying(
+        env,
+        lambda: asked.append(robot.says(USER, "question one")),  # POSTed until stored: answered 200
+        lambda: robot.wait_for(lambda: any("slow reply" in c for c in _contents(robot, asked[0]["msgid"]))),
+    )
+    later = threading.Thread(target=robot.says, args=(USER, "sent while the gateway was down"))
+    later.start()
+    with restarted(env) as again:
+        robot.wait_for(lambda: {"answer one", "answer two"} <= set("\n".join(robot.texts(USER)).split("\n")))
+        wait_all_answered(tmp_path, "wecom_bot")
+    later.join(60)
+    assert len(fake_llm.requests) == 3, f"the cut-off turn ran again once, the other once: {again.errors}"
+    closed = robot.wait_for(lambda: robot.shown(asked[0]["msgid"]))
+    assert closed["stream"]["content"] == RESTARTED, "the killed run's stream ends with the note"
+    joined = "\n".join(robot.texts(USER))
+    assert joined.count("answer one") == 1 and joined.count("answer two") == 1
+    assert "slow reply" not in joined
+    assert [
+        p["markdown"]["content"]
+        for p in robot.posts
+        if "answer one" in p.get("markdown", {}).get("content", "")
+    ], "the rerun's reply went out through a response_url"
