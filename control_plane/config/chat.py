@@ -4,48 +4,15 @@ a seam of their own (config/settings.py holds the core); `Settings.gateway` hold
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+from .chat_access import ChatAccess, from_env
+from .chat_wecom import WeComBotSettings, WeComSettings
+
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
-
-
-def _from_env(value: Any) -> Any:
-    """`${NAME}` in a config value is the environment variable NAME (secrets stay out of config.yaml)."""
-    if not isinstance(value, str):
-        return value
-
-    def look_up(match: re.Match[str]) -> str:
-        if match.group(1) not in os.environ:
-            raise ValueError(f"the environment variable {match.group(1)} is not set")
-        return os.environ[match.group(1)]
-
-    return _ENV_REF.sub(look_up, value)
-
-
-class ChatAccess(BaseModel):
-    """Who may talk to the agent on one platform: deny by default (control_plane/gateway/access.py)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    allow_users: list[str] = []
-    """Platform user ids always admitted (more are admitted by `hermetic gateway pair CODE`)."""
-    allow_chats: list[str] = []
-    """Group chats (channels) the agent answers in; none unless listed."""
-    pairing: bool = True
-    """An unknown user in a direct chat gets a one-time code the owner admits with `gateway pair`."""
-    session_per_user_in_groups: bool = False
-    """In a group chat, one session per user instead of one per chat."""
-    progress: Literal["off", "new", "all"] = "all"
-    """Tool calls as progress lines: none, only when the tool changes, or every call."""
-    edit_interval: float = Field(1.0, gt=0)
-    """Seconds between edits of a streaming reply (the platform's rate limit)."""
-    max_file_bytes: int = Field(20_000_000, ge=1)
-    """The largest file a user may send: a larger one is not downloaded, and the user is told."""
 
 
 class TelegramSettings(ChatAccess):
@@ -71,7 +38,7 @@ class TelegramSettings(ChatAccess):
     @field_validator("token", "webhook_secret", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
     @model_validator(mode="after")
     def _webhook_has_url(self) -> TelegramSettings:
@@ -104,7 +71,7 @@ class SlackSettings(Backfilled):
     @field_validator("bot_token", "app_token", mode="before")
     @classmethod
     def _tokens(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class DiscordSettings(Backfilled):
@@ -116,7 +83,7 @@ class DiscordSettings(Backfilled):
     @field_validator("token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class IrcSettings(ChatAccess):
@@ -142,7 +109,7 @@ class IrcSettings(ChatAccess):
     @field_validator("password", "sasl_password", mode="before")
     @classmethod
     def _secrets(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class XmppSettings(ChatAccess):
@@ -170,7 +137,7 @@ class XmppSettings(ChatAccess):
     @field_validator("password", mode="before")
     @classmethod
     def _password(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 def loopback(host: str) -> bool:
@@ -208,7 +175,7 @@ class EmailSettings(ChatAccess):
     @field_validator("password", mode="before")
     @classmethod
     def _password(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
     @field_validator("allow_users")
     @classmethod
@@ -249,12 +216,12 @@ class MattermostSettings(Backfilled):
     @field_validator("token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
     @field_validator("command_tokens", mode="before")
     @classmethod
     def _command_tokens(cls, value: Any) -> Any:
-        return [_from_env(token) for token in value] if isinstance(value, list) else value
+        return [from_env(token) for token in value] if isinstance(value, list) else value
 
 
 class MatrixSettings(Backfilled):
@@ -277,7 +244,7 @@ class MatrixSettings(Backfilled):
     @field_validator("password", "access_token", mode="before")
     @classmethod
     def _secrets(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
     @model_validator(mode="after")
     def _credentials(self) -> MatrixSettings:
@@ -308,44 +275,7 @@ class WhatsAppSettings(ChatAccess):
     @field_validator("token", "app_secret", "verify_token", mode="before")
     @classmethod
     def _secrets(cls, value: Any) -> Any:
-        return _from_env(value)
-
-
-class WeComSettings(ChatAccess):
-    """A WeCom (WeChat Work) self-built application in callback mode: WeCom POSTs each message, encrypted,
-    to the gateway's listener on host:port/path; replies go out through the application message API."""
-
-    corp_id: str = Field(min_length=1)
-    """The CorpID (My Company, Company Information): every callback's receiveid must be it."""
-    agent_id: int
-    """The application's AgentId."""
-    secret: SecretStr
-    """The application's Secret, for gettoken (`${WECOM_SECRET}`)."""
-    token: SecretStr
-    """The callback Token (the application's API receiving settings) that signs each callback."""
-    encoding_aes_key: SecretStr
-    """The callback EncodingAESKey (43 characters) that encrypts each callback."""
-    api_base: str = "https://qyapi.weixin.qq.com"
-    """The server API host (a test stand-in)."""
-    host: str = "127.0.0.1"
-    port: int = Field(8771, ge=0, le=65535)
-    path: str = "/wecom"
-    message_format: Literal["text", "markdown"] = "text"
-    """Replies as text messages (shown everywhere; the model's Markdown becomes plain text) or markdown
-    messages (rendered by the WeCom app, not shown in WeChat)."""
-
-    @field_validator("secret", "token", "encoding_aes_key", mode="before")
-    @classmethod
-    def _secrets(cls, value: Any) -> Any:
-        return _from_env(value)
-
-    @field_validator("encoding_aes_key")
-    @classmethod
-    def _aes_key(cls, value: SecretStr) -> SecretStr:
-        key = value.get_secret_value()
-        if not re.fullmatch(r"[A-Za-z0-9+/]{43}", key):
-            raise ValueError("encoding_aes_key: the 43 characters (A-Z, a-z, 0-9, + and /) WeCom generated")
-        return value
+        return from_env(value)
 
 
 class DingTalkSettings(ChatAccess):
@@ -366,7 +296,7 @@ class DingTalkSettings(ChatAccess):
     @field_validator("client_secret", mode="before")
     @classmethod
     def _secret(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class FeishuSettings(ChatAccess):
@@ -381,7 +311,7 @@ class FeishuSettings(ChatAccess):
     @field_validator("app_secret", mode="before")
     @classmethod
     def _secret(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
     @field_validator("domain")
     @classmethod
@@ -423,7 +353,7 @@ class TeamsSettings(ChatAccess):
     @field_validator("app_password", mode="before")
     @classmethod
     def _secrets(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class WebhookSettings(ChatAccess):
@@ -440,7 +370,7 @@ class WebhookSettings(ChatAccess):
     @field_validator("secret", mode="before")
     @classmethod
     def _secret(cls, value: Any) -> Any:
-        return _from_env(value)
+        return from_env(value)
 
 
 class GatewaySettings(BaseModel):
@@ -458,6 +388,7 @@ class GatewaySettings(BaseModel):
     matrix: MatrixSettings | None = None
     whatsapp: WhatsAppSettings | None = None
     wecom: WeComSettings | None = None
+    wecom_bot: WeComBotSettings | None = None
     dingtalk: DingTalkSettings | None = None
     feishu: FeishuSettings | None = None
     teams: TeamsSettings | None = None

@@ -37,7 +37,8 @@ class Inbound(BaseModel):
     button: str | None = None
     """The data of a pressed button (then `text` is empty)."""
     reply_url: str | None = None
-    """Where the generic webhook posts the reply (None: in the HTTP response)."""
+    """Where a reply may be posted: the generic webhook's callback URL (None: in the HTTP response), a
+    WeCom robot message's response_url."""
 
 
 class Button(BaseModel):
@@ -128,6 +129,10 @@ class Adapter(ABC):
     @abstractmethod
     async def fetch(self, attachment: Attachment) -> bytes:
         """Download a file the user sent. Raises AdapterError, ConnectionLost."""
+
+    async def finished(self, chat: str, message_ids: list[str]) -> None:  # noqa: B027 (optional)
+        """A reply's messages hold their final text, nothing more is edited: for a platform whose
+        streamed message must be closed (WeCom's robot). Raises as `send`."""
 
     async def typing(self, chat: str, *, thread: str | None = None) -> None:  # noqa: B027 (optional)
         """Show that a reply is being written, where the platform has that (best effort)."""

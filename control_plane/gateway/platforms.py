@@ -30,6 +30,7 @@ ADAPTERS: dict[str, tuple[str, bool]] = {
     "matrix": ("MatrixAdapter", True),
     "whatsapp": ("WhatsAppAdapter", True),
     "wecom": ("WeComAdapter", False),
+    "wecom_bot": ("WeComBotAdapter", True),
     "dingtalk": ("DingTalkAdapter", False),
     "feishu": ("FeishuAdapter", False),
     "teams": ("TeamsAdapter", True),

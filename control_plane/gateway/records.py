@@ -143,6 +143,17 @@ class GatewayStore:
             row = conn.execute(select(InboundRecord).where(col(InboundRecord.id) == inbound_id)).first()
         return InboundRecord.model_validate(row._mapping) if row else None
 
+    def find(self, platform: str, chat: str, message_id: str) -> InboundRecord | None:
+        """A stored message by its platform id."""
+        query = select(InboundRecord).where(
+            col(InboundRecord.platform) == platform,
+            col(InboundRecord.chat) == chat,
+            col(InboundRecord.message_id) == message_id,
+        )
+        with self._engine.connect() as conn:
+            row = conn.execute(query).first()
+        return InboundRecord.model_validate(row._mapping) if row else None
+
     def unanswered(self, platform: str) -> list[InboundRecord]:
         """Messages stored but never answered (the gateway stopped or crashed first), oldest first."""
         query = (

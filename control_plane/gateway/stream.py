@@ -96,6 +96,7 @@ class LiveMessage:
                     )
                 )
             )
+        await self.adapter.finished(self.chat, ids)
         return ids
 
     async def _run(self) -> None:

@@ -28,15 +28,14 @@ from defusedxml.ElementTree import fromstring
 
 from ..config.chat import WeComSettings
 from .base import Adapter, AdapterError, Attachment, Button, Deliver, Inbound
-from .listener import listen
 from .plain import to_plain
 from .wecom_api import WeComApi
 from .wecom_crypto import CallbackCipher, Refused
+from .wecom_listener import open_callback, serve_callbacks
 
 log = logging.getLogger("hermetic.gateway.wecom")
 TEXT_LIMIT = 2048
 """Bytes (UTF-8) of one text or markdown message's content."""
-MAX_BODY = 1_000_000
 TITLE_LIMIT = 36
 """Characters of a template card's main title."""
 CARD_TEXT_LIMIT = 160
@@ -88,32 +87,13 @@ class WeComAdapter(Adapter):
         async def callback(request: web.Request) -> web.Response:
             return await self._callback(request, deliver)
 
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_get(self.settings.path, self._verify_url)
-        app.router.add_post(self.settings.path, callback)
-        self._runner, self.port = await listen(app, self.settings.host, self.settings.port)
-        log.info("wecom callbacks on %s:%s%s", self.settings.host, self.port, self.settings.path)
+        self._runner, self.port = await serve_callbacks(self.platform, self.settings, self.cipher, callback)
         await asyncio.Event().wait()
-
-    def _open(self, request: web.Request, encrypted: str) -> bytes:
-        query = request.query
-        return self.cipher.open(
-            query.get("msg_signature", ""), query.get("timestamp", ""), query.get("nonce", ""), encrypted
-        )
-
-    async def _verify_url(self, request: web.Request) -> web.Response:
-        """The check WeCom makes when the callback URL is saved: echostr decrypted, sent back as is."""
-        try:
-            echoed = self._open(request, request.query.get("echostr", ""))
-        except Refused as exc:
-            log.warning("wecom: refused a URL verification: %s", exc)
-            return web.Response(text=str(exc), status=403)
-        return web.Response(body=echoed, content_type="text/plain")
 
     async def _callback(self, request: web.Request, deliver: Deliver) -> web.Response:
         try:
             outer = _xml(await request.read())
-            message = _xml(self._open(request, _field(outer, "Encrypt")))
+            message = _xml(open_callback(self.cipher, request, _field(outer, "Encrypt")))
         except Refused as exc:
             log.warning("wecom: refused a callback: %s", exc)
             return web.Response(text=str(exc), status=403)

@@ -1,8 +1,10 @@
-"""WeCom's callback encryption (企业微信 "加解密方案"), read side: every callback carries
+"""WeCom's callback encryption (企业微信 "加解密方案"): every callback carries
 `msg_signature`, the SHA-1 of the sorted, concatenated token, timestamp, nonce and ciphertext, and the
 ciphertext is AES-256-CBC under base64(EncodingAESKey + "=") with the key's first 16 bytes as IV,
 PKCS#7-padded to 32 bytes, over 16 random bytes + the message's length (4 bytes, network order) + the
-message + the receiveid (the CorpID). A callback failing any check is refused with the reason."""
+message + the receiveid (the CorpID; empty for an intelligent robot). A callback failing any check is
+refused with the reason. A robot's passive replies are sealed the same way, and the files it is sent
+are the bare file under the same key and IV, PKCS#7-padded to 32 bytes."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -56,10 +59,8 @@ class CallbackCipher:
             raise Refused("the ciphertext is not base64") from exc
         if not data or len(data) % 16:
             raise Refused("the ciphertext is not whole AES blocks")
-        decryptor = Cipher(algorithms.AES(self._key), modes.CBC(self._key[:16])).decryptor()
-        unpadder = padding.PKCS7(256).unpadder()
         try:
-            plain = unpadder.update(decryptor.update(data) + decryptor.finalize()) + unpadder.finalize()
+            plain = self._crypt(data, encrypt=False)
         except ValueError as exc:  # a wrong key gives garbage padding
             raise Refused("the ciphertext does not decrypt under this EncodingAESKey") from exc
         length = int.from_bytes(plain[16:20], "big")
@@ -67,5 +68,34 @@ class CallbackCipher:
             raise Refused("the decrypted message is shorter than its stated length")
         message, receive_id = plain[20 : 20 + length], plain[20 + length :]
         if not hmac.compare_digest(receive_id, self._receive_id):
-            raise Refused("the receiveid is not this application's CorpID")
+            whose = "this application's CorpID" if self._receive_id else "empty, as a robot's is"
+            raise Refused(f"the receiveid is not {whose}")
         return message
+
+    def seal(self, message: bytes, timestamp: str, nonce: str) -> tuple[str, str]:
+        """`message` encrypted for a passive reply, and its msg_signature."""
+        body = os.urandom(16) + len(message).to_bytes(4, "big") + message + self._receive_id
+        encrypted = base64.b64encode(self._crypt(body, encrypt=True)).decode()
+        return encrypted, signature(self._token, timestamp, nonce, encrypted)
+
+    def open_file(self, data: bytes) -> bytes:
+        """A file a robot was sent, decrypted. Raises Refused."""
+        if not data or len(data) % 16:
+            raise Refused("the file is not whole AES blocks")
+        try:
+            return self._crypt(data, encrypt=False)
+        except ValueError as exc:
+            raise Refused("the file does not decrypt under this EncodingAESKey") from exc
+
+    def _crypt(self, data: bytes, *, encrypt: bool) -> bytes:
+        """AES-256-CBC under the key (IV: its first 16 bytes), PKCS#7 to 32 bytes. Raises ValueError for
+        bad padding."""
+        cipher = Cipher(algorithms.AES(self._key), modes.CBC(self._key[:16]))
+        if encrypt:
+            padder = padding.PKCS7(256).padder()
+            padded = padder.update(data) + padder.finalize()
+            encryptor = cipher.encryptor()
+            return encryptor.update(padded) + encryptor.finalize()
+        decryptor = cipher.decryptor()
+        unpadder = padding.PKCS7(256).unpadder()
+        return unpadder.update(decryptor.update(data) + decryptor.finalize()) + unpadder.finalize()
