@@ -20,9 +20,12 @@ from dingtalk_standin import DingTalkStandin
 from feishu_standin import FeishuStandin
 from mattermost_standin import TOKEN as MM_TOKEN  # the suite's stand-ins (bench/__init__)
 from mattermost_standin import MattermostStandin
+from ngircd import free_port
+from standin_server import wait_listening
 from teams_standin import TeamsStandin
 from telegram_standin import TOKEN as TG_TOKEN
 from telegram_standin import TelegramStandin
+from wecom_bot_standin import WeComBotStandin
 from wecom_standin import WeComStandin
 from whatsapp_standin import WhatsAppStandin
 
@@ -108,6 +111,13 @@ PLATFORMS: dict[str, Platform] = {
         config=lambda s, users: s.gateway_config(users),
         ready=lambda s: s.wait_listening(),
         say=lambda s, n, text: s.user_says(f"u{n}", text),
+        chat=lambda n: f"u{n}",
+    ),
+    "wecom_bot": Platform(
+        start=WeComBotStandin,
+        config=lambda s, users: s.gateway_config(free_port(), users),
+        ready=lambda s: wait_listening(int(s.callback_url.split(":")[2].split("/")[0])),
+        say=lambda s, n, text: s.says(f"u{n}", text),
         chat=lambda n: f"u{n}",
     ),
     "dingtalk": Platform(
