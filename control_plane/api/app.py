@@ -29,6 +29,7 @@ from ..sandbox_manager import SandboxLimit
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from ..store.tokens import TokenStore
+from ..workers import give_blocking_pool
 from .a2a_routes import a2a_router
 from .a2a_store import ProfileTasks
 from .batches import router as batches_router
@@ -127,6 +128,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        give_blocking_pool()
         await asyncio.to_thread(warm_up)
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)

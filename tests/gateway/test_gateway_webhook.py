@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from aiohttp import web
 from gateway_harness import WEBHOOK_SECRET, Running, gateway_settings, listening_port, webhook_post
 
 from control_plane.gateway.webhook import sign
+from control_plane.workers import BLOCKING_WORKERS, give_blocking_pool
 
 
 def _settings(tmp_path: Path, llm_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -92,3 +94,32 @@ def test_with_a_callback_url_the_reply_is_posted_there_signed(
     ((headers, raw),) = received
     assert json.loads(raw)["text"] == "the build is green"
     assert headers["X-Hermetic-Signature"] == sign(WEBHOOK_SECRET, headers["X-Hermetic-Timestamp"], raw)
+
+
+def test_the_gateway_loop_runs_as_many_blocking_calls_at_once_as_chats_need(
+    tmp_path: Path, fake_llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its stores, marks and bindings wait in worker threads (on SQLite's lock, mostly): twenty chats'
+    calls at once must not queue behind Python's default pool of cpu_count + 4 threads (6 on two cores)."""
+    at_once = 20
+    assert at_once < BLOCKING_WORKERS
+    barrier = threading.Barrier(at_once)
+
+    async def all_waiting_together() -> list[int]:
+        return list(await asyncio.gather(*(asyncio.to_thread(barrier.wait, 30) for _ in range(at_once))))
+
+    running = Running(_settings(tmp_path, fake_llm.url, monkeypatch))
+    with running:  # the call runs on the gateway's own event loop, started as `hermetic gateway` starts it
+        assert sorted(running.call(all_waiting_together())) == list(range(at_once))  # none broke the barrier
+
+
+def test_a_loop_given_the_blocking_pool_runs_that_many_waits_at_once() -> None:
+    """What `hermetic serve` gives its loop at startup too (the API's lifespan)."""
+    barrier = threading.Barrier(BLOCKING_WORKERS)
+
+    async def main() -> None:
+        give_blocking_pool()
+        give_blocking_pool()  # once per loop: a second call keeps the pool
+        await asyncio.gather(*(asyncio.to_thread(barrier.wait, 30) for _ in range(BLOCKING_WORKERS)))
+
+    asyncio.run(main())
