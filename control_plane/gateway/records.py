@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel, col
 
-from ..store.engine import WRITE, open_engine
+from ..store.engine import open_engine, write_transaction
 
 
 class InboundRecord(SQLModel, table=True):
@@ -116,7 +116,7 @@ class GatewayStore:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self._engine) as conn:
             yield conn
 
     # -- inbound messages ------------------------------------------------------------------

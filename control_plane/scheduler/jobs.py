@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
 from ..store import Store, StoreError
-from ..store.engine import SCHEMA_LOCK, WRITE
+from ..store.engine import SCHEMA_LOCK, write_transaction
 from .delivery import check_target
 from .records import JobRecord, JobSpec, RunRecord
 from .schedules import Schedule, parse
@@ -359,7 +359,7 @@ class JobStore:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self.engine) as conn:
             yield conn
 
     @contextmanager

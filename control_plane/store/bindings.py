@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, func, in
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 
-from .engine import WRITE
+from .engine import write_transaction
 from .records import BindingRecord
 
 Surface = Literal["gateway", "openai", "a2a", "mcp", "message"]
@@ -72,7 +72,7 @@ class Bindings:
         forgotten."""
         now = time.time()
         where = self._key(surface, key)
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self._engine) as conn:
             found = conn.execute(select(BindingRecord).where(where)).first()
             started = found.started_at if found is not None and found.session_id == session_id else now
             conn.execute(delete(BindingRecord).where(where))
@@ -99,7 +99,7 @@ class Bindings:
         this call bound it. The surface's least recently used keys past `keep` are forgotten."""
         now = time.time()
         try:
-            with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            with write_transaction(self._engine) as conn:
                 self._insert(conn, surface, (key, session_id, now, now))
                 self._forget_past(conn, surface, keep)
         except IntegrityError:  # the primary key: another call bound it first
@@ -107,14 +107,14 @@ class Bindings:
         return True
 
     def forget(self, surface: Surface, key: str) -> None:
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self._engine) as conn:
             conn.execute(delete(BindingRecord).where(self._key(surface, key)))
 
     def take_over(self, surface: Surface, rows: list[tuple[str, str, float, float]]) -> int:
         """Keep bindings an older release kept elsewhere: (key, session, started_at, last_at), oldest
         first; a key bound here already keeps its binding. Returns how many were new."""
         taken = 0
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self._engine) as conn:
             for key, session_id, started, last in rows:
                 if conn.execute(select(col(BindingRecord.key)).where(self._key(surface, key))).first():
                     continue

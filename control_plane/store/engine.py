@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +98,38 @@ def open_engine(url: str) -> Engine:
     return engine
 
 
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that will write, committed when the block ends (rolled back on an
+    exception). On SQLite the process's writers take turns on a lock first (_writer_turn), so none waits
+    in SQLite's busy handler for another thread of this process."""
+    turn = _writer_turns.get(engine)
+    if turn is not None and not turn.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+        raise StoreError(f"no turn to write within {BUSY_TIMEOUT_MS // 1000} s: the database is locked")
+    try:
+        with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            yield conn
+    finally:
+        if turn is not None:
+            turn.release()
+
+
+_writer_turns: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+_turns_by_file: dict[Path, threading.Lock] = {}
+_turns_guard = threading.Lock()
+
+
+def _writer_turn(path: Path) -> threading.Lock:
+    """One SQLite file's write turn among this process's threads and engines (the Store, the gateway's,
+    the scheduler's: each opens its own). A writer that finds SQLite's lock taken sleeps in its busy
+    handler (1, 2, 5, 10 ... up to 100 ms a try) and misses the moment it frees; with twenty chats' stores
+    and marks at once those sleeps made a message's store take 45 ms (median) and 537 ms (p90). On this
+    lock the next writer is woken when the one before it has committed. Other processes still meet in
+    the busy handler."""
+    with _turns_guard:
+        return _turns_by_file.setdefault(path.resolve(), threading.Lock())
+
+
 def _sqlite_engine(url: URL) -> Engine:
     if not url.database or url.database == ":memory:":
         raise StoreError(
@@ -128,6 +164,7 @@ def _sqlite_engine(url: URL) -> Engine:
         # busy timeout); reads stay deferred and never block.
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
 
+    _writer_turns[engine] = _writer_turn(path)
     return engine
 
 
@@ -145,7 +182,7 @@ def create_tables(engine: Engine, tables: list[Table]) -> None:
 
 
 def _create_schema(engine: Engine) -> None:
-    with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+    with write_transaction(engine) as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text(SCHEMA_LOCK))
         SQLModel.metadata.create_all(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, text
 
 from ..recall.embeddings import Embedder, EmbeddingError
-from .engine import WRITE
+from .engine import write_transaction
 from .vectors import Pending, create_table, drop_table, insert_vectors, table_name
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class VectorIndexer:
         vectors = self.embedder.embed([row.content for row in rows])
         if vectors.ndim != 2 or len(vectors) != len(rows):
             raise EmbeddingError(f"{model} answered {vectors.shape} vectors for {len(rows)} texts")
-        with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        with write_transaction(self._engine) as conn:
             if self.dialect == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:model))"), {"model": model})
             now = self._cursor(conn, model)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
 from ..recall.embeddings import Embedder
-from .engine import WRITE, open_engine
+from .engine import open_engine, write_transaction
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
@@ -476,7 +476,7 @@ class Store:
         """One write transaction; the database refusing the data (a missing parent, a NUL byte in
         PostgreSQL text) becomes a StoreError naming what was being done, and nothing is written."""
         try:
-            with self._engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            with write_transaction(self._engine) as conn:
                 yield conn
         except (IntegrityError, DataError) as exc:
             raise StoreError(f"cannot {what}: {str(exc.orig).strip().splitlines()[0]}") from exc
