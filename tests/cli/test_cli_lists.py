@@ -165,8 +165,8 @@ def help_text(*command: str) -> str:
 def test_help_names_every_platform_backend_and_toolset_the_code_has() -> None:
     assert "signed webhook" not in (gateway := help_text("gateway"))
     expected = (
-        "telegram", "slack", "discord", "irc", "xmpp", "email", "mattermost", "matrix", "whatsapp", "wecom", "wecom_bot",
-        "dingtalk", "feishu", "teams", "webhook",
+        "telegram", "slack", "discord", "irc", "xmpp", "email", "mattermost", "matrix", "whatsapp", "wecom",
+        "wecom_bot", "dingtalk", "feishu", "teams", "webhook",
     )  # fmt: skip
     assert expected == PLATFORMS == tuple(ADAPTERS)  # each platform configurable has its adapter
     assert f"one agent reached from {', '.join(PLATFORMS)}" in gateway
