@@ -34,6 +34,7 @@ from .surfaces import MCP_NAME, APISettings, MCPServerConfig, MCPSettings, OpenA
 DEFAULT_PROFILE = "default"
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _yaml_file: ContextVar[Path | None] = ContextVar("_yaml_file", default=None)
+ModelClient = Literal["auto", "litellm"]
 
 
 class ModelEndpoint(BaseModel):
@@ -47,6 +48,9 @@ class ModelEndpoint(BaseModel):
     """Server URL for self-hosted or OpenAI-compatible models (Ollama, vLLM, the scripted server)."""
     api_key: SecretStr | None = None
     """Key for this model; default: the provider's usual variable (ANTHROPIC_API_KEY, ...)."""
+    client: ModelClient = "auto"
+    """How calls are sent: "auto" sends those to an OpenAI-compatible server (`openai/NAME` with an
+    api_base) with the openai SDK and every other through litellm; "litellm" sends all through litellm."""
 
 
 class ModelSettings(BaseModel):
@@ -56,6 +60,8 @@ class ModelSettings(BaseModel):
     """The primary model (litellm id); none means the agent cannot run until one is set."""
     api_base: str | None = None
     api_key: SecretStr | None = None
+    client: ModelClient = "auto"
+    """As a fallback's `client`, for the primary."""
     fallbacks: Annotated[list[ModelEndpoint], NoDecode] = []
     """Tried in order when the primary fails after its retries (a plain string is a model name)."""
     timeout: float = Field(120.0, gt=0)
@@ -81,7 +87,7 @@ class ModelSettings(BaseModel):
     def primary(self) -> ModelEndpoint | None:
         if not self.name:
             return None
-        return ModelEndpoint(name=self.name, api_base=self.api_base, api_key=self.api_key)
+        return ModelEndpoint(name=self.name, api_base=self.api_base, api_key=self.api_key, client=self.client)
 
     @property
     def chain(self) -> list[ModelEndpoint]:

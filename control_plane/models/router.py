@@ -1,4 +1,7 @@
-"""The model router: one call to the configured model through litellm, with retries and a fallback chain.
+"""The model router: one call to the configured model, with retries and a fallback chain.
+
+The call goes through litellm, or for an OpenAI-compatible server (`openai/NAME` with an api_base)
+straight through the openai SDK underneath it (models/openai_wire.py says why).
 
 Each model in the chain (the primary, then the fallbacks) gets `retries` more attempts on transient
 errors (rate limits, timeouts, connection errors, 5xx) with exponential backoff and jitter; any other
@@ -12,10 +15,12 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
+import openai
 from pydantic import BaseModel
 from tenacity import (
     AsyncRetrying,
@@ -27,6 +32,7 @@ from tenacity import (
 
 from ..config.settings import ModelEndpoint, ModelSettings
 from ..events import Event, Notice, ReasoningDelta, TextDelta, Usage
+from . import openai_wire
 
 Emit = Callable[[Event], None]
 FIRST_CHUNK_PASSES = 2
@@ -143,23 +149,31 @@ class _Attempt:
         self.stream = stream
         self.emitted_text = False
         """Whether this try streamed text out already (a retry or fallback then restarts the reply)."""
-        api_key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
-        self.request: dict[str, Any] = {
-            "model": endpoint.name,
-            "messages": messages,
-            "api_base": endpoint.api_base,
-            "api_key": api_key,
-            "timeout": settings.timeout,
-            "num_retries": 0,  # one retry policy: ours. litellm's own and the openai client's are off
-            "max_retries": 0,
-            "drop_params": True,  # temperature & co. are dropped for models that do not take them
-        }
+        self.api_key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+        self.request: dict[str, Any] = {"messages": messages}
         if tools:
             self.request["tools"] = tools
         if settings.temperature is not None:
             self.request["temperature"] = settings.temperature
         if settings.max_tokens is not None:
             self.request["max_tokens"] = settings.max_tokens
+
+    async def _create(self) -> Callable[..., Awaitable[Any]]:
+        """What sends the request: the openai SDK for an OpenAI-compatible server, else litellm."""
+        if openai_wire.speaks_openai(self.endpoint):
+            return openai_wire.create(self.endpoint, self.api_key, self.settings.timeout)
+        # the first import takes seconds of CPU: never on the event loop, which serves every other chat
+        litellm = _litellm() if _loaded else await asyncio.to_thread(_litellm)
+        return partial(
+            litellm.acompletion,
+            model=self.endpoint.name,
+            api_base=self.endpoint.api_base,
+            api_key=self.api_key,
+            timeout=self.settings.timeout,
+            num_retries=0,  # one retry policy: ours. litellm's own and the openai client's are off
+            max_retries=0,
+            drop_params=True,  # temperature & co. are dropped for models that do not take them
+        )
 
     async def run(self) -> ModelReply:
         retrying = AsyncRetrying(
@@ -184,10 +198,9 @@ class _Attempt:
         self.emit(Notice(message=f"{self.endpoint.name}: {reason}; {retry}{restart}"))
 
     async def _call(self) -> ModelReply:
-        # the first import takes seconds of CPU: never on the event loop, which serves every other chat
-        litellm = _litellm() if _loaded else await asyncio.to_thread(_litellm)
+        create = await self._create()
         if not self.stream:
-            response = await litellm.acompletion(**self.request)
+            response = await create(**self.request)
             choice = response.choices[0]
             calls = [
                 ToolCall(id=call.id, name=call.function.name or "", arguments=call.function.arguments or "")
@@ -197,9 +210,7 @@ class _Attempt:
             return self._reply(
                 choice.message.content or "", calls, choice.finish_reason, response.usage, thought
             )
-        stream = await litellm.acompletion(
-            **self.request, stream=True, stream_options={"include_usage": True}
-        )
+        stream = await create(**self.request, stream=True, stream_options={"include_usage": True})
         text: list[str] = []
         reasoning: list[str] = []
         calls_by_index: dict[int, dict[str, str]] = {}
@@ -315,8 +326,8 @@ def _problem(endpoint: ModelEndpoint) -> str | None:
 
 def _transient(exc: BaseException) -> bool:
     """Worth retrying the same model: rate limits, timeouts, dropped connections, server errors."""
-    litellm = _litellm()
-    if isinstance(exc, litellm.RateLimitError | litellm.Timeout | litellm.APIConnectionError):
+    # litellm's errors are subclasses of the openai SDK's: this covers both ways of calling
+    if isinstance(exc, openai.RateLimitError | openai.APIConnectionError):  # timeouts included
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and status >= 500
@@ -329,10 +340,20 @@ def _reason(exc: BaseException | None) -> str:
     """A one-line account of a failed call: the error's kind, HTTP status and the provider's message."""
     if isinstance(exc, _Misconfigured):
         return str(exc)
-    message = _LITELLM_PREFIXES.sub("", str(getattr(exc, "message", None) or exc)).strip().splitlines()
+    message = _provider_message(exc).strip().splitlines()
     status = getattr(exc, "status_code", None)
     kind = type(exc).__name__ + (f" {status}" if isinstance(status, int) else "")
     return f"{kind}: {message[0][:300]}" if message else kind
+
+
+def _provider_message(exc: BaseException | None) -> str:
+    """The message in the provider's error body (OpenAI's `{"error": {"message": ...}}`), else the
+    exception's own without litellm's prefixes."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+        return str(error["message"])
+    return _LITELLM_PREFIXES.sub("", str(getattr(exc, "message", None) or exc))
 
 
 def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
