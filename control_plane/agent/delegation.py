@@ -125,6 +125,8 @@ def delegate_batch(
     finally:
         for task in asyncio.all_tasks(loop):  # only a child that would not stop is left
             task.cancel()
+        # async generators' cleanup, as asyncio.run does (the model clients the children opened)
+        loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), 5))
         loop.close()  # without waiting for the threads of such a child's stuck tool call
     report = {
         "tasks": len(outcomes),

@@ -16,20 +16,43 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..config.settings import ModelEndpoint
 
 PREFIX = "openai/"
 
-_clients: dict[asyncio.AbstractEventLoop, dict[tuple[str, str, float], openai.AsyncOpenAI]] = {}
-"""One client per server, key and timeout on each event loop: its connection pool belongs to the loop.
-(Not a WeakKeyDictionary: a client's connections refer to their loop, which would keep both forever.)"""
-_clients_lock = threading.Lock()
+ClientKey = tuple[str, str, float]
+"""A server, a key and a timeout."""
+
+
+class _LoopClients:
+    """The clients of one event loop (a client's connection pool belongs to the loop it was made on),
+    closed with the loop: `closer` is an async generator started on the loop, and asyncio.run (uvicorn's
+    too) closes a loop's async generators before the loop itself, which runs its `finally`."""
+
+    def __init__(self) -> None:
+        self.clients: dict[ClientKey, openai.AsyncOpenAI] = {}
+        self.closer = self._close_at_shutdown()  # held here: the loop keeps only a weak reference
+
+    async def _close_at_shutdown(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for client in list(self.clients.values()):
+                await client.close()
+            self.clients.clear()
+
+
+_loops: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
+"""Not a WeakKeyDictionary: a client's connections refer to their loop, which would keep both forever."""
+_loops_lock = threading.Lock()
+_Chunks = openai.AsyncStream[ChatCompletionChunk]
 
 # the SDK's HTTP client logs every request at INFO: a line per model call in the server's log
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -42,21 +65,43 @@ def speaks_openai(endpoint: ModelEndpoint) -> bool:
     return bool(endpoint.api_base) and endpoint.name.startswith(PREFIX)
 
 
-def create(endpoint: ModelEndpoint, api_key: str | None, timeout: float) -> Callable[..., Awaitable[Any]]:
-    """`chat.completions.create` of the running loop's client for this server, the model named as the
-    server knows it; retries off (the router has its own policy)."""
+async def create(
+    endpoint: ModelEndpoint, api_key: str | None, timeout: float
+) -> Callable[..., Awaitable[Any]]:
+    """A chat completion call on the running loop's client for this server, taking `chat.completions
+    .create`'s arguments, the model named as the server knows it; retries off (the router has its own)."""
     assert endpoint.api_base is not None
-    on_loop = _loop_clients(asyncio.get_running_loop())
     key = api_key or os.environ.get("OPENAI_API_KEY", "")  # the key litellm would send (the router checked)
-    found = on_loop.get((endpoint.api_base, key, timeout))
+    on_loop = await _loop_clients()
+    found = on_loop.clients.get((endpoint.api_base, key, timeout))
     if found is None:
         found = openai.AsyncOpenAI(base_url=endpoint.api_base, api_key=key, timeout=timeout, max_retries=0)
-        on_loop[(endpoint.api_base, key, timeout)] = found
-    return partial(found.chat.completions.create, model=endpoint.name.removeprefix(PREFIX))
+        on_loop.clients[(endpoint.api_base, key, timeout)] = found
+    return partial(_post, found, endpoint.name.removeprefix(PREFIX))
 
 
-def _loop_clients(loop: asyncio.AbstractEventLoop) -> dict[tuple[str, str, float], openai.AsyncOpenAI]:
-    with _clients_lock:  # loops of other threads (a session's own, a test's) look up at the same time
-        for closed in [other for other in _clients if other.is_closed()]:
-            del _clients[closed]  # its connections cannot be used again; their sockets close when collected
-        return _clients.setdefault(loop, {})
+async def _post(client: openai.AsyncOpenAI, model: str, *, stream: bool = False, **body: Any) -> Any:
+    """POST /chat/completions with the body as given (the SDK's documented way for a raw body), typed
+    replies as `create` returns them. `create` would first walk the request against its parameter
+    types, every message of the history each call (6% of a loaded API server's CPU); the history is
+    already JSON in OpenAI's format, which is what that walk produces."""
+    body = {"model": model, **body, "stream": stream}
+    if stream:
+        return await client.post(
+            "/chat/completions", body=body, cast_to=ChatCompletion, stream=True, stream_cls=_Chunks
+        )
+    return await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+
+async def _loop_clients() -> _LoopClients:
+    loop = asyncio.get_running_loop()
+    with _loops_lock:  # loops of other threads (a session's own, a test's) look up at the same time
+        for closed in [other for other in _loops if other.is_closed()]:
+            del _loops[closed]  # clients of a loop closed without closing its generators: left to the GC
+        found, new = _loops.get(loop), False
+        if found is None:
+            found, new = _LoopClients(), True
+            _loops[loop] = found
+    if new:
+        await anext(found.closer)  # started on this loop, so the loop closes it
+    return found

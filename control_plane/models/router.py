@@ -161,7 +161,7 @@ class _Attempt:
     async def _create(self) -> Callable[..., Awaitable[Any]]:
         """What sends the request: the openai SDK for an OpenAI-compatible server, else litellm."""
         if openai_wire.speaks_openai(self.endpoint):
-            return openai_wire.create(self.endpoint, self.api_key, self.settings.timeout)
+            return await openai_wire.create(self.endpoint, self.api_key, self.settings.timeout)
         # the first import takes seconds of CPU: never on the event loop, which serves every other chat
         litellm = _litellm() if _loaded else await asyncio.to_thread(_litellm)
         return partial(
