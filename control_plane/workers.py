@@ -14,6 +14,8 @@ import asyncio
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
+from .models.router import warm_up
+
 BLOCKING_WORKERS = 32
 """Threads for blocking calls per event loop (they are made as needed, up to this)."""
 
@@ -28,3 +30,11 @@ def give_blocking_pool() -> None:
             ThreadPoolExecutor(BLOCKING_WORKERS, thread_name_prefix="hermetic-blocking")
         )
         _given.add(loop)
+
+
+async def ready_to_serve() -> None:
+    """First steps of a process answering many conversations on its loop (the API server, the gateway):
+    the worker pool, then litellm imported in one of its threads. Left to the first turn, the import
+    (seconds of CPU; the history's token count needs it) ran on the loop and held every other chat."""
+    give_blocking_pool()
+    await asyncio.to_thread(warm_up)

@@ -24,12 +24,11 @@ from .. import __version__
 from ..agent.status import Status
 from ..config.settings import Settings, load_settings
 from ..events import Question
-from ..models.router import warm_up
 from ..sandbox_manager import SandboxLimit
 from ..store import MessageRecord, SessionRecall, SessionRecord, StoreError
 from ..store.semantic import SearchMode
 from ..store.tokens import TokenStore
-from ..workers import give_blocking_pool
+from ..workers import ready_to_serve
 from .a2a_routes import a2a_router
 from .a2a_store import ProfileTasks
 from .batches import router as batches_router
@@ -128,8 +127,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        give_blocking_pool()
-        await asyncio.to_thread(warm_up)
+        await ready_to_serve()
         if base.pool.size:  # warm the default profile's pool before the first session asks
             await asyncio.to_thread(hub.prefill, base.profile)
         await start_schedulers(app, hub, base, root)

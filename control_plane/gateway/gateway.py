@@ -19,7 +19,7 @@ from ..agent.commands import is_command, run_command
 from ..agent.loop import Busy, Conversation
 from ..config.chat import ChatAccess, GatewaySettings
 from ..store.bindings import ResetPolicy
-from ..workers import give_blocking_pool
+from ..workers import ready_to_serve
 from .access import Decision, decide, pairing_text
 from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
@@ -71,7 +71,7 @@ class Gateway:
     async def start(self) -> None:
         """Take each bot token's lock (GatewayLocked when another gateway has it), answer what was stored
         but never answered, then receive from every platform."""
-        give_blocking_pool()
+        await ready_to_serve()
         for adapter in self.adapters.values():
             name = adapter.lock_name
             if name is None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,3 +126,42 @@ def test_a_loop_given_the_blocking_pool_runs_that_many_waits_at_once() -> None:
         await asyncio.gather(*(asyncio.to_thread(barrier.wait, 30) for _ in range(BLOCKING_WORKERS)))
 
     asyncio.run(main())
+
+
+STARTS_A_GATEWAY = """
+import asyncio, sys
+from control_plane.config.settings import load_settings
+from control_plane.gateway import create_gateway
+
+async def main():
+    settings = load_settings(
+        root=sys.argv[1],
+        model={"name": "openai/scripted", "api_base": sys.argv[2], "api_key": "test"},
+        gateway={"webhook": {"secret": "0123456789abcdef0123456789abcdef", "port": 0}},
+    )
+    gateway = create_gateway(settings)
+    before = "litellm" in sys.modules
+    await gateway.start()
+    try:
+        print(before, "litellm" in sys.modules)
+    finally:
+        await gateway.stop()
+        gateway.agent.close()
+        gateway.store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_gateway_imports_litellm_before_its_first_message(tmp_path: Path, fake_llm: Any) -> None:
+    """In a fresh interpreter: by the end of start, off the loop; the first message's turn would import it
+    on the loop (its history's token count needs it), holding every chat for seconds."""
+    ran = subprocess.run(
+        [sys.executable, "-c", STARTS_A_GATEWAY, str(tmp_path), fake_llm.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("HERMETIC_")},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["False", "True"]
