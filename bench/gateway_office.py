@@ -2,13 +2,16 @@
 library against the suite's stand-in (tests/standins/*_standin.py) and the scripted model, N chats x M
 messages at once (each chat sends its next message when the last answer is in): the time from the platform
 receiving a user's message to the agent's first model request for it. The stand-in and the model run in a
-process of their own (bench/far_side.py), as a deployment has them, unless asked to share the gateway's."""
+process of their own (bench/far_side.py), as a deployment has them, unless asked to share the gateway's.
+The note adds this process's CPU time per message over the run (the gateway's, with the far side in its
+own process): a figure the machine's load moves far less than the latencies."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +80,12 @@ def collect_one(name: str, chats: int, messages: int, *, own_process: bool = Tru
                     wait(platform.chat(n), k + (n == 0))
 
             workers = [threading.Thread(target=chat, args=(n,)) for n in range(chats)]
+            cpu = time.process_time()
             for worker in workers:
                 worker.start()
             for worker in workers:
                 worker.join()
+            cpu = time.process_time() - cpu
             latencies = far.to_model(sent)
         finally:
             asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(60)
@@ -89,7 +94,11 @@ def collect_one(name: str, chats: int, messages: int, *, own_process: bool = Tru
             gateway.agent.close()
             gateway.store.close()
     where = "stand-in and model in their own process" if own_process else "all in the gateway's process"
-    return Figure(latencies, note=f"{chats} chats x {messages} messages; {where}")
+    per_message = 1000 * cpu / (chats * messages)
+    note = (
+        f"{chats} chats x {messages} messages; {where}; {per_message:.1f} ms of this process's CPU a message"
+    )
+    return Figure(latencies, note=note, extra={"cpu_ms_per_message": per_message})
 
 
 def collect(chats: int, messages: int, names: list[str], *, own_process: bool = True) -> Results:
