@@ -69,8 +69,8 @@ class Gateway:
     # -- lifetime ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take each bot token's lock (GatewayLocked when another gateway has it), answer what was stored
-        but never answered, then receive from every platform."""
+        """Take each bot token's lock (GatewayLocked when another gateway has it), then connect to every
+        platform and, once connected, answer what was stored but never answered, then receive."""
         await ready_to_serve()
         for adapter in self.adapters.values():
             name = adapter.lock_name
@@ -89,15 +89,18 @@ class Gateway:
         await asyncio.to_thread(self._take_over_chats)
         offer_deliveries(self.adapters.values(), self.origin_of)
         for adapter in self.adapters.values():
-            for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
-                assert record.id is not None  # a stored row
-                if not adapter.streams and (record.state == "replying" or record.reply_id):
-                    # no edits: a rerun could only send a second reply, so one that may be out stays
-                    log.warning("%s: the reply to %s may be out: not sent again", record.platform, record.id)
-                    await asyncio.to_thread(self.store.mark, record.id, state="answered")
-                    continue
-                self._route(adapter, Inbound.model_validate(record.payload), record)
             self._tasks.append(asyncio.create_task(self._keep_receiving(adapter)))
+
+    async def _answer_unanswered(self, adapter: Adapter) -> None:
+        """Route what was stored but never answered (a crash, a kill), before anything received now."""
+        for record in await asyncio.to_thread(self.store.unanswered, adapter.platform):
+            assert record.id is not None  # a stored row
+            if not adapter.streams and (record.state == "replying" or record.reply_id):
+                # no edits: a rerun could only send a second reply, so one that may be out stays
+                log.warning("%s: the reply to %s may be out: not sent again", record.platform, record.id)
+                await asyncio.to_thread(self.store.mark, record.id, state="answered")
+                continue
+            self._route(adapter, Inbound.model_validate(record.payload), record)
 
     async def stop(self) -> None:
         """Stop receiving, interrupt running turns (their messages stay unanswered, so the next start
@@ -154,12 +157,18 @@ class Gateway:
             before_sleep=failed,
             reraise=True,
         )
+        unanswered = True
         try:
             async for attempt in retrying:
                 with attempt:
                     await adapter.connect()
                     status.connected()
                     self._save_status(adapter.platform)
+                    if (
+                        unanswered
+                    ):  # once the platform can take their replies (a fast model beat Matrix's login)
+                        await self._answer_unanswered(adapter)
+                        unanswered = False
                     await adapter.receive(lambda message: self._deliver(adapter, message))
         except AdapterError as exc:  # a bad token: reconnecting cannot help
             status.failed(f"stopped: {exc}")
