@@ -15,7 +15,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
 from ..recall.embeddings import Embedder
-from .engine import open_engine, write_transaction
+from .engine import open_engine, read_engine, write_transaction
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
@@ -59,7 +59,8 @@ def _shut(indexer: VectorIndexer | None, engine: Engine) -> None:
 
 
 class Store:
-    """Thread-safe: each call takes its own pooled connection and runs in one transaction."""
+    """Thread-safe: each call takes its own pooled connection; writes run in one transaction each, reads
+    in one on SQLite and statement by statement on PostgreSQL (engine.read_engine)."""
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class Store:
         searches may be semantic or hybrid; semantic hits less similar than min_similarity are dropped.
         Without `background`, the caller runs the indexer (`hermetic sessions reindex`)."""
         self._engine = open_engine(url)
+        self._reads = read_engine(self._engine)
         self.dialect: str = self._engine.dialect.name
         self.embedder = embedder
         self.min_similarity = min_similarity
@@ -357,7 +359,7 @@ class Store:
     def _keyword(self, words: list[str], where: Filters) -> list[SearchHit]:
         if self.dialect == "sqlite":
             self._index_backlog()
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             if self.dialect == "sqlite":
                 return search_sqlite(conn, words, where)
             return search_postgres(conn, words, where)
@@ -367,7 +369,9 @@ class Store:
         failing to embed is an error in semantic mode and leaves hybrid to its keyword half."""
         if self.embedder is None:
             return []
-        with self._engine.connect() as conn:
+        # A transaction: pgvector's scan settings are set for it alone (set_config's is_local). Committed,
+        # not rolled back, as a rollback would also drop the statements psycopg prepared on the connection.
+        with self._engine.begin() as conn:
             index = conn.execute(
                 text(
                     "SELECT table_name, created_at, embedded_through FROM vector_indexes WHERE model = :model"
@@ -422,7 +426,7 @@ class Store:
             return []
         spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
         sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             around = surroundings(conn, spots, edges)
             known = {s.id: s for s in conn.execute(sessions)}
         return [
@@ -448,7 +452,7 @@ class Store:
             .join(SessionRecord)
             .where(MessageRecord.id == message_id, SessionRecord.profile == profile)
         )
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             session_id = conn.execute(query).scalar()
             if session_id is None:
                 return []
@@ -457,7 +461,7 @@ class Store:
     def session_edges(self, session_id: str, n: int = 2) -> tuple[list[MessageRecord], list[MessageRecord]]:
         """The session's first `n` and last `n` user and assistant messages with text; the last never
         repeat the first."""
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             found = surroundings(conn, [Spot(session_id)], n)[0]
         return found.first, found.last
 
@@ -465,7 +469,7 @@ class Store:
 
     def _index_backlog(self) -> None:
         """Bring SQLite's search indexes up to the latest message (a read when nothing waits)."""
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             waiting = backlog(conn)
         if waiting > 0:
             with self._write("index new messages for search") as conn:
@@ -484,5 +488,5 @@ class Store:
     @contextmanager
     def _read(self) -> Iterator[Session]:
         # expire_on_commit=False: records stay readable after the session closes.
-        with Session(self._engine, expire_on_commit=False) as db:
+        with Session(self._reads, expire_on_commit=False) as db:
             yield db

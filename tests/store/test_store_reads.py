@@ -1,0 +1,42 @@
+"""How the store reads (store/engine.py read_engine): on PostgreSQL each read statement runs in autocommit, so
+no read ends in a ROLLBACK, which in psycopg deallocates every statement it prepared on the connection; a
+recall's statements stay prepared from their fifth run on. Real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from control_plane.store import Store
+
+P = "default"
+POSTGRES_ONLY = pytest.mark.parametrize("store", ["postgresql"], indirect=True)  # conftest's store
+
+
+def _history(store: Store) -> None:
+    for topic in ("kubernetes deploy", "kubernetes upgrade", "postgres backup"):
+        session = store.create_session(P, title=topic)
+        store.add_messages(
+            session.id,
+            [
+                {"role": "user", "content": f"how did the {topic} go?"},
+                {"role": "assistant", "content": f"the {topic} went fine after a retry"},
+            ],
+        )
+
+
+@POSTGRES_ONLY
+def test_a_recalls_statements_stay_prepared_and_give_the_same_answer(store: Store) -> None:
+    _history(store)
+    first = store.recall(P, "kubernetes retry")
+    fallback = store.recall(P, "ubernete")  # substring: no word matches
+    assert [f.session_title for f in first] == ["kubernetes upgrade", "kubernetes deploy"]
+    for _ in range(6):
+        assert store.recall(P, "kubernetes retry") == first
+        assert store.recall(P, "ubernete") == fallback
+    assert store.engine.pool.checkedin() == 1  # every call above was served by this one connection
+    with store.engine.connect() as conn:
+        prepared = conn.scalars(text("SELECT statement FROM pg_prepared_statements")).all()
+    assert any("websearch_to_tsquery" in s for s in prepared), prepared  # the word query
+    assert any("ILIKE" in s for s in prepared), prepared  # the substring fallback
+    assert any("'window' AS part" in s for s in prepared), prepared  # the surroundings
