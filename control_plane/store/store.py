@@ -339,30 +339,41 @@ class Store:
         hybrid: both fused by rank (keyword alone when semantic recall is off). Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
+        planned = self._depth(query, mode, limit)
+        if planned is None:
+            return []
+        words, depth = planned
+        where = Filters(
+            profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
+        )
+        with self._reads.connect() as conn:
+            return self._hits(conn, query, words, where, mode, limit)
+
+    def _depth(self, query: str, mode: SearchMode, limit: int) -> tuple[list[str], int] | None:
+        """The query's terms and how many hits each half looks for; None when there is nothing to find."""
         if mode not in ("keyword", "semantic", "hybrid"):
             raise StoreError(f"unknown search mode {mode!r}: keyword, semantic or hybrid")
         if mode == "semantic" and self.embedder is None:
             raise StoreError("semantic search is off: set memory.embeddings.model (wordllama by default)")
-        words = terms(query)
         if not query.strip() or limit <= 0:
-            return []
-        depth = limit if mode != "hybrid" else max(limit, DEPTH)
-        where = Filters(
-            profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
-        )
-        keyword = self._keyword(words, where) if mode != "semantic" and words else []
+            return None
+        return terms(query), limit if mode != "hybrid" else max(limit, DEPTH)
+
+    def _hits(
+        self, conn: Connection, query: str, words: list[str], where: Filters, mode: SearchMode, limit: int
+    ) -> list[SearchHit]:
+        """The keyword half on `conn`, the semantic half (in a transaction of its own), fused in hybrid."""
+        keyword = self._keyword(conn, words, where) if mode != "semantic" and words else []
         semantic = self._semantic(query, where, strict=mode == "semantic") if mode != "keyword" else []
         if mode != "hybrid":
             return keyword or semantic
-        return fuse(keyword, semantic, limit, per_session)
+        return fuse(keyword, semantic, limit, where.per_session)
 
-    def _keyword(self, words: list[str], where: Filters) -> list[SearchHit]:
+    def _keyword(self, conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
         if self.dialect == "sqlite":
-            self._index_backlog()
-        with self._reads.connect() as conn:
-            if self.dialect == "sqlite":
-                return search_sqlite(conn, words, where)
-            return search_postgres(conn, words, where)
+            self._index_backlog()  # before `conn` reads: its transaction begins at its first statement
+            return search_sqlite(conn, words, where)
+        return search_postgres(conn, words, where)
 
     def _semantic(self, query: str, where: Filters, *, strict: bool) -> list[SearchHit]:
         """The nearest messages by the configured model's vectors; [] when nothing is embedded yet. The query
@@ -411,22 +422,18 @@ class Store:
     ) -> list[SessionRecall]:
         """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
         either side of it, and the session's first and last `edges` exchange messages."""
-        hits = self.search(
-            profile,
-            query,
-            limit=limit,
-            exclude_session=exclude_session,
-            per_session=True,
-            mode=mode,
-            source=source,
-            since=since,
-            until=until,
-        )
-        if not hits:
+        planned = self._depth(query, mode, limit)
+        if planned is None:
             return []
-        spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
-        sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
+        words, depth = planned
+        where = Filters(profile, exclude_session, None, depth, True, source=source, since=since, until=until)
+        # One connection for the search and what surrounds its hits: one checkout and pool ping, not two.
         with self._reads.connect() as conn:
+            hits = self._hits(conn, query, words, where, mode, limit)
+            if not hits:
+                return []
+            spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
+            sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
             around = surroundings(conn, spots, edges)
             known = {s.id: s for s in conn.execute(sessions)}
         return [

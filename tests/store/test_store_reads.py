@@ -5,7 +5,7 @@ recall's statements stay prepared from their fifth run on. Real PostgreSQL."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from control_plane.store import Store
 
@@ -40,3 +40,13 @@ def test_a_recalls_statements_stay_prepared_and_give_the_same_answer(store: Stor
     assert any("websearch_to_tsquery" in s for s in prepared), prepared  # the word query
     assert any("ILIKE" in s for s in prepared), prepared  # the substring fallback
     assert any("'window' AS part" in s for s in prepared), prepared  # the surroundings
+
+
+@POSTGRES_ONLY
+def test_a_recall_takes_one_connection_from_the_pool(store: Store) -> None:
+    """The search and the messages around its hits share a checkout (and its pre-ping round trip)."""
+    _history(store)
+    checkouts: list[object] = []
+    event.listen(store.engine, "checkout", lambda *_: checkouts.append(None))
+    assert len(store.recall(P, "kubernetes retry")) == 2
+    assert len(checkouts) == 1
