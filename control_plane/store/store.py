@@ -339,25 +339,27 @@ class Store:
         hybrid: both fused by rank (keyword alone when semantic recall is off). Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
-        planned = self._depth(query, mode, limit)
-        if planned is None:
+        words, depth = self._depth(query, mode, limit)
+        if not depth:
             return []
-        words, depth = planned
         where = Filters(
             profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
         )
         with self._reads.connect() as conn:
             return self._hits(conn, query, words, where, mode, limit)
 
-    def _depth(self, query: str, mode: SearchMode, limit: int) -> tuple[list[str], int] | None:
-        """The query's terms and how many hits each half looks for; None when there is nothing to find."""
+    def _depth(self, query: str, mode: SearchMode, limit: int) -> tuple[list[str], int]:
+        """The query's terms and how many hits each half looks for (0: there is nothing to find)."""
         if mode not in ("keyword", "semantic", "hybrid"):
             raise StoreError(f"unknown search mode {mode!r}: keyword, semantic or hybrid")
         if mode == "semantic" and self.embedder is None:
             raise StoreError("semantic search is off: set memory.embeddings.model (wordllama by default)")
         if not query.strip() or limit <= 0:
-            return None
-        return terms(query), limit if mode != "hybrid" else max(limit, DEPTH)
+            return [], 0
+        # Without a semantic half, hybrid is its keyword half: the same first `limit` hits (its order is
+        # total), without a headline for DEPTH rows that fusion would not keep.
+        fused = mode == "hybrid" and self.embedder is not None
+        return terms(query), max(limit, DEPTH) if fused else limit
 
     def _hits(
         self, conn: Connection, query: str, words: list[str], where: Filters, mode: SearchMode, limit: int
@@ -422,10 +424,9 @@ class Store:
     ) -> list[SessionRecall]:
         """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
         either side of it, and the session's first and last `edges` exchange messages."""
-        planned = self._depth(query, mode, limit)
-        if planned is None:
+        words, depth = self._depth(query, mode, limit)
+        if not depth:
             return []
-        words, depth = planned
         where = Filters(profile, exclude_session, None, depth, True, source=source, since=since, until=until)
         # One connection for the search and what surrounds its hits: one checkout and pool ping, not two.
         with self._reads.connect() as conn:

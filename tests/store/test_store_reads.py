@@ -50,3 +50,26 @@ def test_a_recall_takes_one_connection_from_the_pool(store: Store) -> None:
     event.listen(store.engine, "checkout", lambda *_: checkouts.append(None))
     assert len(store.recall(P, "kubernetes retry")) == 2
     assert len(checkouts) == 1
+
+
+def test_a_search_without_a_semantic_half_gives_the_first_hits_of_a_longer_one(store: Store) -> None:
+    """Hybrid without an embedder asks the keyword half for `limit` hits only, not fusion's depth: the same
+    hits in the same order (with the same scores) as the head of a longer search, on both dialects, by
+    words and by the substring fallback."""
+    for i in range(8):
+        session = store.create_session(P, title=f"s{i}")
+        store.add_messages(
+            session.id,
+            [
+                {"role": "user", "content": f"the kubernetes deploy number {i} " + "retry " * (i % 3)},
+                {"role": "assistant", "content": f"kubernetes deploy {i} done, no retry"},
+            ],
+        )
+    for query in ("kubernetes retry", "ubernete", "deploy"):
+        longer = store.search(P, query, limit=10)
+        assert len(longer) == 10, query
+        for limit in (1, 3):
+            assert store.search(P, query, limit=limit) == longer[:limit], (query, limit)
+        sessions = store.recall(P, query, limit=8)
+        assert len(sessions) == 8, query
+        assert store.recall(P, query, limit=3) == sessions[:3], query
