@@ -35,7 +35,8 @@ class Corpus:
         words: set[str] = set()
         while len(words) < VOCABULARY:
             words.add("".join(self.rng.choices(SYLLABLES, k=self.rng.randint(1, 4))))
-        self.words = sorted(words, key=lambda _: self.rng.random())  # rank order: index 0 is most common
+        # rank order, index 0 the most common; sorted first, as a set's order changes with the hash seed
+        self.words = sorted(sorted(words), key=lambda _: self.rng.random())
         self.cum = list(accumulate(1 / rank for rank in range(1, VOCABULARY + 1)))
 
     def text(self) -> str:

@@ -114,6 +114,17 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
             turn.release()
 
 
+def read_engine(engine: Engine) -> Engine:
+    """The engine a store reads through. PostgreSQL: the same pool with each read statement in autocommit,
+    as in READ COMMITTED each statement takes its own snapshot anyway; a read then costs no BEGIN and
+    ROLLBACK round trips, and psycopg keeps the statements it prepares after their fifth run on a
+    connection (a rollback deallocates them all), so the server stops parsing them again. SQLite: the
+    engine itself, whose reads see one snapshot in a deferred transaction."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
+
+
 _writer_turns: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
 _turns_by_file: dict[Path, threading.Lock] = {}
 _turns_guard = threading.Lock()

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlmodel import Session, col, select
 
 from ..recall.embeddings import Embedder
-from .engine import open_engine, write_transaction
+from .engine import open_engine, read_engine, write_transaction
 from .errors import StoreError
 from .indexer import VectorIndexer
 from .indexing import BATCH, backlog, catch_up
@@ -59,7 +59,8 @@ def _shut(indexer: VectorIndexer | None, engine: Engine) -> None:
 
 
 class Store:
-    """Thread-safe: each call takes its own pooled connection and runs in one transaction."""
+    """Thread-safe: each call takes its own pooled connection; writes run in one transaction each, reads
+    in one on SQLite and statement by statement on PostgreSQL (engine.read_engine)."""
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class Store:
         searches may be semantic or hybrid; semantic hits less similar than min_similarity are dropped.
         Without `background`, the caller runs the indexer (`hermetic sessions reindex`)."""
         self._engine = open_engine(url)
+        self._reads = read_engine(self._engine)
         self.dialect: str = self._engine.dialect.name
         self.embedder = embedder
         self.min_similarity = min_similarity
@@ -337,37 +339,52 @@ class Store:
         hybrid: both fused by rank (keyword alone when semantic recall is off). Any text is safe here."""
         if role is not None and role not in SEARCHABLE_ROLES:
             raise StoreError(f"cannot search role {role!r}: one of {', '.join(SEARCHABLE_ROLES)}")
+        words, depth = self._depth(query, mode, limit)
+        if not depth:
+            return []
+        where = Filters(
+            profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
+        )
+        with self._reads.connect() as conn:
+            return self._hits(conn, query, words, where, mode, limit)
+
+    def _depth(self, query: str, mode: SearchMode, limit: int) -> tuple[list[str], int]:
+        """The query's terms and how many hits each half looks for (0: there is nothing to find)."""
         if mode not in ("keyword", "semantic", "hybrid"):
             raise StoreError(f"unknown search mode {mode!r}: keyword, semantic or hybrid")
         if mode == "semantic" and self.embedder is None:
             raise StoreError("semantic search is off: set memory.embeddings.model (wordllama by default)")
-        words = terms(query)
         if not query.strip() or limit <= 0:
-            return []
-        depth = limit if mode != "hybrid" else max(limit, DEPTH)
-        where = Filters(
-            profile, exclude_session, role, depth, per_session, source=source, since=since, until=until
-        )
-        keyword = self._keyword(words, where) if mode != "semantic" and words else []
+            return [], 0
+        # Without a semantic half, hybrid is its keyword half: the same first `limit` hits (its order is
+        # total), without a headline for DEPTH rows that fusion would not keep.
+        fused = mode == "hybrid" and self.embedder is not None
+        return terms(query), max(limit, DEPTH) if fused else limit
+
+    def _hits(
+        self, conn: Connection, query: str, words: list[str], where: Filters, mode: SearchMode, limit: int
+    ) -> list[SearchHit]:
+        """The keyword half on `conn`, the semantic half (in a transaction of its own), fused in hybrid."""
+        keyword = self._keyword(conn, words, where) if mode != "semantic" and words else []
         semantic = self._semantic(query, where, strict=mode == "semantic") if mode != "keyword" else []
         if mode != "hybrid":
             return keyword or semantic
-        return fuse(keyword, semantic, limit, per_session)
+        return fuse(keyword, semantic, limit, where.per_session)
 
-    def _keyword(self, words: list[str], where: Filters) -> list[SearchHit]:
+    def _keyword(self, conn: Connection, words: list[str], where: Filters) -> list[SearchHit]:
         if self.dialect == "sqlite":
-            self._index_backlog()
-        with self._engine.connect() as conn:
-            if self.dialect == "sqlite":
-                return search_sqlite(conn, words, where)
-            return search_postgres(conn, words, where)
+            self._index_backlog()  # before `conn` reads: its transaction begins at its first statement
+            return search_sqlite(conn, words, where)
+        return search_postgres(conn, words, where)
 
     def _semantic(self, query: str, where: Filters, *, strict: bool) -> list[SearchHit]:
         """The nearest messages by the configured model's vectors; [] when nothing is embedded yet. The query
         failing to embed is an error in semantic mode and leaves hybrid to its keyword half."""
         if self.embedder is None:
             return []
-        with self._engine.connect() as conn:
+        # A transaction: pgvector's scan settings are set for it alone (set_config's is_local). Committed,
+        # not rolled back, as a rollback would also drop the statements psycopg prepared on the connection.
+        with self._engine.begin() as conn:
             index = conn.execute(
                 text(
                     "SELECT table_name, created_at, embedded_through FROM vector_indexes WHERE model = :model"
@@ -407,22 +424,17 @@ class Store:
     ) -> list[SessionRecall]:
         """The sessions best matching `query`, best first, one entry each: the best hit, `window` messages
         either side of it, and the session's first and last `edges` exchange messages."""
-        hits = self.search(
-            profile,
-            query,
-            limit=limit,
-            exclude_session=exclude_session,
-            per_session=True,
-            mode=mode,
-            source=source,
-            since=since,
-            until=until,
-        )
-        if not hits:
+        words, depth = self._depth(query, mode, limit)
+        if not depth:
             return []
-        spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
-        sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
-        with self._engine.connect() as conn:
+        where = Filters(profile, exclude_session, None, depth, True, source=source, since=since, until=until)
+        # One connection for the search and what surrounds its hits: one checkout and pool ping, not two.
+        with self._reads.connect() as conn:
+            hits = self._hits(conn, query, words, where, mode, limit)
+            if not hits:
+                return []
+            spots = [Spot(h.session_id, h.message_id, window, window) for h in hits]
+            sessions = select(SessionRecord).where(col(SessionRecord.id).in_([h.session_id for h in hits]))
             around = surroundings(conn, spots, edges)
             known = {s.id: s for s in conn.execute(sessions)}
         return [
@@ -448,7 +460,7 @@ class Store:
             .join(SessionRecord)
             .where(MessageRecord.id == message_id, SessionRecord.profile == profile)
         )
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             session_id = conn.execute(query).scalar()
             if session_id is None:
                 return []
@@ -457,7 +469,7 @@ class Store:
     def session_edges(self, session_id: str, n: int = 2) -> tuple[list[MessageRecord], list[MessageRecord]]:
         """The session's first `n` and last `n` user and assistant messages with text; the last never
         repeat the first."""
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             found = surroundings(conn, [Spot(session_id)], n)[0]
         return found.first, found.last
 
@@ -465,7 +477,7 @@ class Store:
 
     def _index_backlog(self) -> None:
         """Bring SQLite's search indexes up to the latest message (a read when nothing waits)."""
-        with self._engine.connect() as conn:
+        with self._reads.connect() as conn:
             waiting = backlog(conn)
         if waiting > 0:
             with self._write("index new messages for search") as conn:
@@ -484,5 +496,5 @@ class Store:
     @contextmanager
     def _read(self) -> Iterator[Session]:
         # expire_on_commit=False: records stay readable after the session closes.
-        with Session(self._engine, expire_on_commit=False) as db:
+        with Session(self._reads, expire_on_commit=False) as db:
             yield db
