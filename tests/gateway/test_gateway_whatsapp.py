@@ -321,6 +321,7 @@ def test_a_reply_recorded_as_out_is_neither_rerun_nor_edited_after_a_restart(
     store.mark(stored, state="running", reply_id="wamid.sent")
     store.close()
     with Running(settings) as gateway:
+        wait_answered(gateway, 1)  # once WhatsApp is connected, before anything new is received
         assert gateway.store.unanswered("whatsapp") == []
     assert fake_llm.requests == [] and wa.messages_to(USER) == []
 
