@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import random
 import re
 import struct
 import subprocess
@@ -51,16 +50,28 @@ def browser_spec(**extra: Any) -> SandboxSpec:
     return SandboxSpec(image=BROWSER_IMAGE, memory="1g", pids=512, **extra)
 
 
+SERVE_ON_A_FREE_PORT = """
+import http.server, os, socket, sys
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+with open(".port.tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(".port.tmp", ".port")  # whole, or not there yet
+server.serve_forever()
+"""
+
+
 def serve_pages(sb: Sandbox) -> str:
-    """Write the pages into the workspace and serve them on the sandbox's own loopback."""
+    """Write the pages into the workspace and serve them on the sandbox's own loopback, on a port the
+    kernel picks: an ssh "sandbox" shares the host's loopback, where a port picked at random could be
+    taken by the suite's other servers (the server then failed to start and every page was refused)."""
     for name, html in PAGES.items():
         sb.call("fs.write", {"path": name, "content": html})
-    port = random.randint(20000, 40000)
-    sb.call("proc.spawn", {"command": f"python3 -m http.server {port} --bind 127.0.0.1"})
-    probe = "import socket; socket.create_connection(('127.0.0.1', %d), 1)" % port
-    ready = sb.run(f'for i in $(seq 1 100); do python3 -c "{probe}" 2>/dev/null && break; sleep 0.1; done')
-    assert ready["exit_code"] == 0
-    return f"http://127.0.0.1:{port}"
+    sb.call("fs.write", {"path": ".serve.py", "content": SERVE_ON_A_FREE_PORT})
+    sb.call("proc.spawn", {"command": "python3 .serve.py"})
+    wait = "for i in $(seq 1 200); do [ -f .port ] && exec cat .port; sleep 0.05; done; exit 1"
+    ready = sb.run(wait)
+    assert ready["exit_code"] == 0, ready
+    return f"http://127.0.0.1:{int(ready['output'])}"
 
 
 @pytest.fixture(scope="module")
