@@ -164,9 +164,8 @@ class Gateway:
                     await adapter.connect()
                     status.connected()
                     self._save_status(adapter.platform)
-                    if (
-                        unanswered
-                    ):  # once the platform can take their replies (a fast model beat Matrix's login)
+                    # once the platform can take their replies (a fast model's beat Matrix's login)
+                    if unanswered:
                         await self._answer_unanswered(adapter)
                         unanswered = False
                     await adapter.receive(lambda message: self._deliver(adapter, message))

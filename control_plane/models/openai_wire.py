@@ -72,11 +72,11 @@ async def create(
     .create`'s arguments, the model named as the server knows it; retries off (the router has its own)."""
     assert endpoint.api_base is not None
     key = api_key or os.environ.get("OPENAI_API_KEY", "")  # the key litellm would send (the router checked)
-    on_loop = await _loop_clients()
-    found = on_loop.clients.get((endpoint.api_base, key, timeout))
+    on_loop, which = await _loop_clients(), (endpoint.api_base, key, timeout)
+    found = on_loop.clients.get(which)
     if found is None:
         found = openai.AsyncOpenAI(base_url=endpoint.api_base, api_key=key, timeout=timeout, max_retries=0)
-        on_loop.clients[(endpoint.api_base, key, timeout)] = found
+        on_loop.clients[which] = found
     return partial(_post, found, endpoint.name.removeprefix(PREFIX))
 
 
