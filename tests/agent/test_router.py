@@ -6,6 +6,7 @@ import asyncio
 import gc
 import json
 import os
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -373,6 +374,25 @@ def test_connections_of_finished_event_loops_are_let_go(fake_llm: FakeLLM) -> No
         complete(router)
     gc.collect()
     assert open_sockets() <= before + 1  # the last loop's connection, not yet swept
+
+
+def test_the_certificates_are_read_once_for_every_loop(
+    fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client is made per event loop (the interactive CLI runs one per turn); reading the system's
+    certificates for each took 20 ms of every such turn."""
+    reads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(
+        ssl.SSLContext, "load_verify_locations", lambda *a, **k: (reads.append(a), load(*a, **k))
+    )
+    router = Router(scripted_model(fake_llm))
+    fake_llm.load([{"text": f"reply {n}"} for n in range(4)])
+    complete(router)  # the first: litellm's import reads them too, for clients of its own
+    reads.clear()
+    for _ in range(3):
+        complete(router)
+    assert reads == []
 
 
 @pytest.mark.parametrize(
