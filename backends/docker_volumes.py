@@ -45,9 +45,9 @@ log = logging.getLogger("hermetic.backends.docker")
 HELPER_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
 HELPER_PREFIX = "hm-copy-"
 """The helper's name: calls address it by name, so a socket proxy can tell it from a sandbox."""
-# The helper's program (stdlib python3, as in every sandbox image): wait for "copy", the bulk copy,
-# "precopied", wait for "go" (the source is paused then), sync the changes, "copied", then the copy's
-# size in bytes.
+# The helper's program (stdlib python3, as in every sandbox image): "waiting" once it is up, wait for
+# "copy", the bulk copy, "precopied", wait for "go" (the source is paused then), sync the changes,
+# "copied", then the copy's size in bytes.
 SYNC = r"""
 import os, shutil, stat, subprocess, sys
 
@@ -100,6 +100,7 @@ def sync(src, dst):
                 continue
             attrs(s_path, d_path, s)
 
+print("waiting", flush=True)
 if sys.stdin.readline().strip() != "copy":
     sys.exit(2)
 subprocess.run(["cp", "-a", "/src/.", "/dst/"], check=True)
@@ -159,13 +160,18 @@ class CopyHelper:
             self._raw = getattr(sock, "_sock", sock)
             self._raw.settimeout(COPY_TIMEOUT)  # not the SDK's 60 s: a big copy on a busy host takes longer
             api.start(self.name)
+            # made when its program is up, not when its container is: python's start-up in a container
+            # (10-15 ms) would otherwise fall to the snapshot that takes a helper made just before
+            up = _read_until(self._raw, b"waiting\n")
+            if b"waiting\n" not in _payload(up):
+                raise SandboxError(f"the copy helper for volume {source} did not start: {_stderr(up)}")
         except BaseException:
             self.discard()
             raise
 
     def waiting(self) -> bool:
-        """Whether it still waits for the word: it says nothing until then, so a stream with something to
-        read has ended (the helper was removed by hand, dockerd restarted). poll, not select: a busy
+        """Whether it still waits for the word: it says nothing more until then, so a stream with something
+        to read has ended (the helper was removed by hand, dockerd restarted). poll, not select: a busy
         control plane's descriptors pass select's limit of 1024."""
         return not wait_readable(readable_poller(self._raw.fileno()), 0)
 

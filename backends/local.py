@@ -24,7 +24,7 @@ from .errors import BackendUnavailable, SandboxError, UnsupportedSpec
 from .network import SANDBOX_INGRESS_DIR, SANDBOX_NET_DIR, SYSTEM_CA_FILE, Egress, open_ingress
 from .snapshots import Snapshot
 from .spec import SandboxSpec
-from .workspace_copy import copy_into, parse_saved, save_copy
+from .workspace_copy import copy_into, save_here
 
 log = logging.getLogger("hermetic.backends.local")
 # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that forked bwrap ends,
@@ -298,7 +298,7 @@ class LocalSandbox(Sandbox):
 
     def _save_workspace(self, snapshot_id: str) -> tuple[dict[str, str], int]:
         dest = self._backend_for_snapshots().snapshots.data_dir(snapshot_id)
-        size, path = parse_saved(_shell(save_copy(str(self.workspace), str(dest))))
+        size, path = save_here(str(self.workspace), str(dest))
         return {"path": path}, size
 
     def _seed_workspace(self, location: dict[str, str]) -> None:

@@ -173,12 +173,16 @@ def figures(backend: str, n: int) -> dict[str, list[float]]:
                 snapshots={"checkpoints": checkpoints},
             )
             agent = Agent(settings)
+            turns = {SEPARATE_LABEL: SEPARATE, SCRIPT_LABEL: ONE_SCRIPT}
+            runs: dict[str, list[float]] = {label: [] for label in turns}
             try:
-                for label, script in ((SEPARATE_LABEL, SEPARATE), (SCRIPT_LABEL, ONE_SCRIPT)):
-                    runs = [turn_seconds(agent, server, script) for _ in range(n + 1)]
-                    results[f"hermetic {backend}: {label}{suffix}"] = runs[1:]  # 1 warm-up
+                for _ in range(n + 1):  # taken in turn: a pair sees the same load on a shared machine
+                    for label, script in turns.items():
+                        runs[label].append(turn_seconds(agent, server, script))
             finally:
                 agent.close()
+            for label, seconds in runs.items():
+                results[f"hermetic {backend}: {label}{suffix}"] = seconds[1:]  # 1 warm-up
     results[f"hermetic {backend}: {KERNEL_LABEL}"] = kernel_round_trips(backend, n * 10)
     return results
 
