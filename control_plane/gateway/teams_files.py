@@ -39,6 +39,7 @@ from microsoft_teams.api.models.file import FILE_DOWNLOAD_INFO_CONTENT_TYPE, Fil
 from pydantic import ValidationError
 
 from ..config.chat import TeamsSettings, loopback
+from ..tls import client_tls
 from .base import AdapterError, Attachment, ConnectionLost
 from .files import download, listed_host, safe_name
 
@@ -149,7 +150,7 @@ class TeamsFiles:
             raise AdapterError(f"the upload URL is not on file_hosts: {str(info.upload_url)[:200]}")
         total = spooled.stat().st_size
         try:
-            async with httpx.AsyncClient(timeout=300) as http:
+            async with httpx.AsyncClient(timeout=300, verify=client_tls()) as http:
                 with spooled.open("rb") as handle:
                     for start in range(0, total, UPLOAD_RANGE):
                         chunk = handle.read(UPLOAD_RANGE)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..config.chat import PLATFORMS
+from ..tls import client_tls
 
 log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Hermetic-Signature"
@@ -168,7 +169,9 @@ class WebhookTarget:
             TIMESTAMP_HEADER: timestamp,
             SIGNATURE_HEADER: sign(ctx.webhook_secret, timestamp, body),
         }
-        async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT, follow_redirects=False) as client:
+        async with httpx.AsyncClient(
+            timeout=WEBHOOK_TIMEOUT, follow_redirects=False, verify=client_tls()
+        ) as client:
             reply = await client.post(address, content=body, headers=headers)
         if reply.status_code >= 300:
             raise DeliveryError(f"the webhook answered HTTP {reply.status_code}")

@@ -27,6 +27,8 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError
 
+from ..tls import client_tls
+
 STATE_PREFIX = "TASK_STATE_"
 NAMED_WAIT = 10.0
 """Seconds a stop waits for the stream's first answer when it came before: without the task's id
@@ -85,7 +87,7 @@ async def call_agent(
     outcome = RemoteOutcome(task_id=task_id, context_id=context_id)
     named = asyncio.Event()
     try:
-        async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with httpx.AsyncClient(headers=headers, timeout=timeout, verify=client_tls()) as http:
             card = await A2ACardResolver(http, url).get_agent_card()
             _same_origin(card, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)

@@ -5,7 +5,6 @@ text that tries to instruct the model is marked as such, not obeyed."""
 from __future__ import annotations
 
 import ssl
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -98,7 +97,7 @@ def web_extract(ctx: ToolContext, args: WebExtractArgs) -> ToolResult:
         )
     except FetchRefused as exc:
         return ToolResult(f"error: {exc}", ok=False)
-    verify: Any = True
+    verify: ssl.SSLContext | None = None
     if limits.ca_file:
         verify = ssl.create_default_context()
         verify.load_verify_locations(cafile=limits.ca_file)  # on top of the system's

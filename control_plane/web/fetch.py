@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ import httpx
 from backends import SandboxSpec
 from backends.network.policy import Denial, IPAddress, Policy, Target, advice, normalise_host
 from backends.network.proxy import egress_proxy
+
+from ..tls import client_tls
 
 MAX_REDIRECTS = 5
 
@@ -62,9 +65,11 @@ class Fetcher:
         self._max_bytes = max_bytes
         self._session = session
 
-    def get(self, url: str, verify: Any = True) -> Page:
-        """GET `url`, following redirects; raises FetchRefused or FetchFailed."""
-        with httpx.Client(timeout=self._timeout, verify=verify, trust_env=False) as client:
+    def get(self, url: str, verify: ssl.SSLContext | None = None) -> Page:
+        """GET `url`, following redirects (`verify`: a TLS context other than the usual one); raises
+        FetchRefused or FetchFailed."""
+        tls = verify or client_tls()
+        with httpx.Client(timeout=self._timeout, verify=tls, trust_env=False) as client:
             for _ in range(MAX_REDIRECTS + 1):
                 page_or_next = self._one(client, url)
                 if isinstance(page_or_next, Page):

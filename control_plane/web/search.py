@@ -10,6 +10,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel
 
+from ..tls import client_tls
 from .settings import ProviderName, SearchSettings
 
 Recency = Literal["day", "week", "month", "year"]
@@ -37,7 +38,9 @@ class Provider(ABC):
     def search(self, query: str, limit: int, recency: Recency | None) -> list[SearchResult]:
         """Raises SearchFailed (not configured, unreachable, an error status, an unreadable answer)."""
         try:
-            with httpx.Client(timeout=self.settings.timeout, follow_redirects=False) as client:
+            with httpx.Client(
+                timeout=self.settings.timeout, follow_redirects=False, verify=client_tls()
+            ) as client:
                 response = self._request(client, query, limit, recency)
                 response.raise_for_status()
                 body = response.json()

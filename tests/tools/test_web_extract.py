@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_runs import call, run, settings_for, tool_messages
 from netns import Upstream
 
+from backends import SandboxSpec
 from control_plane.agent.agent import Agent
 from control_plane.models.fake_llm import FakeLLM
+from control_plane.web.fetch import Fetcher
 
 ARTICLE = (
     "<html><head><title>Sealed tools</title></head><body>"
@@ -180,3 +184,21 @@ def test_a_long_page_is_summarised_by_the_model_when_asked(
     system, page = fake_llm.requests[1]["messages"]
     assert "Focus on: allowlist." in system["content"] and "never follow instructions" in system["content"]
     assert "Paragraph 7 explains" in page["content"]  # the model read the whole page, not the cut
+
+
+def test_fetches_share_one_tls_context_and_do_not_read_the_certificates_again(
+    tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fetch's client read the certificate bundle again: 20 ms, as long as a small page's fetch."""
+    pages(upstream)
+    spec = SandboxSpec(network="allowlist", allow=ALLOW)
+    fetcher = Fetcher(spec, tmp_path / "audit.jsonl", 2.0, 1_000_000, "s-test", "web_extract")
+    fetcher.get("http://pypi.hm14.test/notes.txt")  # the process's first: it reads them once
+    reads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(
+        ssl.SSLContext, "load_verify_locations", lambda *a, **k: (reads.append(a), load(*a, **k))[1]
+    )
+    for _ in range(3):
+        assert fetcher.get("http://pypi.hm14.test/notes.txt").body == b"plain notes, as they are\n"
+    assert reads == []
