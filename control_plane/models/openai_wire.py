@@ -13,20 +13,18 @@ Hosted providers, `openai/` without an api_base included, stay with litellm: it 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
-import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..config.settings import ModelEndpoint
+from ..tls import model_tls
 
 PREFIX = "openai/"
 
@@ -78,7 +76,7 @@ async def create(
     on_loop, which = await _loop_clients(), (endpoint.api_base, key, timeout)
     found = on_loop.clients.get(which)
     if found is None:
-        http = openai.DefaultAsyncHttpxClient(verify=_tls(), timeout=timeout)
+        http = openai.DefaultAsyncHttpxClient(verify=model_tls(), timeout=timeout)
         found = openai.AsyncOpenAI(
             base_url=endpoint.api_base, api_key=key, timeout=timeout, max_retries=0, http_client=http
         )
@@ -97,14 +95,6 @@ async def _post(client: openai.AsyncOpenAI, model: str, *, stream: bool = False,
             "/chat/completions", body=body, cast_to=ChatCompletion, stream=True, stream_cls=_Chunks
         )
     return await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """The system's certificates, read once: reading them takes 20 ms, and a client is made per event loop
-    (the interactive CLI runs one per turn, a child agent and a curation run one each). A context is safe
-    to share between clients and threads."""
-    return httpx2.create_ssl_context()
 
 
 async def _loop_clients() -> _LoopClients:

@@ -6,7 +6,6 @@ import asyncio
 import gc
 import json
 import os
-import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from fake_llm import scripted_model
+from tls_reads import certificate_reads
 
 from control_plane.config.settings import ModelEndpoint, ModelSettings
 from control_plane.events import Event, Notice, ReasoningDelta, TextDelta, Usage
@@ -381,15 +381,10 @@ def test_the_certificates_are_read_once_for_every_loop(
 ) -> None:
     """A client is made per event loop (the interactive CLI runs one per turn); reading the system's
     certificates for each took 20 ms of every such turn."""
-    reads: list[object] = []
-    load = ssl.SSLContext.load_verify_locations
-    monkeypatch.setattr(
-        ssl.SSLContext, "load_verify_locations", lambda *a, **k: (reads.append(a), load(*a, **k))
-    )
     router = Router(scripted_model(fake_llm))
     fake_llm.load([{"text": f"reply {n}"} for n in range(4)])
     complete(router)  # the first: litellm's import reads them too, for clients of its own
-    reads.clear()
+    reads = certificate_reads(monkeypatch)
     for _ in range(3):
         complete(router)
     assert reads == []

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_runs import call, run, settings_for, tool_messages
 from netns import Upstream
+from tls_reads import certificate_reads
 
 from backends import SandboxSpec
 from control_plane.agent.agent import Agent
@@ -194,11 +194,7 @@ def test_fetches_share_one_tls_context_and_do_not_read_the_certificates_again(
     spec = SandboxSpec(network="allowlist", allow=ALLOW)
     fetcher = Fetcher(spec, tmp_path / "audit.jsonl", 2.0, 1_000_000, "s-test", "web_extract")
     fetcher.get("http://pypi.hm14.test/notes.txt")  # the process's first: it reads them once
-    reads: list[object] = []
-    load = ssl.SSLContext.load_verify_locations
-    monkeypatch.setattr(
-        ssl.SSLContext, "load_verify_locations", lambda *a, **k: (reads.append(a), load(*a, **k))[1]
-    )
+    reads = certificate_reads(monkeypatch)
     for _ in range(3):
         assert fetcher.get("http://pypi.hm14.test/notes.txt").body == b"plain notes, as they are\n"
     assert reads == []
