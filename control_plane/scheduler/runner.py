@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backends import SandboxError
 
@@ -88,7 +89,7 @@ class Runner:
                 )
                 retry = (time.time() + delay, claim.scheduled_for, claim.attempt + 1)
             else:
-                await self._deliver(job, claim.scheduled_for, attempt, tries=claim.attempt + 1)
+                await _to_its_end(self._deliver(job, claim.scheduled_for, attempt, tries=claim.attempt + 1))
             return attempt
         except asyncio.CancelledError:  # stopped mid-run, as a killed run is reaped: tried again on start
             if attempt is None and claim.attempt < job.max_retries:
@@ -202,3 +203,15 @@ class Runner:
             if not await asyncio.to_thread(self.jobs.renew, job_id, self.owner, until):
                 log.warning("job %s: lost its lease", job_id)
                 return
+
+
+async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await `work` to its end even when cancelled meanwhile, then raise the cancellation: a run stopped
+    while it delivers has its reply made and its history written, so its deliveries (each bounded by its
+    own timeout) finish rather than leave a run marked ok that reached some targets and not others."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

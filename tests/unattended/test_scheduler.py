@@ -42,12 +42,16 @@ def cron_settings(root: Path, model_url: str, **overrides: Any) -> Settings:
 
 
 class Receiver:
-    """A webhook endpoint on 127.0.0.1 that records every POST (headers and body)."""
+    """A webhook endpoint on 127.0.0.1 that records every POST (headers and body); made with hold=True it
+    answers none until `released` is set."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, hold: bool = False) -> None:
         self.posts: list[tuple[dict[str, str], bytes]] = []
         self.status = status
         self.arrived = threading.Condition()
+        self.released = threading.Event()
+        if not hold:
+            self.released.set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,6 +60,7 @@ class Receiver:
                 with receiver.arrived:
                     receiver.posts.append((dict(self.headers), body))
                     receiver.arrived.notify_all()
+                receiver.released.wait(60)
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -72,6 +77,7 @@ class Receiver:
             return self.arrived.wait_for(lambda: len(self.posts) >= count, timeout)
 
     def close(self) -> None:
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -215,6 +221,36 @@ def test_a_job_every_second_runs_as_cron_sessions_and_delivers_to_a_signed_webho
     delivered = (settings.home / "deliveries" / "b.md").read_text()
     assert delivered.count(f"({job.id})") >= 3 and "build #0 is green" in delivered
     assert all(d["ok"] for r in runs[:3] for d in r.deliveries)
+
+
+def test_a_run_stopped_while_it_delivers_finishes_its_deliveries_then_ends(
+    tmp_path: Path, fake_llm: Any
+) -> None:
+    fake_llm.load([{"text": "all green"}])
+    settings = cron_settings(tmp_path, fake_llm.url)
+    scheduler = Scheduler(settings)
+    receiver = Receiver(hold=True)
+    spec = JobSpec(schedule="every 1h", prompt="check", deliver=[f"webhook:{receiver.url}", "file:b.md"])
+    job = scheduler.jobs.add(settings.profile, spec, tz="UTC")
+    claim = scheduler.jobs.claim_now(job, time.time(), scheduler.owner, 60)
+    assert claim is not None
+
+    async def main() -> None:
+        run = asyncio.create_task(scheduler.runner.run(claim))
+        assert await asyncio.to_thread(receiver.wait_for, 1)  # the webhook has the post; its answer waits
+        run.cancel()  # as the scheduler's stop does
+        receiver.released.set()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    try:
+        asyncio.run(main())
+    finally:
+        receiver.close()
+        asyncio.run(scheduler.stop())
+    assert "all green" in (settings.home / "deliveries" / "b.md").read_text()
+    (run,) = scheduler.jobs.history(settings.profile, job.id)
+    assert run.status == "ok" and [d["ok"] for d in run.deliveries] == [True, True]
 
 
 def test_silent_delivers_nothing_and_a_failing_run_is_retried_then_its_failure_delivered(
