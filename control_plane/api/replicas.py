@@ -24,7 +24,7 @@ from ..events import Event
 from ..store.engine import open_engine
 from ..store.leases import Leases
 from ..store.mcp_owners import McpOwners
-from ..store.session_events import EventTable, Listener
+from ..store.session_events import EventTable
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ class Replication:
         self.events = EventTable(engine, self.leases)
         self.mcp = McpOwners(engine, replica.id)
         self._followers: dict[str, set[asyncio.Event]] = {}
+        from ..store.pg_listener import Listener  # psycopg: only a replica on PostgreSQL loads it
+
         self._listener = Listener(url, self._woken, self._woken_all)
 
     @property

@@ -18,13 +18,14 @@ import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any
-
-import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..config.settings import ModelEndpoint
 from ..tls import model_tls
+
+if TYPE_CHECKING:
+    import openai
 
 PREFIX = "openai/"
 
@@ -53,7 +54,6 @@ class _LoopClients:
 _loops: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 """Not a WeakKeyDictionary: a client's connections refer to their loop, which would keep both forever."""
 _loops_lock = threading.Lock()
-_Chunks = openai.AsyncStream[ChatCompletionChunk]
 
 # the SDK's HTTP client logs every request at INFO: a line per model call in the server's log
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -76,8 +76,9 @@ async def create(
     on_loop, which = await _loop_clients(), (endpoint.api_base, key, timeout)
     found = on_loop.clients.get(which)
     if found is None:
-        http = openai.DefaultAsyncHttpxClient(verify=model_tls(), timeout=timeout)
-        found = openai.AsyncOpenAI(
+        sdk = _sdk() if _imported else await asyncio.to_thread(_sdk)
+        http = sdk.DefaultAsyncHttpxClient(verify=model_tls(), timeout=timeout)
+        found = sdk.AsyncOpenAI(
             base_url=endpoint.api_base, api_key=key, timeout=timeout, max_retries=0, http_client=http
         )
         on_loop.clients[which] = found
@@ -89,12 +90,28 @@ async def _post(client: openai.AsyncOpenAI, model: str, *, stream: bool = False,
     replies as `create` returns them. `create` would first walk the request against its parameter
     types, every message of the history each call (6% of a loaded API server's CPU); the history is
     already JSON in OpenAI's format, which is what that walk produces."""
+    sdk = _imported[0]  # the client's making imported it
     body = {"model": model, **body, "stream": stream}
+    completion = sdk.types.chat.ChatCompletion
     if stream:
+        chunks = sdk.AsyncStream[sdk.types.chat.ChatCompletionChunk]
         return await client.post(
-            "/chat/completions", body=body, cast_to=ChatCompletion, stream=True, stream_cls=_Chunks
+            "/chat/completions", body=body, cast_to=completion, stream=True, stream_cls=chunks
         )
-    return await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+    return await client.post("/chat/completions", body=body, cast_to=completion)
+
+
+_imported: list[ModuleType] = []
+
+
+def _sdk() -> ModuleType:
+    """The openai SDK, imported on first use: its types take half a second of every process's start-up
+    (the CLI's included) that never calls a model."""
+    if not _imported:
+        import openai
+
+        _imported.append(openai)
+    return _imported[0]
 
 
 async def _loop_clients() -> _LoopClients:
@@ -109,3 +126,8 @@ async def _loop_clients() -> _LoopClients:
     if new:
         await anext(found.closer)  # started on this loop, so the loop closes it
     return found
+
+
+def warm_up() -> None:
+    """Import the SDK now (a server's start-up, in a thread), not on the first call."""
+    _sdk()

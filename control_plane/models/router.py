@@ -15,12 +15,12 @@ import asyncio
 import logging
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import ModuleType
 from typing import Any
 
-import openai
 from pydantic import BaseModel
 from tenacity import (
     AsyncRetrying,
@@ -296,8 +296,9 @@ def _litellm() -> ModuleType:
 
 
 def warm_up() -> None:
-    """Import litellm now (seconds of CPU): a server calls this in a thread at startup, so its first
-    turn does not hold the event loop, and every request with it, for that long."""
+    """Import the openai SDK and litellm now (seconds of CPU): a server calls this in a thread at
+    startup, so its first turn does not hold the event loop, and every request with it, for that long."""
+    openai_wire.warm_up()
     _litellm()
 
 
@@ -326,8 +327,10 @@ def _problem(endpoint: ModelEndpoint) -> str | None:
 
 def _transient(exc: BaseException) -> bool:
     """Worth retrying the same model: rate limits, timeouts, dropped connections, server errors."""
-    # litellm's errors are subclasses of the openai SDK's: this covers both ways of calling
-    if isinstance(exc, openai.RateLimitError | openai.APIConnectionError):  # timeouts included
+    # litellm's errors are subclasses of the openai SDK's: this covers both ways of calling (and the SDK
+    # is imported by then: a call made through either imports it)
+    openai = sys.modules.get("openai")
+    if openai is not None and isinstance(exc, openai.RateLimitError | openai.APIConnectionError):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and status >= 500

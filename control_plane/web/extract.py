@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-import trafilatura
-
 from .fetch import Page
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -20,6 +18,8 @@ class NotReadable(Exception):
 def readable(page: Page) -> str:
     kind = page.content_type or "an unknown type"
     if kind in HTML_TYPES or (not page.content_type and page.body.lstrip()[:1] == b"<"):
+        import trafilatura  # on first use: a tenth of a second of every process's start-up otherwise
+
         text = trafilatura.extract(
             page.body, url=page.url, output_format="markdown", include_links=True, include_tables=True
         )

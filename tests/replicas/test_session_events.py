@@ -13,7 +13,8 @@ from postgres import LocalPostgres
 from control_plane.events import Notice
 from control_plane.store.engine import open_engine
 from control_plane.store.leases import Leases
-from control_plane.store.session_events import CHANNEL, EventTable, Listener
+from control_plane.store.pg_listener import Listener
+from control_plane.store.session_events import CHANNEL, EventTable
 
 
 @pytest.fixture
