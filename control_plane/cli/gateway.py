@@ -18,12 +18,13 @@ from rich.markup import escape
 from ..api.replicas import replicated
 from ..config.chat import PLATFORMS
 from ..config.settings import Settings, load_settings
-from ..gateway import Gateway, GatewayLocked, create_gateway
-from ..gateway.records import GatewayStore
+from ..gateway.records import GatewayLocked, GatewayStore
 from ..gateway.status import platform_reports
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from ..gateway import Gateway
 
 app = typer.Typer(
     help=f"The messaging gateway: one agent reached from {', '.join(PLATFORMS)} (config.yaml's gateway:).",
@@ -79,6 +80,8 @@ async def serve_gateway(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+    from ..gateway import create_gateway  # the adapters' clients (aiohttp and more): for this command only
+
     gateway: Gateway = await asyncio.to_thread(create_gateway, settings)
     try:
         while True:

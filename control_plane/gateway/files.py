@@ -14,10 +14,8 @@ import re
 import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
-
-import aiohttp
 
 from backends import Sandbox
 
@@ -25,6 +23,9 @@ from ..events import ToolImage
 from ..tools import SendFile
 from .base import Adapter, AdapterError, Attachment, ConnectionLost
 from .stream import patiently
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("hermetic.gateway")
 SEND_TIMEOUT = 120.0
@@ -95,6 +96,8 @@ async def download(
 ) -> bytes:  # fmt: skip
     """GET `url` whole, reading no more than `limit` bytes. A redirect is followed only to a URL that
     `follow` accepts (none without it), and `headers` (a token) go only to `url`'s own origin."""
+    import aiohttp  # loaded by whoever made the session; not by this module (every command's start-up)
+
     origin = urlsplit(url)[:2]
     try:
         for _ in range(MAX_REDIRECTS + 1):

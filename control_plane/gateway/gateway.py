@@ -25,7 +25,7 @@ from .base import Adapter, AdapterError, ConnectionLost, Inbound
 from .deliveries import register as offer_deliveries
 from .files import chat_sender, take_file
 from .ordered import PerChat
-from .records import GatewayStore, InboundRecord
+from .records import GatewayLocked, GatewayStore, InboundRecord
 from .status import PlatformStatus
 from .stream import LiveMessage
 from .turn import Chat, Turn
@@ -36,10 +36,6 @@ TYPING_RENEWAL = 20.0
 after 25 s): the chat shows the reply coming until it arrives whole."""
 CLOSED = "This question is no longer open here (answered, timed out, or not yours)."
 """What a press that changed nothing tells the presser, where the platform lets only them see it."""
-
-
-class GatewayLocked(RuntimeError):
-    """Another gateway holds this bot token (one gateway per token)."""
 
 
 class Gateway:

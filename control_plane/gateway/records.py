@@ -30,6 +30,10 @@ from sqlmodel import Field, SQLModel, col
 from ..store.engine import open_engine, write_transaction
 
 
+class GatewayLocked(RuntimeError):
+    """Another gateway holds this bot token (one gateway per token): its lock is a row of this store."""
+
+
 class InboundRecord(SQLModel, table=True):
     """One message from a platform, stored before the platform is told it arrived."""
 

@@ -1,13 +1,13 @@
-"""What a `hermetic` command loads before it runs: the model SDKs, PostgreSQL's driver and the page
-extractor wait for their first use (together about a second of every command's start-up), and a server's
-warm-up loads the SDK the scripted and local models are called through."""
+"""What a `hermetic` command loads before it runs: the model SDKs, PostgreSQL's driver, the page
+extractor and the chat adapters' HTTP client wait for their first use (together over a second of every
+command's start-up), and a server's warm-up loads the SDK local models are called through."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-LAZY = ("openai", "litellm", "psycopg", "trafilatura")
+LAZY = ("openai", "litellm", "psycopg", "trafilatura", "aiohttp")
 
 
 def _loaded_after(code: str) -> set[str]:
