@@ -205,14 +205,11 @@ class Gateway:
 
     def _take(self, adapter: Adapter, message: Inbound) -> tuple[int, Decision | None] | None:
         """In one worker thread, since each hop to one waits behind every other chat's work on the loop:
-        store the message, count it in the platform's status, and decide whether to answer it (a refusal
-        is marked so). None for a message stored before; the decision is None where the adapter
-        authenticates every request."""
+        store the message and decide whether to answer it (a refusal is marked so). None for a message
+        stored before; the decision is None where the adapter authenticates every request."""
         stored = self.store.receive(message.platform, message.chat, message.message_id, message.model_dump())
         if stored is None:
             return None
-        self.status[adapter.platform].received_one()
-        self._save_status(adapter.platform)
         if adapter.authenticates:
             return stored, None
         decision = decide(self.store, self.config(message.platform), message, self.settings.pairing_ttl)
@@ -381,14 +378,12 @@ class Gateway:
                 renewal.cancel()
         await turn.finish(end)
         done, chat.steered = [inbound_id, *chat.steered], []
-        await asyncio.to_thread(self._answered, adapter.platform, done)
+        await asyncio.to_thread(self._answered, done)
 
-    def _answered(self, platform: str, done: list[int]) -> None:
-        """(In one worker thread.) The turn's messages marked answered, and counted in the status."""
+    def _answered(self, done: list[int]) -> None:
+        """(In one worker thread.) The turn's messages marked answered."""
         for inbound_id in done:
             self.store.mark(inbound_id, state="answered")
-        self.status[platform].answered()
-        self._save_status(platform)
 
     async def _say(self, adapter: Adapter, message: Inbound, text: str) -> None:
         """A plain message (a command's answer, a pairing code); failures are logged, not raised."""

@@ -183,6 +183,16 @@ class GatewayStore:
         with self._engine.connect() as conn:
             return [InboundRecord.model_validate(row._mapping) for row in conn.execute(query)]
 
+    def counts_since(self, platform: str, since: float) -> tuple[int, int]:
+        """The platform's messages stored since `since`, and how many of them are answered."""
+        answered = func.count().filter(col(InboundRecord.state) == "answered")
+        query = select(func.count(), answered).where(
+            col(InboundRecord.platform) == platform, col(InboundRecord.received_at) >= since
+        )
+        with self._engine.connect() as conn:
+            row = conn.execute(query).one()
+        return int(row[0]), int(row[1])
+
     def last_inbound(self, platform: str, chat: str | None = None) -> InboundRecord | None:
         """The platform's (or one chat's) last stored message."""
         query = select(InboundRecord).where(col(InboundRecord.platform) == platform)

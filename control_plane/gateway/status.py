@@ -1,13 +1,14 @@
 """Each platform's connection as `hermetic gateway status` and the console's status page show it: saved
-in the store by the running gateway at each change (connected, an error, a message in or answered,
-stopped), so another process can read it."""
+in the store by the running gateway at each change of its connection (connected, an error, stopped), so
+another process can read it. Its messages are counted from the stored messages when read, so a message
+costs no write of the status (and a gateway killed outright leaves counts that are still true)."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
@@ -20,15 +21,15 @@ class PlatformStatus(BaseModel):
     state: str = "starting"
     """starting, connected, reconnecting, stopped (a bad token, or the gateway stopped)."""
     since: float = 0.0
-    last_message_at: float | None = None
-    received: int = 0
-    answered_count: int = 0
+    started_at: float = Field(default_factory=time.time)
+    """When the gateway started: its messages are the ones stored since."""
     errors: list[str] = []
     """The latest errors, newest last, each with its time."""
     updated_at: float = 0.0
 
     def connected(self) -> None:
-        self.state, self.since, self.updated_at = "connected", time.time(), time.time()
+        self.state, self.since = "connected", time.time()
+        self.updated_at = self.since
 
     def failed(self, error: str) -> None:
         self.state = "stopped" if error.startswith("stopped") else "reconnecting"
@@ -37,15 +38,8 @@ class PlatformStatus(BaseModel):
         self.errors = [*self.errors, f"{stamp} {error}"][-KEPT_ERRORS:]
 
     def stopped(self) -> None:
-        self.state, self.since, self.updated_at = "stopped", time.time(), time.time()
-
-    def received_one(self) -> None:
-        self.received += 1
-        self.last_message_at = self.updated_at = time.time()
-
-    def answered(self) -> None:
-        self.answered_count += 1
-        self.updated_at = time.time()
+        self.state, self.since = "stopped", time.time()
+        self.updated_at = self.since
 
 
 class PlatformReport(BaseModel):
@@ -82,14 +76,15 @@ def platform_reports(settings: Settings) -> list[PlatformReport]:
             saved = store.get_state(f"status:{platform}")
             found = PlatformStatus.model_validate_json(saved) if saved else None
             last = store.last_inbound(platform)
+            received, answered = store.counts_since(platform, found.started_at) if found else (0, 0)
             reports.append(
                 PlatformReport(
                     platform=platform,
                     state=found.state if found else "never run",
                     since=found.since if found else None,
                     last_message_at=last.received_at if last else None,
-                    received=found.received if found else 0,
-                    answered=found.answered_count if found else 0,
+                    received=received,
+                    answered=answered,
                     waiting=len(store.unanswered(platform)),
                     errors=found.errors if found else [],
                     last_error=found.errors[-1] if found and found.errors else None,
