@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -76,7 +77,7 @@ async def create(
     on_loop, which = await _loop_clients(), (endpoint.api_base, key, timeout)
     found = on_loop.clients.get(which)
     if found is None:
-        sdk = _sdk() if _imported else await asyncio.to_thread(_sdk)
+        sdk = _sdk() if "openai" in sys.modules else await asyncio.to_thread(_sdk)
         http = sdk.DefaultAsyncHttpxClient(verify=model_tls(), timeout=timeout)
         found = sdk.AsyncOpenAI(
             base_url=endpoint.api_base, api_key=key, timeout=timeout, max_retries=0, http_client=http
@@ -90,7 +91,7 @@ async def _post(client: openai.AsyncOpenAI, model: str, *, stream: bool = False,
     replies as `create` returns them. `create` would first walk the request against its parameter
     types, every message of the history each call (6% of a loaded API server's CPU); the history is
     already JSON in OpenAI's format, which is what that walk produces."""
-    sdk = _imported[0]  # the client's making imported it
+    sdk = _sdk()  # imported by the client's making
     body = {"model": model, **body, "stream": stream}
     completion = sdk.types.chat.ChatCompletion
     if stream:
@@ -101,17 +102,12 @@ async def _post(client: openai.AsyncOpenAI, model: str, *, stream: bool = False,
     return await client.post("/chat/completions", body=body, cast_to=completion)
 
 
-_imported: list[ModuleType] = []
-
-
 def _sdk() -> ModuleType:
     """The openai SDK, imported on first use: its types take half a second of every process's start-up
     (the CLI's included) that never calls a model."""
-    if not _imported:
-        import openai
+    import openai
 
-        _imported.append(openai)
-    return _imported[0]
+    return openai
 
 
 async def _loop_clients() -> _LoopClients:
